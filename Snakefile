@@ -1,0 +1,28 @@
+# attnprof: profile PyTorch attention variants, extract kernel tables, plot, report.
+# Stages live in workflow/rules/ (one file each); logic lives in the attnprof package (src/).
+from snakemake.utils import min_version, validate
+
+min_version("9.11")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/capture.smk"
+include: "workflow/rules/extract.smk"
+include: "workflow/rules/tables.smk"
+include: "workflow/rules/findings.smk"
+include: "workflow/rules/plots.smk"
+include: "workflow/rules/report.smk"
+
+
+rule report:
+    """The HTML and PDF report of the current result set (the default target)."""
+    input:
+        html=f"{RUN_DIR}/report.html",
+        pdf=f"{RUN_DIR}/report.pdf",
+    default_target: True

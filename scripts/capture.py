@@ -1,0 +1,21 @@
+"""Snakemake script: one capture (rule capture). Logic: attnprof.capture."""
+import contextlib
+
+from attnprof.capture import run_isolated
+from attnprof.variants import Shape
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+p = sm.params
+with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
+    spec = {
+        "variant": sm.wildcards.variant,
+        "shape": Shape.from_key(sm.wildcards.shape).as_dict(),
+        "device": p.device,
+        "schedule": dict(p.profiler["schedule"]),
+        "warmup_calls": p.profiler["warmup_calls"],
+        "range_name": p.profiler["range_name"],
+        "timing": dict(p.timing),
+        "seed": p.seed,
+        "tolerance": dict(p.tolerance),
+    }
+    run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s)

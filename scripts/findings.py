@@ -1,0 +1,26 @@
+"""Snakemake script: findings.json (rule findings). Logic: attnprof.findings."""
+import json
+
+import pandas as pd
+import yaml
+
+from attnprof.findings import compute, load_run_data
+
+sm = snakemake  # noqa: F821
+summary = pd.read_csv(sm.input.summary)
+kernels = pd.read_csv(sm.input.kernels)
+launches = [pd.read_csv(p) for p in sm.input.launches]
+ops = [pd.read_csv(p) for p in sm.input.ops]
+statuses = [json.loads(open(p).read()) for p in sm.input.status]
+props = next((p for p in (json.loads(open(f).read()) for f in sm.input.device) if p), {})
+expectations = yaml.safe_load(open(sm.input.expectations))
+shapes = []
+for shape_key in dict.fromkeys(summary["shape_key"]):
+    data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, props)
+    shapes.append(compute(data, expectations))
+doc = {"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}
+with open(sm.output[0], "w") as fh:
+    json.dump(doc, fh, indent=2, default=str)
+with open(sm.log[0], "w") as log:
+    for s in shapes:
+        print(f"{s['shape_key']}: {len(s['findings'])} findings, {len(s['expectations'])} expectation checks", file=log)

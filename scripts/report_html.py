@@ -1,0 +1,29 @@
+"""Snakemake script: report.html (rule report_html). Logic: attnprof.report."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from attnprof.report import build_context, render_html
+
+sm = snakemake  # noqa: F821
+plots: dict = {}
+for p in map(Path, sm.input.plots):
+    plots.setdefault(p.parent.name, {})[p.stem] = p
+launches = [pd.read_csv(p) for p in sm.input.launches]
+launches = pd.concat([f for f in launches if not f.empty] or launches[:1], ignore_index=True)
+context = build_context(
+    run=sm.wildcards.run,
+    summary=pd.read_csv(sm.input.summary),
+    kernels=pd.read_csv(sm.input.kernels),
+    launches=launches,
+    findings=json.loads(Path(sm.input.findings).read_text()),
+    env=json.loads(Path(sm.input.env).read_text()),
+    expectations=yaml.safe_load(Path(sm.input.expectations).read_text()),
+    plots=plots,
+    css=Path(sm.input.css).read_text(),
+)
+Path(sm.output[0]).write_text(render_html(context, Path(sm.input.template).parent, Path(sm.input.template).name))
+with open(sm.log[0], "w") as log:
+    print(f"{len(context['shapes'])} shapes rendered", file=log)

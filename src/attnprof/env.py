@@ -1,0 +1,86 @@
+"""The environment a result set was captured in, and the run id derived from it.
+
+Parse-time helpers (:func:`detect_gpu`, :func:`default_run_id`) do not import torch:
+the Snakefile calls them on every invocation, dry runs included.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+
+def _nvidia_smi(query: str) -> list[str]:
+    """Rows of ``nvidia-smi --query-gpu=<query> --format=csv,noheader``; [] when
+    nvidia-smi is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def detect_gpu() -> str | None:
+    """Name of the first GPU nvidia-smi lists (e.g. 'NVIDIA H200'), or None."""
+    rows = _nvidia_smi("name")
+    return rows[0] if rows else None
+
+
+def package_version(name: str) -> str | None:
+    """Installed version of a distribution, without importing it; None if absent."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def slug(text: str) -> str:
+    """File-name-safe lower-case form: 'NVIDIA H200' -> 'nvidia-h200', '2.11.0+cu130' -> '2.11.0-cu130'."""
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def default_run_id(device: str, gpu_name: str | None, torch_version: str | None) -> str:
+    """Run id for ``run: auto``: ``<gpu or cpu>_torch<version>``."""
+    where = slug(gpu_name) if device == "cuda" and gpu_name else "cpu"
+    return f"{where}_torch{slug(torch_version or 'unknown')}"
+
+
+def capture_environment() -> dict:
+    """Versions and hardware the captures ran with: GPU name and count, driver, torch,
+    CUDA (torch build), cuDNN, Python, Snakemake, platform. Imports torch."""
+    import torch
+
+    env = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "snakemake": package_version("snakemake"),
+        "pandas": package_version("pandas"),
+        "matplotlib": package_version("matplotlib"),
+        "cuda_available": torch.cuda.is_available(),
+        "gpu_name": None,
+        "gpu_count": 0,
+        "driver": None,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            gpu_name=props.name,
+            gpu_count=torch.cuda.device_count(),
+            compute_capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+        )
+        drivers = _nvidia_smi("driver_version")
+        env["driver"] = drivers[0] if drivers else None
+    return env

@@ -1,0 +1,651 @@
+"""Findings: what each trace shows, computed from the run's tables, and the study's
+expectations checked against them.
+
+Every number a finding states is a *reference*: a dict with ``value`` and either the
+cell it was read from (``table``/``variant``/``column``, plus ``kernel`` or ``api`` or
+``op`` for the per-variant tables) or a ``formula`` over other references (ratio,
+difference). ``check_numbers`` re-reads every reference from the tables, so a test can
+prove that the report states nothing the tables do not hold. The schema of
+findings.json is ``workflow/schemas/findings.schema.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from .trace import kernel_label
+
+FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
+PINNED = ("sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
+LOW_PRECISION = ("bf16", "fp16")
+#: FP32 GEMMs: cuBLAS SIMT names (sgemm, f32f32 ... ffma) and Hopper nvjet 'sss' kernels.
+FP32_GEMM = re.compile(r"sgemm|gemm_f32f32.*ffma|nvjet_\w*_sss_|_s1688gemm_fp32|cutlass_\w*simt_sgemm", re.I)
+GEMM = re.compile(r"gemm|nvjet", re.I)
+UPCAST_KERNEL = re.compile(r"direct_copy_kernel|bfloat16_copy_kernel|float16_copy_kernel|copy_kernel", re.I)
+MASK_KERNEL = re.compile(r"triu_tril_kernel|FillFunctor<bool>|where_kernel", re.I)
+LIBRARY_OF_OP = {"aten::bmm": "cuBLAS", "aten::mm": "cuBLAS", "aten::matmul": "cuBLAS", "aten::addmm": "cuBLAS",
+                 "aten::baddbmm": "cuBLAS", "aten::_cudnn_attention_forward": "cuDNN",
+                 "aten::_scaled_dot_product_cudnn_attention": "cuDNN"}
+DRIVER_LAUNCH = "cuLaunchKernelEx"
+
+
+@dataclass
+class RunData:
+    """One shape's tables: summary rows and per-variant kernel/launch/op tables plus the
+    capture status records (with op input types) and the GPU's properties."""
+
+    shape_key: str
+    summary: pd.DataFrame
+    kernels: pd.DataFrame
+    launches: pd.DataFrame
+    ops: pd.DataFrame
+    status: dict[str, dict]
+    device_props: dict = field(default_factory=dict)
+
+    def row(self, variant: str) -> pd.Series | None:
+        rows = self.summary[self.summary["variant"] == variant]
+        return rows.iloc[0] if len(rows) else None
+
+    def ok(self, variant: str) -> bool:
+        row = self.row(variant)
+        return row is not None and row["status"] == "ok"
+
+    def kernels_of(self, variant: str) -> pd.DataFrame:
+        return self.kernels[self.kernels["variant"] == variant]
+
+    def ops_of(self, variant: str) -> pd.DataFrame:
+        return self.ops[self.ops["variant"] == variant]
+
+    def launches_of(self, variant: str) -> pd.DataFrame:
+        return self.launches[self.launches["variant"] == variant]
+
+    @property
+    def on_gpu(self) -> bool:
+        return bool((self.summary["device"] == "cuda").any())
+
+
+# --- references ---------------------------------------------------------------------------
+
+def _clean(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+    return v
+
+
+def ref_summary(d: RunData, variant: str, column: str, unit: str = "") -> dict:
+    """Reference to summary.csv[variant, column]."""
+    row = d.row(variant)
+    return {"value": _clean(row[column]) if row is not None else None, "unit": unit, "table": "summary.csv",
+            "shape_key": d.shape_key, "variant": variant, "column": column}
+
+
+def ref_kernel(d: RunData, variant: str, kernel: str, column: str, unit: str = "") -> dict:
+    """Reference to the kernel table row of ``kernel`` (full name) in ``variant``."""
+    k = d.kernels_of(variant)
+    k = k[k["kernel"] == kernel]
+    return {"value": _clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": "kernels.csv",
+            "shape_key": d.shape_key, "variant": variant, "kernel": kernel, "column": column}
+
+
+def ref_launch(d: RunData, variant: str, api: str) -> dict:
+    """Reference to launches.csv calls_per_forward of ``api`` in ``variant`` (0 if absent)."""
+    la = d.launches_of(variant)
+    la = la[la["api"] == api]
+    return {"value": _clean(la.iloc[0]["calls_per_forward"]) if len(la) else 0, "unit": "calls/forward",
+            "table": "launches.csv", "shape_key": d.shape_key, "variant": variant, "api": api,
+            "column": "calls_per_forward"}
+
+
+def ref_op(d: RunData, variant: str, op: str) -> dict:
+    """Reference to ops.csv calls_per_forward of ``op`` in ``variant`` (0 if absent)."""
+    o = d.ops_of(variant)
+    o = o[o["op"] == op]
+    return {"value": _clean(o.iloc[0]["calls_per_forward"]) if len(o) else 0, "unit": "calls/forward",
+            "table": "ops.csv", "shape_key": d.shape_key, "variant": variant, "op": op, "column": "calls_per_forward"}
+
+
+def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:
+    """A number computed from references: formula 'ratio' (a/b), 'sum' or 'difference' (a-b)."""
+    vals = [i["value"] for i in inputs]
+    if any(v is None for v in vals):
+        value = None
+    elif formula == "ratio":
+        value = vals[0] / vals[1] if vals[1] else None
+    elif formula == "sum":
+        value = sum(vals)
+    elif formula == "difference":
+        value = vals[0] - vals[1]
+    else:
+        raise ValueError(f"unknown formula {formula!r}")
+    return {"value": value, "unit": unit, "formula": formula, "inputs": inputs}
+
+
+def _fmt(ref: dict, digits: int = 3) -> str:
+    v = ref["value"]
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        text = f"{v:.{digits}g}" if not float(v).is_integer() or abs(v) >= 1e4 else f"{int(v)}"
+    else:
+        text = str(v)
+    unit = ref.get("unit", "")
+    return f"{text} {unit}".strip() if unit not in ("calls/forward",) else text
+
+
+def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers: dict, evidence: list[dict], kind: str = "observation") -> dict:
+    return {"id": f"{rule}/{'+'.join(variants)}/{d.shape_key}", "rule": rule, "shape_key": d.shape_key,
+            "variants": variants, "kind": kind, "statement": statement, "numbers": numbers, "evidence": evidence}
+
+
+# --- rules --------------------------------------------------------------------------------
+
+def rule_status(d: RunData) -> list[dict]:
+    """Variants that did not run, with PyTorch's reason."""
+    out = []
+    for _, row in d.summary.iterrows():
+        if row["status"] != "ok":
+            reason = str(row["reason"]) if isinstance(row["reason"], str) else ""
+            out.append(finding("status", d, [row["variant"]], f"{row['variant']} did not run here: {row['status']} ({reason[:300]})",
+                               {}, [{"kind": "status", "name": row["status"]}], kind="failure"))
+    return out
+
+
+def rule_hidden_copy(d: RunData) -> list[dict]:
+    """A memcpy inside a forward, the aten op that issued it, and whether the in-place
+    variant removed it."""
+    out = []
+    for variant in d.summary["variant"]:
+        k = d.kernels_of(variant)
+        for _, m in k[k["category"] == "memcpy"].iterrows():
+            nums = {"memcpy_per_forward": ref_summary(d, variant, "memcpy_per_forward", "per forward"),
+                    "memcpy_us": ref_kernel(d, variant, m["kernel"], "mean_us", "us"),
+                    "memcpy_share": ref_kernel(d, variant, m["kernel"], "share_pct", "%")}
+            text = (f"{variant}: {_fmt(nums['memcpy_per_forward'])} {m['kernel']} per forward, issued by {m['op']} "
+                    f"({_fmt(nums['memcpy_us'])} each, {_fmt(nums['memcpy_share'], 2)} of device time)")
+            if variant == "naive" and d.ok("naive_inplace"):
+                nums["inplace_memcpy"] = ref_summary(d, "naive_inplace", "memcpy_per_forward", "per forward")
+                gone = nums["inplace_memcpy"]["value"] == 0
+                text += "; masked_fill_ in naive_inplace " + ("removes it (0 memcpy per forward)" if gone else "does not remove it")
+            out.append(finding("hidden_copy", d, [variant], text, nums,
+                               [{"kind": "kernel", "name": m["kernel"]}, {"kind": "op", "name": m["op"]}]))
+    if not out and d.on_gpu and d.ok("naive"):
+        out.append(finding("hidden_copy", d, ["naive"], "naive: no memcpy inside the forward",
+                           {"memcpy_per_forward": ref_summary(d, "naive", "memcpy_per_forward", "per forward")}, []))
+    return out
+
+
+def _input_dtypes(d: RunData, variant: str, op_names: tuple[str, ...]) -> list[str]:
+    types = set()
+    for op in d.status.get(variant, {}).get("op_input_types", []) or []:
+        if op["name"] in op_names:
+            types.update(t for t in op["input_types"] if t)
+    return sorted(types)
+
+
+def rule_precision(d: RunData) -> list[dict]:
+    """FP32 GEMMs (CUDA-core SIMT or fp32 tensor-op kernels) and upcast copies when the
+    inputs are bf16/fp16, from kernel names and the op input types of the record_shapes pass."""
+    out = []
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if row is None or row["status"] != "ok" or row["dtype"] not in LOW_PRECISION:
+            continue
+        k = d.kernels_of(variant)
+        gemms = k[k["kernel"].str.contains(GEMM)]
+        fp32 = gemms[gemms["kernel"].str.contains(FP32_GEMM)]
+        ups = k[k["kernel"].str.contains(UPCAST_KERNEL) & (k["category"] == "kernel")]
+        if fp32.empty:
+            continue
+        nums = {f"fp32_gemm_{i}": ref_kernel(d, variant, g, "calls_per_forward") for i, g in enumerate(fp32["kernel"])}
+        nums.update({f"fp32_gemm_{i}_us": ref_kernel(d, variant, g, "mean_us", "us") for i, g in enumerate(fp32["kernel"])})
+        nums.update({f"copy_{i}": ref_kernel(d, variant, c, "calls_per_forward") for i, c in enumerate(ups["kernel"])})
+        bmm_types = _input_dtypes(d, variant, ("aten::bmm", "aten::matmul", "aten::mm"))
+        names = ", ".join(kernel_label(g) for g in fp32["kernel"])
+        text = (f"{variant}: inputs are {row['dtype']} but {len(fp32)} GEMM kernel(s) run in FP32 on CUDA cores ({names})"
+                f"; {int(sum(ups['calls_per_forward']))} cast/copy kernels per forward convert to and from FP32")
+        if bmm_types:
+            text += f"; aten::bmm inputs recorded as {', '.join(bmm_types)}"
+        ev = [{"kind": "kernel", "name": g} for g in fp32["kernel"]] + [{"kind": "op", "name": "aten::bmm"}]
+        out.append(finding("precision", d, [variant], text, nums, ev))
+    for variant in d.summary["variant"]:  # bf16 tensor-core GEMMs elsewhere, for contrast
+        k = d.kernels_of(variant)
+        g = k[k["kernel"].str.contains(GEMM) & ~k["kernel"].str.contains(FP32_GEMM)]
+        if len(g) and d.row(variant) is not None and d.row(variant)["dtype"] in LOW_PRECISION:
+            nums = {f"gemm_{i}": ref_kernel(d, variant, n, "calls_per_forward") for i, n in enumerate(g["kernel"])}
+            out.append(finding("precision", d, [variant], f"{variant}: GEMMs stay in {d.row(variant)['dtype']} on tensor cores "
+                               f"({', '.join(kernel_label(n) for n in g['kernel'])})", nums, [{"kind": "kernel", "name": n} for n in g["kernel"]]))
+    return out
+
+
+def rule_mask(d: RunData) -> list[dict]:
+    """Causal-mask construction inside the forward (triu/tril, bool fill, where kernels)."""
+    out = []
+    for variant in d.summary["variant"]:
+        k = d.kernels_of(variant)
+        m = k[k["kernel"].str.contains(MASK_KERNEL)]
+        if m.empty:
+            continue
+        nums = {f"mask_kernel_{i}": ref_kernel(d, variant, n, "calls_per_forward") for i, n in enumerate(m["kernel"])}
+        total = int(m["calls_per_forward"].sum())
+        ops = sorted(set(m["op"].dropna()))
+        out.append(finding("mask", d, [variant], f"{variant}: the causal mask is built inside every forward: {total} mask kernel launches "
+                           f"per forward ({', '.join(kernel_label(n) for n in m['kernel'])}) from {', '.join(ops)}",
+                           nums, [{"kind": "kernel", "name": n} for n in m["kernel"]] + [{"kind": "op", "name": o} for o in ops]))
+    return out
+
+
+def rule_extra_ops(d: RunData) -> list[dict]:
+    """aten ops the math path runs that the naive in-place path does not (e.g. _safe_softmax)."""
+    if not (d.ok("sdpa_math") and d.ok("naive_inplace")):
+        return []
+    base = set(d.ops_of("naive_inplace")["op"])
+    extra = [o for o in d.ops_of("sdpa_math")["op"] if o not in base]
+    if not extra:
+        return []
+    nums = {o: ref_op(d, "sdpa_math", o) for o in extra}
+    listing = ", ".join(f"{o} x{_fmt(nums[o])}" for o in extra)
+    return [finding("extra_ops", d, ["sdpa_math"], f"sdpa_math runs ops that naive_inplace does not: {listing} (per forward)",
+                    nums, [{"kind": "op", "name": o} for o in extra])]
+
+
+def decode_kernel_name(name: str) -> dict:
+    """What a fused attention kernel's name tells: library, dtype, tile sizes, target
+    architecture (smXX) and MMA kind. Known families: FlashAttention-2 in PyTorch
+    (``pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<headdim, kBlockM, kBlockN,
+    warps,...>>``), xFormers/CUTLASS memory-efficient (``fmha_cutlassF_<dtype>_aligned_<M>x<N>_rf_smXX``)
+    and cuDNN generated (``cudnn_generated_fort_native_sdpa_smXX_flash_fprop_<mma>_<dtype>_knob_N_<tile>``)."""
+    info: dict = {}
+    low = name.lower()
+    if "flash_fwd_kernel" in low:
+        info["library"] = "FlashAttention-2 (PyTorch's pytorch_flash)"
+        m = re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+)", name)
+        if m:
+            info.update(head_dim=int(m.group(1)), tile=f"{m.group(2)}x{m.group(3)}", warps=int(m.group(4)))
+        info["mma"] = "mma.sync (SM80 instructions)"
+        info["arch"] = "sm80 code path (runs on sm90 without wgmma/TMA)"
+    elif "fmha_cutlass" in low:
+        info["library"] = "memory-efficient attention (xFormers kernels on CUTLASS)"
+        m = re.search(r"aligned_(\d+x\d+)", name)
+        if m:
+            info["tile"] = m.group(1)
+        info["mma"] = "mma.sync (SM80 instructions)"
+    elif "cudnn" in low:
+        info["library"] = "cuDNN (runtime-generated kernel)"
+        m = re.search(r"knob_\d+_(\d+x\d+x\d+)", name)
+        if m:
+            info["tile"] = m.group(1)
+        m = re.search(r"_(wgmma|wmma|hmma|mma)_", low)
+        if m:
+            info["mma"] = m.group(1)
+    m = re.search(r"(bf16|f16|fp16|bfloat16_t|half_t|f32)", name)
+    if m:
+        info["dtype"] = {"bfloat16_t": "bf16", "half_t": "fp16", "f16": "fp16/bf16 (f16 family)"}.get(m.group(1), m.group(1))
+    m = re.search(r"sm_?(\d{2,3})", low)
+    if m:
+        info["arch"] = f"sm{m.group(1)}"
+    return info
+
+
+def rule_fusion(d: RunData) -> list[dict]:
+    """Variants whose forward is a single fused kernel, with the kernel's name decoded."""
+    out = []
+    sm = d.device_props.get("computeMajor"), d.device_props.get("computeMinor")
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if row is None or row["status"] != "ok" or row["kernels_per_forward"] != 1:
+            continue
+        k = d.kernels_of(variant)
+        main = k[k["category"] == "kernel"].iloc[0]
+        info = decode_kernel_name(main["kernel"])
+        nums = {"kernels_per_forward": ref_summary(d, variant, "kernels_per_forward"),
+                "kernel_us": ref_kernel(d, variant, main["kernel"], "mean_us", "us")}
+        parts = [f"{k_}: {v}" for k_, v in info.items()]
+        text = f"{variant}: one fused kernel per forward, {kernel_label(main['kernel'])} ({_fmt(nums['kernel_us'])}); " + "; ".join(parts)
+        if sm[0] and "arch" in info and info["arch"].startswith("sm8"):
+            text += f"; built for Ampere, running on this sm{sm[0]}{sm[1]} GPU without Hopper's wgmma/TMA"
+        out.append(finding("fusion", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}]))
+    return out
+
+
+def rule_memset(d: RunData) -> list[dict]:
+    """Memsets inside the forward and the library whose workspace they clear."""
+    out = []
+    for variant in d.summary["variant"]:
+        k = d.kernels_of(variant)
+        for _, m in k[k["category"] == "memset"].iterrows():
+            lib = LIBRARY_OF_OP.get(m["op"], m["op"])
+            nums = {"memset_per_forward": ref_kernel(d, variant, m["kernel"], "calls_per_forward"),
+                    "memset_us": ref_kernel(d, variant, m["kernel"], "mean_us", "us")}
+            out.append(finding("memset", d, [variant], f"{variant}: {_fmt(nums['memset_per_forward'])} memset per forward "
+                               f"({_fmt(nums['memset_us'])}) issued by {m['op']}, i.e. {lib} clearing its workspace; the study did not count memsets",
+                               nums, [{"kind": "kernel", "name": m["kernel"]}, {"kind": "op", "name": m["op"]}]))
+    return out
+
+
+def theoretical_occupancy(registers_per_thread: float, threads_per_block: int, shared_memory_bytes: float, props: dict) -> float | None:
+    """Occupancy limit (fraction of max resident warps) from registers, shared memory and
+    warps, as in NVIDIA's CUDA Occupancy Calculator: registers are allocated per warp in
+    units of 256; limits from ``props`` (the trace's deviceProperties: regsPerMultiprocessor,
+    maxThreadsPerMultiprocessor, sharedMemPerMultiprocessor, warpSize). None if unknown."""
+    regs_sm = props.get("regsPerMultiprocessor")
+    threads_sm = props.get("maxThreadsPerMultiprocessor")
+    warp = props.get("warpSize", 32)
+    if not (regs_sm and threads_sm and registers_per_thread and threads_per_block):
+        return None
+    warps_block = math.ceil(threads_per_block / warp)
+    regs_warp = math.ceil(registers_per_thread * warp / 256) * 256
+    limits = [regs_sm // (regs_warp * warps_block), (threads_sm // warp) // warps_block, 32]
+    smem_sm = props.get("sharedMemPerMultiprocessor")
+    if smem_sm and shared_memory_bytes:
+        limits.append(int(smem_sm // shared_memory_bytes))
+    return min(limits) * warps_block / (threads_sm // warp)
+
+
+def rule_occupancy(d: RunData) -> list[dict]:
+    """Estimated achieved occupancy of each variant's longest kernel, the register-limited
+    theoretical value, and 0 % on driver-API launches flagged as a profiler artefact."""
+    out = []
+    for variant in d.summary["variant"]:
+        k = d.kernels_of(variant)
+        k = k[k["category"] == "kernel"]
+        if k.empty or not d.ok(variant):
+            continue
+        main = k.iloc[0]  # kernel tables are sorted by device time
+        nums = {"est_occupancy": ref_kernel(d, variant, main["kernel"], "est_occupancy_pct", "%"),
+                "registers": ref_kernel(d, variant, main["kernel"], "registers_per_thread")}
+        if nums["est_occupancy"]["value"] is None:
+            out.append(finding("occupancy", d, [variant], f"{variant}: the trace carries no occupancy estimate for {kernel_label(main['kernel'])} "
+                               "(no launch metadata)", nums, [{"kind": "kernel", "name": main["kernel"]}]))
+            continue
+        threads = math.prod(int(x) for x in str(main["block"]).split("x")) if isinstance(main["block"], str) else 0
+        theo = theoretical_occupancy(main["registers_per_thread"], threads, main["shared_memory_bytes"], d.device_props)
+        text = (f"{variant}: {kernel_label(main['kernel'])} has {_fmt(nums['est_occupancy'])} estimated achieved occupancy "
+                f"({_fmt(nums['registers'])} registers/thread, block {main['block']})")
+        if theo is not None:
+            text += f"; registers and shared memory allow {theo * 100:.1f} % at most"
+        kind = "observation"
+        if nums["est_occupancy"]["value"] == 0 and main["launch_api"] == DRIVER_LAUNCH:
+            text += (f"; 0 % is an artefact: the kernel was launched through the driver API ({DRIVER_LAUNCH}), for which "
+                     "the profiler's estimate is not computed; it ran for real")
+            kind = "artefact"
+        elif variant in FUSED and nums["est_occupancy"]["value"] <= 25:
+            text += "; low by design: fused attention kernels keep a whole tile of Q, K, V and the accumulators in registers and shared memory"
+        out.append(finding("occupancy", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], kind=kind))
+    return out
+
+
+def rule_cpu_cost(d: RunData) -> list[dict]:
+    """CPU time vs device time per forward, launch APIs per forward, launch-bound variants."""
+    out = []
+    for variant in d.summary["variant"]:
+        if not d.ok(variant) or not d.on_gpu:
+            continue
+        cpu, dev = ref_summary(d, variant, "cpu_ms_per_forward", "ms"), ref_summary(d, variant, "device_ms_per_forward", "ms")
+        nums = {"cpu_ms": cpu, "device_ms": dev, "cpu_over_device": derived("ratio", [cpu, dev])}
+        apis = d.launches_of(variant)
+        launch_apis = [a for a in apis["api"] if "Launch" in a or "Memcpy" in a or "Memset" in a]
+        for a in launch_apis:
+            nums[a] = ref_launch(d, variant, a)
+        bound = nums["cpu_over_device"]["value"] is not None and nums["cpu_over_device"]["value"] >= 1
+        listing = ", ".join(f"{_fmt(nums[a])} {a}" for a in launch_apis)
+        text = (f"{variant}: {_fmt(cpu)} CPU vs {_fmt(dev)} device per forward (ratio {_fmt(nums['cpu_over_device'], 2)}); "
+                f"{listing} per forward; " + ("launch-bound at this shape: the host takes longer to issue the work than the GPU to run it"
+                                              if bound else "device-bound at this shape"))
+        out.append(finding("cpu_cost", d, [variant], text, nums, [{"kind": "api", "name": a} for a in launch_apis]))
+    return out
+
+
+def rule_dispatch(d: RunData) -> list[dict]:
+    """Which backend sdpa_auto ran: the pinned variant whose kernel set it matches, and the
+    backend-specific aten op it called."""
+    if not d.ok("sdpa_auto"):
+        return []
+    auto = set(d.kernels_of("sdpa_auto")["kernel"])
+    auto_ops = set(d.ops_of("sdpa_auto")["op"])
+    matches = [v for v in PINNED if d.ok(v) and set(d.kernels_of(v)["kernel"]) == auto and (auto or set(d.ops_of(v)["op"]) == auto_ops)]
+    backend_ops = sorted(o for o in auto_ops if re.search(r"_scaled_dot_product_\w+|_attention_forward|_flash_attention|_efficient_attention", o))
+    nums = {"kernels_per_forward": ref_summary(d, "sdpa_auto", "kernels_per_forward")}
+    if matches:
+        text = f"sdpa_auto dispatched to {matches[0].removeprefix('sdpa_')}: same kernels as {matches[0]}"
+    else:
+        text = "sdpa_auto matches no pinned variant's kernel set"
+    if backend_ops:
+        text += f"; backend op {', '.join(backend_ops)}"
+    return [finding("dispatch", d, ["sdpa_auto"] + matches[:1], text, nums,
+                    [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(auto)])]
+
+
+def rule_speed(d: RunData) -> list[dict]:
+    """Ratios between variants by trace device time (and by the independent timing)."""
+    out = []
+    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
+    timing = "trace device time per forward (median)" if d.on_gpu else "host time per forward (CPU run)"
+    if d.ok("sdpa_math") and d.ok("naive_inplace"):
+        a, b = ref_summary(d, "sdpa_math", col, "ms"), ref_summary(d, "naive_inplace", col, "ms")
+        r = derived("ratio", [a, b])
+        ta, tb = ref_summary(d, "sdpa_math", "timed_ms_median", "ms"), ref_summary(d, "naive_inplace", "timed_ms_median", "ms")
+        rt = derived("ratio", [ta, tb])
+        out.append(finding("speed", d, ["sdpa_math", "naive_inplace"],
+                           f"sdpa_math takes {_fmt(r, 3)}x the time of naive_inplace ({_fmt(a)} vs {_fmt(b)}, {timing}); "
+                           f"independent timing gives {_fmt(rt, 3)}x ({_fmt(ta)} vs {_fmt(tb)}, median)",
+                           {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt}, [{"kind": "metric", "name": col}]))
+    ok = [v for v in d.summary["variant"] if d.ok(v) and d.row(v)[col] == d.row(v)[col]]
+    if ok:
+        fastest = min(ok, key=lambda v: d.row(v)[col])
+        fused_ok = [v for v in FUSED if v in ok]
+        nums = {"fastest": ref_summary(d, fastest, col, "ms")}
+        text = f"fastest variant: {fastest} ({_fmt(nums['fastest'])}, {timing})"
+        if fused_ok:
+            ff = min(fused_ok, key=lambda v: d.row(v)[col])
+            for v in fused_ok:
+                nums[v] = ref_summary(d, v, col, "ms")
+            text += f"; fastest fused backend: {ff} (" + ", ".join(f"{v.removeprefix('sdpa_')} {_fmt(nums[v])}" for v in fused_ok) + ")"
+        out.append(finding("speed", d, [fastest], text, nums, [{"kind": "metric", "name": col}]))
+    return out
+
+
+def rule_correctness(d: RunData) -> list[dict]:
+    """Relative error against the float64 reference, flagged above the dtype's tolerance."""
+    out = []
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if row is None or row["status"] != "ok" or row["rel_error"] != row["rel_error"]:
+            continue
+        nums = {"rel_error": ref_summary(d, variant, "rel_error")}
+        if not bool(row["rel_error_ok"]):
+            out.append(finding("correctness", d, [variant], f"{variant}: relative error {_fmt(nums['rel_error'])} against float64 is above the "
+                               f"{row['dtype']} tolerance", nums, [{"kind": "metric", "name": "rel_error"}], kind="failure"))
+    return out
+
+
+RULES: tuple[Callable[[RunData], list[dict]], ...] = (
+    rule_status, rule_hidden_copy, rule_precision, rule_mask, rule_extra_ops, rule_fusion, rule_memset,
+    rule_occupancy, rule_cpu_cost, rule_dispatch, rule_speed, rule_correctness,
+)
+
+
+# --- expectations -------------------------------------------------------------------------
+
+def _main_kernel(d: RunData, v: str) -> pd.Series | None:
+    k = d.kernels_of(v)
+    k = k[k["category"] == "kernel"]
+    return k.iloc[0] if len(k) else None
+
+
+def metric_kernels_plus_memcpy(d, vs):
+    a, b = ref_summary(d, vs[0], "kernels_per_forward"), ref_summary(d, vs[0], "memcpy_per_forward")
+    return derived("sum", [a, b])
+
+
+def metric_memcpy(d, vs):
+    return ref_summary(d, vs[0], "memcpy_per_forward")
+
+
+def metric_fp32_gemms(d, vs):
+    k = d.kernels_of(vs[0])
+    g = k[k["kernel"].str.contains(FP32_GEMM)]
+    refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in g["kernel"]]
+    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+
+
+def metric_mask_kernels(d, vs):
+    k = d.kernels_of(vs[0])
+    m = k[k["kernel"].str.contains(MASK_KERNEL)]
+    refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in m["kernel"]]
+    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+
+
+def metric_safe_softmax(d, vs):
+    return ref_op(d, vs[0], "aten::_safe_softmax")
+
+
+def metric_device_ratio(d, vs):
+    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
+    return derived("ratio", [ref_summary(d, vs[0], col, "ms"), ref_summary(d, vs[1], col, "ms")])
+
+
+def metric_fastest_fused(d, vs):
+    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
+    ok = [v for v in vs if d.ok(v)]
+    if not ok:
+        return {"value": None}
+    best = min(ok, key=lambda v: d.row(v)[col])
+    return {"value": best, "unit": "", "formula": "argmin", "inputs": [ref_summary(d, v, col, "ms") for v in ok]}
+
+
+def metric_main_occupancy(d, vs):
+    main = _main_kernel(d, vs[0])
+    return ref_kernel(d, vs[0], main["kernel"], "est_occupancy_pct", "%") if main is not None else {"value": None}
+
+
+def metric_cpu_excess(d, vs):
+    others = [ref_summary(d, v, "cpu_ms_per_forward", "ms") for v in vs[1:] if d.ok(v)]
+    if not others:
+        return {"value": None}
+    worst = max(others, key=lambda r: r["value"])
+    return derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), worst], "ms")
+
+
+METRICS = {
+    "kernels_plus_memcpy": metric_kernels_plus_memcpy,
+    "memcpy_per_forward": metric_memcpy,
+    "fp32_gemms_per_forward": metric_fp32_gemms,
+    "mask_kernels_per_forward": metric_mask_kernels,
+    "safe_softmax_per_forward": metric_safe_softmax,
+    "device_time_ratio": metric_device_ratio,
+    "fastest_fused": metric_fastest_fused,
+    "main_kernel_occupancy_pct": metric_main_occupancy,
+    "cpu_ms_excess_over_others": metric_cpu_excess,
+}
+
+
+def _compare(obs, exp, how: str, tol: float | None) -> bool:
+    if how == "eq":
+        return obs == exp
+    if how == "approx":
+        return abs(obs / exp - 1) <= tol
+    if how == "within":
+        return abs(obs - exp) <= tol
+    if how == "gt":
+        return obs > exp
+    raise ValueError(f"unknown compare {how!r}")
+
+
+def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> list[dict]:
+    """Compare each expectation with this shape's data. verdict: 'same', 'different', or
+    'not measured' (a variant did not run, or a CPU run for GPU-only claims). Each check
+    carries the observed reference and the statements of the findings that explain it."""
+    checks = []
+    for e in expectations["expectations"]:
+        vs = e["variants"]
+        check = {k: e.get(k) for k in ("id", "variants", "claim", "metric", "expected", "compare", "tolerance", "explained_by")}
+        check.update(shape_key=d.shape_key, source=expectations.get("source"), hardware=expectations.get("hardware"))
+        missing = [v for v in vs[:1] if not d.ok(v)]
+        if missing or not d.on_gpu:
+            why = f"{missing[0]} did not run" if missing else "CPU run: no GPU kernels to compare"
+            check.update(observed=None, verdict="not measured", explanation=why)
+            checks.append(check)
+            continue
+        obs = METRICS[e["metric"]](d, vs)
+        check["observed"] = obs
+        if obs.get("value") is None:
+            check.update(verdict="not measured", explanation="no value in this run's tables")
+        else:
+            same = _compare(obs["value"], e["expected"], e["compare"], e.get("tolerance"))
+            check["verdict"] = "same" if same else "different"
+            related = [f["statement"] for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
+            check["explanation"] = " | ".join(related[:3])
+        checks.append(check)
+    return checks
+
+
+# --- driver -------------------------------------------------------------------------------
+
+def compute(d: RunData, expectations: dict | None = None) -> dict:
+    """All findings for one shape, and the expectation checks when ``expectations`` (the
+    parsed config/expectations.yaml) is given and its shape matches this one."""
+    found = [f for rule in RULES for f in rule(d)]
+    checks = []
+    if expectations:
+        from .variants import Shape
+
+        shp = Shape(**expectations["shape"]).key
+        if shp == d.shape_key:
+            checks = check_expectations(d, expectations, found)
+    return {"shape_key": d.shape_key, "findings": found, "expectations": checks}
+
+
+def lookup(ref: dict, tables: dict[str, pd.DataFrame]):
+    """Re-read a reference's value from ``tables`` (file name -> frame), recursing through
+    derived numbers. Raises KeyError when the cell does not exist."""
+    if "formula" in ref:
+        if ref["formula"] == "argmin":
+            return ref["value"]
+        return derived(ref["formula"], [{"value": lookup(i, tables)} for i in ref["inputs"]])["value"]
+    t = tables[ref["table"]]
+    sel = (t["variant"] == ref["variant"]) & (t["shape_key"] == ref["shape_key"])
+    for key, col in (("kernel", "kernel"), ("api", "api"), ("op", "op")):
+        if key in ref:
+            sel &= t[col] == ref[key]
+    rows = t[sel]
+    if rows.empty:
+        if ref["table"] in ("launches.csv", "ops.csv"):
+            return 0
+        raise KeyError(f"no row for {ref}")
+    return _clean(rows.iloc[0][ref["column"]])
+
+
+def iter_numbers(doc: dict):
+    """Every number reference in a findings.json document (findings and expectation checks)."""
+    for shape in doc["shapes"]:
+        for f in shape["findings"]:
+            yield from f["numbers"].values()
+        for c in shape["expectations"]:
+            if c.get("observed"):
+                yield c["observed"]
+
+
+def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch_tables: list[pd.DataFrame],
+                  op_tables: list[pd.DataFrame], statuses: list[dict], device_props: dict) -> RunData:
+    """Assemble one shape's RunData from the run's tables (all shapes) and status records."""
+    def pick(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        frames = [f for f in frames if not f.empty]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant", "shape_key", "api", "op", "calls_per_forward"])
+        return df[df["shape_key"] == shape_key]
+
+    return RunData(
+        shape_key=shape_key,
+        summary=summary[summary["shape_key"] == shape_key].reset_index(drop=True),
+        kernels=kernels[kernels["shape_key"] == shape_key] if len(kernels) else kernels,
+        launches=pick(launch_tables),
+        ops=pick(op_tables),
+        status={s["variant"]: s for s in statuses if s["shape_key"] == shape_key},
+        device_props=device_props,
+    )

@@ -1,0 +1,123 @@
+"""Render the run's report: a self-contained HTML file (jinja2, images embedded as data
+URIs, every table cell autoescaped: kernel names are C++ templates full of <, > and &)
+and a PDF of the same HTML (WeasyPrint)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from .trace import kernel_label
+from .variants import VARIANTS
+
+
+class RenderError(RuntimeError):
+    """WeasyPrint logged an error (a missing image, a broken stylesheet): the PDF would be
+    silently incomplete, so the job fails instead."""
+
+
+def data_uri(path: Path) -> str:
+    """PNG file as a ``data:image/png;base64,...`` URI."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
+def study_counts(expectations: dict) -> dict[str, int]:
+    """variant -> the study's kernels per forward, from the kernels_plus_memcpy expectations."""
+    return {e["variants"][0]: e["expected"] for e in expectations["expectations"] if e["metric"] == "kernels_plus_memcpy"}
+
+
+def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
+                  env: dict, expectations: dict, plots: dict[str, dict[str, Path]], css: str) -> dict:
+    """Everything the template needs, as plain Python values. ``plots`` maps shape key ->
+    plot name -> PNG path."""
+    shapes = []
+    by_shape = {s["shape_key"]: s for s in findings["shapes"]}
+    counts = study_counts(expectations)
+    for shape_key in dict.fromkeys(summary["shape_key"]):
+        rows = summary[summary["shape_key"] == shape_key]
+        f = by_shape.get(shape_key, {"findings": [], "expectations": []})
+        per_variant = {}
+        for item in f["findings"]:
+            for v in item["variants"][:1]:
+                per_variant.setdefault(v, []).append(item)
+        table = []
+        for row in _records(rows):
+            v = row["variant"]
+            k = kernels[(kernels["variant"] == v) & (kernels["shape_key"] == shape_key)] if len(kernels) else kernels
+            k = k.assign(label=[kernel_label(n) for n in k["kernel"]]) if len(k) else k
+            la = launches[(launches["variant"] == v) & (launches["shape_key"] == shape_key)] if len(launches) else launches
+            table.append({**row, "change": VARIANTS[v][0], "study_kernels": counts.get(v),
+                          "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la)})
+        shapes.append({
+            "key": shape_key, "rows": table, "findings": f["findings"], "expectations": f["expectations"],
+            "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
+            "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),
+        })
+    cfg = env.get("config", {})
+    return {"run": run, "env": env, "config": cfg, "shapes": shapes, "expectations_meta": expectations, "css": css}
+
+
+def _fmt(value, digits: int = 3) -> str:
+    """Jinja filter: numbers with ``digits`` significant digits, '' for missing values."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if float(value).is_integer() and abs(value) < 1e6:
+            return str(int(value))
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def render_html(context: dict, template_dir: Path, template: str = "report.html.j2") -> str:
+    """Render the report template with autoescaping on (every value is HTML-escaped
+    unless the template marks it safe; only the embedded CSS is)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = _fmt
+    return env.get_template(template).render(**context)
+
+
+def render_pdf(html_path: Path, pdf_path: Path) -> None:
+    """Render ``html_path`` to ``pdf_path`` with WeasyPrint. Raises RenderError if WeasyPrint
+    logs any error (it would otherwise write a PDF with the broken part missing), ImportError
+    with an install hint when WeasyPrint or Pango is missing."""
+    try:
+        import weasyprint
+    except (ImportError, OSError) as exc:  # OSError: Pango not found
+        raise ImportError(f"report.pdf needs WeasyPrint and Pango ({exc}); on Debian: apt-get install libpango-1.0-0 "
+                          "libpangoft2-1.0-0, then pip install weasyprint. Render elsewhere with "
+                          "`snakemake --cores 1 results/<run>/report.pdf`") from exc
+
+    errors: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.ERROR:
+                errors.append(record.getMessage())
+
+    handler = Collect()
+    logger = logging.getLogger("weasyprint")
+    logger.addHandler(handler)
+    try:
+        html = weasyprint.HTML(filename=str(html_path), base_url=str(Path(html_path).parent))
+        html.write_pdf(str(pdf_path))
+    finally:
+        logger.removeHandler(handler)
+    if errors:
+        Path(pdf_path).unlink(missing_ok=True)
+        raise RenderError("WeasyPrint reported errors: " + "; ".join(errors[:5]))

@@ -1,0 +1,189 @@
+"""Read a torch.profiler Chrome trace and attribute every GPU event to the forward that launched it.
+
+Trace format (Kineto's Chrome trace export, as written by
+``torch.profiler.profile.export_chrome_trace``): ``traceEvents`` is a list of events;
+complete events have ``ph == "X"``, ``ts`` and ``dur`` in microseconds, and a ``cat``:
+
+* ``user_annotation`` -- ``record_function`` ranges on the CPU (our forwards, ``ProfilerStep#N``);
+* ``cpu_op`` -- aten ops, with ``args["External id"]``;
+* ``cuda_runtime`` / ``cuda_driver`` -- API calls (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+  ``cudaMemcpyAsync``...), with ``args["correlation"]`` and the ``External id`` of the op
+  that made them;
+* ``kernel``, ``gpu_memcpy``, ``gpu_memset`` -- device activity, with the same
+  ``args["correlation"]`` as the API call that launched it, and for kernels the launch
+  metadata (``grid``, ``block``, ``registers per thread``, ``shared memory``,
+  ``est. achieved occupancy %``).
+
+A GPU event belongs to forward *i* when the API call with its correlation id started
+inside the *i*-th CPU range named ``range_name``. This attribution does not assume that
+every forward launches the same work, unlike dividing totals by the step count.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+METADATA_ARGS = {
+    "grid": "grid",
+    "block": "block",
+    "registers per thread": "registers_per_thread",
+    "shared memory": "shared_memory_bytes",
+    "est. achieved occupancy %": "est_occupancy_pct",
+    "blocks per SM": "blocks_per_sm",
+    "warps per SM": "warps_per_sm",
+}
+
+
+class TraceError(ValueError):
+    """The file is not a readable torch.profiler Chrome trace."""
+
+
+def load_trace(path: str | Path) -> dict:
+    """Load a Chrome trace, gzipped (``.gz``) or plain JSON. Raises TraceError when the
+    file is not JSON or has no ``traceEvents`` list."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as fh:
+            trace = json.load(fh)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: not a readable Chrome trace ({exc})") from exc
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise TraceError(f"{path}: no traceEvents list")
+    return trace
+
+
+def events_frame(trace: dict) -> pd.DataFrame:
+    """Complete (``ph == "X"``) events as a DataFrame with columns name, cat, ts, dur
+    (microseconds), end, pid, tid, correlation, external_id, args. Empty frame (same
+    columns) when the trace holds none."""
+    rows = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    cols = ["name", "cat", "ts", "dur", "pid", "tid", "args"]
+    df = pd.DataFrame([{c: e.get(c) for c in cols} for e in rows], columns=cols)
+    df["args"] = df["args"].apply(lambda a: a if isinstance(a, dict) else {})
+    df["ts"] = pd.to_numeric(df["ts"], errors="coerce").astype(float)
+    df["dur"] = pd.to_numeric(df["dur"], errors="coerce").fillna(0.0).astype(float)
+    df["end"] = df["ts"] + df["dur"]
+    df["correlation"] = df["args"].apply(lambda a: a.get("correlation")).astype("Int64")
+    df["external_id"] = df["args"].apply(lambda a: a.get("External id")).astype("Int64")
+    return df
+
+
+def forward_ranges(events: pd.DataFrame, range_name: str) -> pd.DataFrame:
+    """The CPU ``record_function`` ranges named ``range_name``, in time order, as columns
+    forward (0-based), ts, end, cpu_us (the range's duration: host time of one forward),
+    tid."""
+    r = events[(events["cat"] == "user_annotation") & (events["name"] == range_name)]
+    r = r.sort_values("ts").reset_index(drop=True)
+    return pd.DataFrame({"forward": r.index, "ts": r["ts"], "end": r["end"], "cpu_us": r["dur"], "tid": r["tid"]})
+
+
+def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Series:
+    """Index of the forward range that contains each (ts, tid), or -1 when none does.
+    Uses a pandas IntervalIndex (ranges of one thread do not overlap)."""
+    out = pd.Series(-1, index=ts.index, dtype="int64")
+    if ranges.empty or ts.empty:
+        return out
+    for thread, rr in ranges.groupby("tid"):
+        intervals = pd.IntervalIndex.from_arrays(rr["ts"], rr["end"], closed="both")
+        sel = tid == thread
+        idx = intervals.get_indexer(ts[sel])
+        out[sel] = [int(rr["forward"].iloc[i]) if i >= 0 else -1 for i in idx]
+    return out
+
+
+def launches(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """CUDA runtime and driver API calls with the forward they ran in (-1: outside any)."""
+    api = events[events["cat"].isin(LAUNCH_CATEGORIES)].copy()
+    api["forward"] = assign_forward(api["ts"], api["tid"], ranges)
+    return api
+
+
+def cpu_ops(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """aten ops (``cpu_op``) with the forward they ran in (-1: outside any)."""
+    ops = events[events["cat"] == "cpu_op"].copy()
+    ops["forward"] = assign_forward(ops["ts"], ops["tid"], ranges)
+    return ops
+
+
+def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """Kernels, memcpys and memsets joined to the API call that launched them (by
+    correlation id) and to that call's forward and issuing aten op (by External id).
+
+    Columns: name, category ('kernel'|'memcpy'|'memset'), ts, dur, end (us), forward
+    (-1 when the launch was outside every forward or missing), launch_api, op, and the
+    launch metadata columns of METADATA_ARGS (NaN where the trace carries none)."""
+    gpu = events[events["cat"].isin(GPU_CATEGORIES)].copy()
+    gpu["category"] = gpu["cat"].map(GPU_CATEGORIES)
+    for key, col in METADATA_ARGS.items():
+        gpu[col] = gpu["args"].apply(lambda a, k=key: a.get(k))
+    for col in ("grid", "block"):
+        gpu[col] = gpu[col].apply(lambda g: "x".join(str(int(x)) for x in g) if isinstance(g, list) else None)
+    api = launches(events, ranges)[["correlation", "name", "forward", "external_id"]]
+    api = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
+    api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id"})
+    gpu = gpu.merge(api, on="correlation", how="left")
+    ops = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id")
+    op_by_id = ops.set_index("external_id")["name"]
+    gpu["op"] = gpu["launch_external_id"].map(op_by_id)
+    gpu["forward"] = gpu["forward"].fillna(-1).astype("int64")
+    cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "op", "correlation", *METADATA_ARGS.values()]
+    return gpu[cols].sort_values("ts").reset_index(drop=True)
+
+
+def device_properties(trace: dict) -> list[dict]:
+    """The ``deviceProperties`` block Kineto writes (GPU name, SM count, registers per
+    SM...); empty list for CPU-only traces."""
+    return list(trace.get("deviceProperties") or [])
+
+
+def short_kernel_name(name: str) -> str:
+    """Kernel name without return type, template arguments and parameter list, e.g.
+    ``void pytorch_flash::flash_fwd_kernel<Traits<...>, true>(Params)`` ->
+    ``pytorch_flash::flash_fwd_kernel``. Names without templates come back unchanged
+    except for a trailing parameter list."""
+    name = name.replace("(anonymous namespace)", "{anonymous}")
+    out, depth_angle, depth_paren = [], 0, 0
+    for ch in name:
+        if ch == "<":
+            depth_angle += 1
+        elif ch == ">":
+            depth_angle = max(0, depth_angle - 1)
+        elif ch == "(" and depth_angle == 0:
+            depth_paren += 1
+        elif ch == ")" and depth_angle == 0:
+            depth_paren = max(0, depth_paren - 1)
+        elif depth_angle == 0 and depth_paren == 0:
+            out.append(ch)
+    short = "".join(out).strip()
+    if short.startswith("void "):
+        short = short[5:]
+    return short.replace("{anonymous}::", "").strip() or name
+
+
+_GENERIC = ("elementwise_kernel", "reduce_kernel")
+_WRAPPERS = {"AUnaryFunctor", "BUnaryFunctor", "gpu_kernel_impl", "gpu_kernel_impl_nocast", "gpu_kernel"}
+_FUNCTOR = re.compile(r"(\w*(?:Functor\w*|_kernel_cuda|_kernel_impl|_kernel)\b)")
+
+
+def kernel_label(name: str) -> str:
+    """Readable label for plots and tables: the short name, and for PyTorch's generic
+    elementwise/reduce kernels the functor or op they run (``MulFunctor``,
+    ``masked_fill_kernel``, ``direct_copy_kernel_cuda``...), which the short name hides.
+    Memcpy/memset names come back unchanged."""
+    short = short_kernel_name(name)
+    if not short.endswith(_GENERIC):
+        return short
+    inner = name[name.find("<") + 1 :] if "<" in name else ""
+    for match in _FUNCTOR.finditer(inner):
+        word = match.group(1)
+        if word and not word.endswith(_GENERIC) and word not in _WRAPPERS:
+            return f"{short.split('::')[-1]} [{word}]"
+    return short

@@ -1,0 +1,42 @@
+# Stage 1: one torch.profiler capture per (shape, variant), each in its own process.
+
+
+rule capture:
+    """Warm up, trace the forwards with torch.profiler, check against float64, time."""
+    input:
+        code("capture", "variants"),
+    output:
+        trace="results/{run}/captures/{shape}/{variant}/trace.json.gz",
+        status="results/{run}/captures/{shape}/{variant}/status.json",
+    params:
+        device=DEVICE,
+        torch_version=TORCH_VERSION,
+        profiler=config["profiler"],
+        timing=config["timing"],
+        seed=config["seed"],
+        tolerance=config["tolerance"],
+        timeout_s=config["capture_timeout_s"],
+    resources:
+        capture=1,
+        gpu=1 if DEVICE == "cuda" else 0,
+    log:
+        "results/{run}/logs/capture/{shape}/{variant}.log",
+    script:
+        "../../scripts/capture.py"
+
+
+rule environment:
+    """GPU, driver, torch, CUDA, cuDNN, Python and Snakemake versions, and the config."""
+    input:
+        code("env"),
+    output:
+        "results/{run}/env.json",
+    params:
+        config=config,
+        device=DEVICE,
+        run=RUN,
+        torch_version=TORCH_VERSION,
+    log:
+        "results/{run}/logs/environment.log",
+    script:
+        "../../scripts/environment.py"
