@@ -26,3 +26,10 @@ rule report:
         html=f"{RUN_DIR}/report.html",
         pdf=f"{RUN_DIR}/report.pdf",
     default_target: True
+
+
+rule html:
+    """report.html only: for machines without WeasyPrint/Pango (e.g. a GPU node); render
+    the PDF elsewhere from the result set with `snakemake --cores 1 report`."""
+    input:
+        f"{RUN_DIR}/report.html",

@@ -39,6 +39,10 @@ STATUSES = ("ok", "unsupported", "out_of_memory", "failed")
 #: attention outputs land a few eps from a float64 reference.
 DEFAULT_TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3, "fp32": 1e-4}
 
+#: Why a pinned CUDA-only backend cannot run on the CPU (PyTorch's aten/src/ATen/native/transformers/sdp_utils_cpp.cpp
+#: selects among FLASH_ATTENTION and MATH only).
+CPU_BACKENDS_NOTE = " [PyTorch's CPU SDPA dispatcher (sdp_utils_cpp) offers only the FLASH_ATTENTION and MATH backends]"
+
 _UNSUPPORTED_MARKERS = (
     "No available kernel",
     "No viable backend",
@@ -215,6 +219,8 @@ def capture(spec: dict, trace_path: Path) -> dict:
         except Exception as exc:  # a variant's own failure is data, not a crash
             record["status"] = classify_exception(exc)
             record["reason"] = f"{type(exc).__name__}: {exc}".strip()
+            if device == "cpu" and spec["variant"] in ("sdpa_efficient", "sdpa_cudnn"):
+                record["reason"] += CPU_BACKENDS_NOTE
             if record["status"] == "failed":
                 record["traceback"] = traceback.format_exc(limit=8)
         record["warnings"] = sorted({str(w.message) for w in caught})
@@ -244,6 +250,7 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     tmp_status.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "attnprof.capture", str(spec_path), str(trace_path), str(tmp_status)]
     stderr_tail = ""
+    started = time.time()
     try:
         proc = subprocess.run(cmd, timeout=timeout_s, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         stderr_tail = proc.stderr[-4000:]
@@ -258,6 +265,7 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
         why = f"capture timed out after {timeout_s} s" if returncode is None else f"capture process exited with code {returncode}"
         record = {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, **spec["shape"], "device": spec["device"],
                   "status": "failed", "reason": why, "stderr_tail": stderr_tail}
+    record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
     tmp_status.unlink(missing_ok=True)
     spec_path.unlink(missing_ok=True)
     if record["status"] != "ok" or not trace_path.exists():

@@ -167,7 +167,7 @@ def rule_hidden_copy(d: RunData) -> list[dict]:
             nums = {"memcpy_per_forward": ref_summary(d, variant, "memcpy_per_forward", "per forward"),
                     "memcpy_us": ref_kernel(d, variant, m["kernel"], "mean_us", "us"),
                     "memcpy_share": ref_kernel(d, variant, m["kernel"], "share_pct", "%")}
-            text = (f"{variant}: {_fmt(nums['memcpy_per_forward'])} {m['kernel']} per forward, issued by {m['op']} "
+            text = (f"{variant}: {_fmt(nums['memcpy_per_forward'])} x {m['kernel']} per forward, issued by {m['op']} "
                     f"({_fmt(nums['memcpy_us'])} each, {_fmt(nums['memcpy_share'], 2)} of device time)")
             if variant == "naive" and d.ok("naive_inplace"):
                 nums["inplace_memcpy"] = ref_summary(d, "naive_inplace", "memcpy_per_forward", "per forward")
@@ -413,7 +413,8 @@ def rule_dispatch(d: RunData) -> list[dict]:
     backend_ops = sorted(o for o in auto_ops if re.search(r"_scaled_dot_product_\w+|_attention_forward|_flash_attention|_efficient_attention", o))
     nums = {"kernels_per_forward": ref_summary(d, "sdpa_auto", "kernels_per_forward")}
     if matches:
-        text = f"sdpa_auto dispatched to {matches[0].removeprefix('sdpa_')}: same kernels as {matches[0]}"
+        what = "kernels" if auto else "aten ops (CPU run: no kernels)"
+        text = f"sdpa_auto dispatched to {matches[0].removeprefix('sdpa_')}: same {what} as {matches[0]}"
     else:
         text = "sdpa_auto matches no pinned variant's kernel set"
     if backend_ops:

@@ -16,6 +16,8 @@ rule capture:
         seed=config["seed"],
         tolerance=config["tolerance"],
         timeout_s=config["capture_timeout_s"],
+    # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
+    threads: workflow.cores if DEVICE == "cpu" else 1
     resources:
         capture=1,
         gpu=1 if DEVICE == "cuda" else 0,
