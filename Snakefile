@@ -1,11 +1,14 @@
 # attnprof: profile PyTorch attention variants, extract kernel tables, plot, report.
 # Stages live in workflow/rules/ (one file each); logic lives in the attnprof package (src/).
+from pathlib import Path
+
 from snakemake.utils import min_version, validate
 
 min_version("9.11")
 
 
-configfile: "config/config.yaml"
+# Defaults; --configfile / --config values given on the command line are merged on top.
+configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

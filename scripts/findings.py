@@ -1,6 +1,7 @@
 """Snakemake script: findings.json (rule findings). Logic: attnprof.findings."""
 import json
 
+import jsonschema
 import pandas as pd
 import yaml
 
@@ -18,7 +19,8 @@ shapes = []
 for shape_key in dict.fromkeys(summary["shape_key"]):
     data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, props)
     shapes.append(compute(data, expectations))
-doc = {"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}
+doc = json.loads(json.dumps({"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}, default=str))
+jsonschema.validate(doc, json.loads(open(sm.input.schema).read()))
 with open(sm.output[0], "w") as fh:
     json.dump(doc, fh, indent=2, default=str)
 with open(sm.log[0], "w") as log:

@@ -176,12 +176,12 @@ def capture(spec: dict, trace_path: Path) -> dict:
         warnings.simplefilter("always")
         try:
             torch.manual_seed(spec["seed"])
-            forward = make_forward(spec["variant"], shape, device)
+            forward, backend_context = make_forward(spec["variant"], shape, device)
             sets = _inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
             q, k, v = sets[0]
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            with torch.no_grad():
+            with torch.no_grad(), backend_context:
                 log(f"{spec['variant']} {shape.key} on {device}: {spec['warmup_calls']} warm-up calls")
                 for _ in range(spec["warmup_calls"]):
                     out = forward(q, k, v)

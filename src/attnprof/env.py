@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _nvidia_smi(query: str) -> list[str]:
@@ -46,10 +47,41 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
 
-def default_run_id(device: str, gpu_name: str | None, torch_version: str | None) -> str:
-    """Run id for ``run: auto``: ``<gpu or cpu>_torch<version>``."""
+def torch_build() -> dict:
+    """torch's version and the CUDA it was built with, read from ``torch/version.py``
+    without importing torch, and the cuDNN wheel's version when one is installed.
+    Keys: torch, cuda, cudnn (None where unknown)."""
+    import importlib.util
+
+    info = {"torch": package_version("torch"), "cuda": None, "cudnn": None}
+    spec = importlib.util.find_spec("torch")
+    if spec and spec.submodule_search_locations:
+        version_py = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+        if version_py.exists():
+            text = version_py.read_text()
+            for key, pattern in (("torch", r"^__version__\s*=\s*['\"]([^'\"]+)"), ("cuda", r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]([^'\"]+)")):
+                m = re.search(pattern, text, re.M)
+                if m:
+                    info[key] = m.group(1)
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name.startswith("nvidia-cudnn"):
+            info["cudnn"] = dist.version
+            break
+    return info
+
+
+def default_run_id(device: str, gpu_name: str | None, build: dict) -> str:
+    """Run id for ``run: auto``: ``<gpu or cpu>_torch<version>[_cu<cuda>][_cudnn<version>]``,
+    e.g. ``nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56``, so that a result set
+    captured after an upgrade of torch, CUDA or cuDNN (or on another GPU) lands beside the
+    old one."""
     where = slug(gpu_name) if device == "cuda" and gpu_name else "cpu"
-    return f"{where}_torch{slug(torch_version or 'unknown')}"
+    run = f"{where}_torch{slug(build.get('torch') or 'unknown')}"
+    if device == "cuda":
+        run += f"_cu{build['cuda']}" if build.get("cuda") else ""
+        run += f"_cudnn{build['cudnn']}" if build.get("cudnn") else ""
+    return run
 
 
 def capture_environment() -> dict:

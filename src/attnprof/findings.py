@@ -32,6 +32,8 @@ LIBRARY_OF_OP = {"aten::bmm": "cuBLAS", "aten::mm": "cuBLAS", "aten::matmul": "c
                  "aten::baddbmm": "cuBLAS", "aten::_cudnn_attention_forward": "cuDNN",
                  "aten::_scaled_dot_product_cudnn_attention": "cuDNN"}
 DRIVER_LAUNCH = "cuLaunchKernelEx"
+#: ops worth naming in a headline when the math path adds them
+INTERESTING_OPS = ("aten::_safe_softmax", "aten::isneginf", "aten::all", "aten::tril", "aten::where", "aten::_to_copy")
 
 
 @dataclass
@@ -139,9 +141,13 @@ def _fmt(ref: dict, digits: int = 3) -> str:
     return f"{text} {unit}".strip() if unit not in ("calls/forward",) else text
 
 
-def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers: dict, evidence: list[dict], kind: str = "observation") -> dict:
+def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers: dict, evidence: list[dict],
+            kind: str = "observation", headline: str = "") -> dict:
+    """One finding: ``statement`` is the full sentence, ``headline`` a few words for the
+    summary table's findings column (defaults to the statement)."""
     return {"id": f"{rule}/{'+'.join(variants)}/{d.shape_key}", "rule": rule, "shape_key": d.shape_key,
-            "variants": variants, "kind": kind, "statement": statement, "numbers": numbers, "evidence": evidence}
+            "variants": variants, "kind": kind, "headline": headline or statement, "statement": statement,
+            "numbers": numbers, "evidence": evidence}
 
 
 # --- rules --------------------------------------------------------------------------------
@@ -153,7 +159,8 @@ def rule_status(d: RunData) -> list[dict]:
         if row["status"] != "ok":
             reason = str(row["reason"]) if isinstance(row["reason"], str) else ""
             out.append(finding("status", d, [row["variant"]], f"{row['variant']} did not run here: {row['status']} ({reason[:300]})",
-                               {}, [{"kind": "status", "name": row["status"]}], kind="failure"))
+                               {}, [{"kind": "status", "name": row["status"]}], kind="failure",
+                               headline=f"{row['status']}: {reason[:160]}"))
     return out
 
 
@@ -169,12 +176,13 @@ def rule_hidden_copy(d: RunData) -> list[dict]:
                     "memcpy_share": ref_kernel(d, variant, m["kernel"], "share_pct", "%")}
             text = (f"{variant}: {_fmt(nums['memcpy_per_forward'])} x {m['kernel']} per forward, issued by {m['op']} "
                     f"({_fmt(nums['memcpy_us'])} each, {_fmt(nums['memcpy_share'], 2)} of device time)")
+            headline = f"hidden {m['kernel'].split(' (')[0]} from {m['op']} ({_fmt(nums['memcpy_share'], 2)} of device time)"
             if variant == "naive" and d.ok("naive_inplace"):
                 nums["inplace_memcpy"] = ref_summary(d, "naive_inplace", "memcpy_per_forward", "per forward")
                 gone = nums["inplace_memcpy"]["value"] == 0
                 text += "; masked_fill_ in naive_inplace " + ("removes it (0 memcpy per forward)" if gone else "does not remove it")
             out.append(finding("hidden_copy", d, [variant], text, nums,
-                               [{"kind": "kernel", "name": m["kernel"]}, {"kind": "op", "name": m["op"]}]))
+                               [{"kind": "kernel", "name": m["kernel"]}, {"kind": "op", "name": m["op"]}], headline=headline))
     if not out and d.on_gpu and d.ok("naive"):
         out.append(finding("hidden_copy", d, ["naive"], "naive: no memcpy inside the forward",
                            {"memcpy_per_forward": ref_summary(d, "naive", "memcpy_per_forward", "per forward")}, []))
@@ -213,14 +221,16 @@ def rule_precision(d: RunData) -> list[dict]:
         if bmm_types:
             text += f"; aten::bmm inputs recorded as {', '.join(bmm_types)}"
         ev = [{"kind": "kernel", "name": g} for g in fp32["kernel"]] + [{"kind": "op", "name": "aten::bmm"}]
-        out.append(finding("precision", d, [variant], text, nums, ev))
+        out.append(finding("precision", d, [variant], text, nums, ev,
+                           headline=f"FP32 GEMMs on CUDA cores ({len(fp32)}) + {int(sum(ups['calls_per_forward']))} cast kernels"))
     for variant in d.summary["variant"]:  # bf16 tensor-core GEMMs elsewhere, for contrast
         k = d.kernels_of(variant)
         g = k[k["kernel"].str.contains(GEMM) & ~k["kernel"].str.contains(FP32_GEMM)]
         if len(g) and d.row(variant) is not None and d.row(variant)["dtype"] in LOW_PRECISION:
             nums = {f"gemm_{i}": ref_kernel(d, variant, n, "calls_per_forward") for i, n in enumerate(g["kernel"])}
             out.append(finding("precision", d, [variant], f"{variant}: GEMMs stay in {d.row(variant)['dtype']} on tensor cores "
-                               f"({', '.join(kernel_label(n) for n in g['kernel'])})", nums, [{"kind": "kernel", "name": n} for n in g["kernel"]]))
+                               f"({', '.join(kernel_label(n) for n in g['kernel'])})", nums, [{"kind": "kernel", "name": n} for n in g["kernel"]],
+                               headline=f"{d.row(variant)['dtype']} tensor-core GEMMs"))
     return out
 
 
@@ -237,7 +247,8 @@ def rule_mask(d: RunData) -> list[dict]:
         ops = sorted(set(m["op"].dropna()))
         out.append(finding("mask", d, [variant], f"{variant}: the causal mask is built inside every forward: {total} mask kernel launches "
                            f"per forward ({', '.join(kernel_label(n) for n in m['kernel'])}) from {', '.join(ops)}",
-                           nums, [{"kind": "kernel", "name": n} for n in m["kernel"]] + [{"kind": "op", "name": o} for o in ops]))
+                           nums, [{"kind": "kernel", "name": n} for n in m["kernel"]] + [{"kind": "op", "name": o} for o in ops],
+                           headline=f"causal mask rebuilt every call ({total} kernels)"))
     return out
 
 
@@ -250,9 +261,11 @@ def rule_extra_ops(d: RunData) -> list[dict]:
     if not extra:
         return []
     nums = {o: ref_op(d, "sdpa_math", o) for o in extra}
+    named = [o.removeprefix("aten::") for o in extra if o in INTERESTING_OPS]
     listing = ", ".join(f"{o} x{_fmt(nums[o])}" for o in extra)
     return [finding("extra_ops", d, ["sdpa_math"], f"sdpa_math runs ops that naive_inplace does not: {listing} (per forward)",
-                    nums, [{"kind": "op", "name": o} for o in extra])]
+                    nums, [{"kind": "op", "name": o} for o in extra],
+                    headline=f"{len(extra)} extra ops" + (f", incl. {', '.join(named)}" if named else ""))]
 
 
 def decode_kernel_name(name: str) -> dict:
@@ -310,7 +323,10 @@ def rule_fusion(d: RunData) -> list[dict]:
         text = f"{variant}: one fused kernel per forward, {kernel_label(main['kernel'])} ({_fmt(nums['kernel_us'])}); " + "; ".join(parts)
         if sm[0] and "arch" in info and info["arch"].startswith("sm8"):
             text += f"; built for Ampere, running on this sm{sm[0]}{sm[1]} GPU without Hopper's wgmma/TMA"
-        out.append(finding("fusion", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}]))
+        headline = f"one fused kernel: {info.get('library', kernel_label(main['kernel'])).split(' (')[0]}"
+        headline += f", {info['arch'].split(' ')[0]}" if "arch" in info else ""
+        headline += f", {info['mma'].split(' ')[0]}" if "mma" in info else ""
+        out.append(finding("fusion", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], headline=headline))
     return out
 
 
@@ -325,7 +341,8 @@ def rule_memset(d: RunData) -> list[dict]:
                     "memset_us": ref_kernel(d, variant, m["kernel"], "mean_us", "us")}
             out.append(finding("memset", d, [variant], f"{variant}: {_fmt(nums['memset_per_forward'])} memset per forward "
                                f"({_fmt(nums['memset_us'])}) issued by {m['op']}, i.e. {lib} clearing its workspace; the study did not count memsets",
-                               nums, [{"kind": "kernel", "name": m["kernel"]}, {"kind": "op", "name": m["op"]}]))
+                               nums, [{"kind": "kernel", "name": m["kernel"]}, {"kind": "op", "name": m["op"]}],
+                               headline=f"{_fmt(nums['memset_per_forward'])} {lib} workspace memset"))
     return out
 
 
@@ -377,7 +394,9 @@ def rule_occupancy(d: RunData) -> list[dict]:
             kind = "artefact"
         elif variant in FUSED and nums["est_occupancy"]["value"] <= 25:
             text += "; low by design: fused attention kernels keep a whole tile of Q, K, V and the accumulators in registers and shared memory"
-        out.append(finding("occupancy", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], kind=kind))
+        headline = (f"0 % occupancy shown: {DRIVER_LAUNCH} artefact" if kind == "artefact"
+                    else f"occupancy {_fmt(nums['est_occupancy'])}" + (f" (limit {theo * 100:.1f} %)" if theo is not None else ""))
+        out.append(finding("occupancy", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], kind=kind, headline=headline))
     return out
 
 
@@ -398,7 +417,8 @@ def rule_cpu_cost(d: RunData) -> list[dict]:
         text = (f"{variant}: {_fmt(cpu)} CPU vs {_fmt(dev)} device per forward (ratio {_fmt(nums['cpu_over_device'], 2)}); "
                 f"{listing} per forward; " + ("launch-bound at this shape: the host takes longer to issue the work than the GPU to run it"
                                               if bound else "device-bound at this shape"))
-        out.append(finding("cpu_cost", d, [variant], text, nums, [{"kind": "api", "name": a} for a in launch_apis]))
+        headline = f"{'launch' if bound else 'device'}-bound: CPU {_fmt(cpu)} vs device {_fmt(dev)}"
+        out.append(finding("cpu_cost", d, [variant], text, nums, [{"kind": "api", "name": a} for a in launch_apis], headline=headline))
     return out
 
 
@@ -419,8 +439,9 @@ def rule_dispatch(d: RunData) -> list[dict]:
         text = "sdpa_auto matches no pinned variant's kernel set"
     if backend_ops:
         text += f"; backend op {', '.join(backend_ops)}"
+    headline = f"dispatched to {matches[0].removeprefix('sdpa_')}" if matches else "matches no pinned backend"
     return [finding("dispatch", d, ["sdpa_auto"] + matches[:1], text, nums,
-                    [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(auto)])]
+                    [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(auto)], headline=headline)]
 
 
 def rule_speed(d: RunData) -> list[dict]:
@@ -436,7 +457,8 @@ def rule_speed(d: RunData) -> list[dict]:
         out.append(finding("speed", d, ["sdpa_math", "naive_inplace"],
                            f"sdpa_math takes {_fmt(r, 3)}x the time of naive_inplace ({_fmt(a)} vs {_fmt(b)}, {timing}); "
                            f"independent timing gives {_fmt(rt, 3)}x ({_fmt(ta)} vs {_fmt(tb)}, median)",
-                           {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt}, [{"kind": "metric", "name": col}]))
+                           {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt}, [{"kind": "metric", "name": col}],
+                           headline=f"{_fmt(r, 3)}x the time of naive_inplace"))
     ok = [v for v in d.summary["variant"] if d.ok(v) and d.row(v)[col] == d.row(v)[col]]
     if ok:
         fastest = min(ok, key=lambda v: d.row(v)[col])
@@ -448,7 +470,7 @@ def rule_speed(d: RunData) -> list[dict]:
             for v in fused_ok:
                 nums[v] = ref_summary(d, v, col, "ms")
             text += f"; fastest fused backend: {ff} (" + ", ".join(f"{v.removeprefix('sdpa_')} {_fmt(nums[v])}" for v in fused_ok) + ")"
-        out.append(finding("speed", d, [fastest], text, nums, [{"kind": "metric", "name": col}]))
+        out.append(finding("speed", d, [fastest], text, nums, [{"kind": "metric", "name": col}], headline="fastest variant"))
     return out
 
 
@@ -462,7 +484,8 @@ def rule_correctness(d: RunData) -> list[dict]:
         nums = {"rel_error": ref_summary(d, variant, "rel_error")}
         if not bool(row["rel_error_ok"]):
             out.append(finding("correctness", d, [variant], f"{variant}: relative error {_fmt(nums['rel_error'])} against float64 is above the "
-                               f"{row['dtype']} tolerance", nums, [{"kind": "metric", "name": "rel_error"}], kind="failure"))
+                               f"{row['dtype']} tolerance", nums, [{"kind": "metric", "name": "rel_error"}], kind="failure",
+                               headline=f"relative error {_fmt(nums['rel_error'])} above tolerance"))
     return out
 
 
@@ -581,8 +604,9 @@ def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> 
         else:
             same = _compare(obs["value"], e["expected"], e["compare"], e.get("tolerance"))
             check["verdict"] = "same" if same else "different"
-            related = [f["statement"] for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
-            check["explanation"] = " | ".join(related[:3])
+            related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
+            check["explanation"] = "; ".join(f"{f['variants'][0]}: {f['headline']}" for f in related[:4])
+            check["explained_by_findings"] = [f["id"] for f in related]
         checks.append(check)
     return checks
 

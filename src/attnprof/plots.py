@@ -78,32 +78,37 @@ def kernels_per_forward(summary: pd.DataFrame, path: Path, dpi: int = 144) -> No
 
 
 def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: int = 6, dpi: int = 144) -> None:
-    """Each variant's device time per forward split by kernel (µs): the ``top`` largest
-    kernels of the run by device time get their own colour, the rest are 'other'."""
-    n_fwd = summary.set_index("variant")["forwards_profiled"]
-    k = kernels[kernels["variant"].isin(summary["variant"])].copy()
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(summary) + 2.2))
+    """Each variant's device time per forward split by kernel, as % of that variant's own
+    device time (the total in µs is written at the bar's end). The ``top`` kernels with the
+    largest share in any variant get their own colour, the rest are 'other'."""
+    k = kernels[kernels["variant"].isin(summary["variant"])].copy() if len(kernels) else kernels
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(summary) + 2.4))
     y = np.arange(len(summary))
     if k.empty:
         ax.text(0.5, 0.5, "no device events in this run", ha="center", va="center", transform=ax.transAxes)
     else:
+        n_fwd = summary.set_index("variant")["forwards_profiled"]
         k["us_per_forward"] = k["total_us"] / k["variant"].map(n_fwd)
-        leaders = k.groupby("label")["us_per_forward"].sum().nlargest(top).index.tolist()
+        leaders = k.groupby("label")["share_pct"].max().nlargest(top).index.tolist()
         k["part"] = k["label"].where(k["label"].isin(leaders), "other")
-        table = k.pivot_table(index="variant", columns="part", values="us_per_forward", aggfunc="sum", fill_value=0.0)
+        table = k.pivot_table(index="variant", columns="part", values="share_pct", aggfunc="sum", fill_value=0.0)
         table = table.reindex(summary["variant"]).fillna(0.0)
+        totals = k.groupby("variant")["us_per_forward"].sum().reindex(summary["variant"])
         cmap = plt.get_cmap("tab10")
         left = np.zeros(len(summary))
-        for i, part in enumerate([p for p in leaders] + (["other"] if "other" in table else [])):
+        for i, part in enumerate(leaders + (["other"] if "other" in table else [])):
             vals = table[part].to_numpy(float)
-            ax.barh(y, vals, left=left, color="#C7C7C7" if part == "other" else cmap(i % 10), label=part[:60])
+            ax.barh(y, vals, left=left, color="#C7C7C7" if part == "other" else cmap(i % 10), label=part[:70])
             left += vals
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=7, ncol=2, frameon=False)
-        ax.set_xscale("symlog", linthresh=max(left[left > 0].min(), 1.0) if (left > 0).any() else 1.0)
+        for yi, total in zip(y, totals):
+            if total == total and total > 0:
+                ax.text(101, yi, f"{total:.4g} µs", va="center", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, ncol=2, frameon=False)
     _gap_labels(ax, summary, y)
+    ax.set_xlim(0, 118)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
-    ax.set_xlabel("device µs per forward (symlog scale)")
+    ax.set_xlabel("% of the variant's device time per forward (total at right)")
     ax.set_title("Device time per forward, split by kernel")
     _save(fig, path, dpi)
 

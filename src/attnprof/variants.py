@@ -12,6 +12,7 @@ Hugging Face, "Profiling in PyTorch (Part 3): Attention is all you profile"
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import asdict, dataclass
@@ -84,10 +85,13 @@ def torch_dtype(name: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
-def make_forward(variant: str, shape: Shape, device: str) -> Callable:
-    """Return ``forward(q, k, v) -> out`` for ``variant``; any fixed state (the
-    naive variants' causal mask, built once like the study does) is created here,
-    outside the profiled region. Raises KeyError for an unknown variant."""
+def make_forward(variant: str, shape: Shape, device: str) -> tuple[Callable, contextlib.AbstractContextManager]:
+    """Return ``(forward, context)``: ``forward(q, k, v) -> out`` for ``variant``, and the
+    context to hold around every call -- ``sdpa_kernel(<backend>)`` for the pinned SDPA
+    variants, a null context otherwise. The context is entered once, outside the profiled
+    forwards, so that a forward's CPU time is the attention call alone (as in sdpa_auto).
+    Fixed state (the naive variants' causal mask, built once like the study does) is
+    created here. Raises KeyError for an unknown variant."""
     import torch
     import torch.nn.functional as F
 
@@ -109,23 +113,17 @@ def make_forward(variant: str, shape: Shape, device: str) -> Callable:
                 scores = scores.masked_fill_(mask, float("-inf")) if inplace else scores.masked_fill(mask, float("-inf"))
             return torch.softmax(scores, dim=-1) @ v
 
-        return forward
+        return forward, contextlib.nullcontext()
+
+    def forward(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal)
 
     if backend is None:  # sdpa_auto: whatever PyTorch dispatches to
-        def forward(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal)
-
-        return forward
+        return forward, contextlib.nullcontext()
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    pinned = getattr(SDPBackend, backend)
-
-    def forward(q, k, v):
-        with sdpa_kernel(pinned):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal)
-
-    return forward
+    return forward, sdpa_kernel(getattr(SDPBackend, backend))
 
 
 def reference_attention(q, k, v, causal: bool):

@@ -4,7 +4,8 @@
 rule findings:
     input:
         code("findings", "trace", "variants"),
-        expectations="config/expectations.yaml",
+        expectations=EXPECTATIONS,
+        schema=str(Path(workflow.basedir) / "workflow" / "schemas" / "findings.schema.json"),
         summary="results/{run}/summary.csv",
         kernels="results/{run}/kernels.csv",
         status=per_capture("results/{run}/captures/{shape}/{variant}/status.json"),

@@ -6,7 +6,7 @@ rule report_html:
         code("report"),
         template=str(REPORT_DIR / "report.html.j2"),
         css=str(REPORT_DIR / "report.css"),
-        expectations="config/expectations.yaml",
+        expectations=EXPECTATIONS,
         summary="results/{run}/summary.csv",
         kernels="results/{run}/kernels.csv",
         findings="results/{run}/findings.json",

@@ -1,0 +1,122 @@
+"""Findings rules and expectation checks on the real H200 fixtures and on synthetic edge cases."""
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from attnprof.findings import (RunData, compute, decode_kernel_name, iter_numbers, load_run_data, lookup,
+                               theoretical_occupancy)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTATIONS = yaml.safe_load((ROOT / "config" / "expectations.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def result(h200_data):
+    return compute(h200_data, EXPECTATIONS)
+
+
+def _tables(h200):
+    cat = lambda frames: pd.concat([f for f in frames if not f.empty], ignore_index=True)  # noqa: E731
+    return {"summary.csv": h200["summary"], "kernels.csv": h200["kernels"],
+            "launches.csv": cat(h200["launches"]), "ops.csv": cat(h200["ops"])}
+
+
+def test_every_number_in_findings_matches_the_tables(h200, result):
+    doc = {"shapes": [result]}
+    tables = _tables(h200)
+    numbers = list(iter_numbers(doc))
+    assert len(numbers) > 50
+    for ref in numbers:
+        assert lookup(ref, tables) == pytest.approx(ref["value"]), ref
+
+
+def test_statements_quote_the_numbers_they_carry(result):
+    hidden = next(f for f in result["findings"] if f["rule"] == "hidden_copy" and f["variants"] == ["naive"])
+    share = hidden["numbers"]["memcpy_share"]["value"]
+    assert f"{share:.2g} %" in hidden["statement"]
+    assert "aten::copy_" in hidden["statement"] and "removes it" in hidden["statement"]
+
+
+def test_each_study_row_gets_a_verdict(result):
+    verdicts = {c["id"]: c["verdict"] for c in result["expectations"]}
+    assert set(verdicts) == {e["id"] for e in EXPECTATIONS["expectations"]}
+    assert verdicts["naive-kernels"] == "same" and verdicts["inplace-no-memcpy"] == "same"
+    assert verdicts["math-kernels"] == "same" and verdicts["math-fp32"] == "same"
+    # on the H200 the cuDNN kernel (sm90, wgmma) beats FlashAttention-2 (sm80 code)
+    fastest = next(c for c in result["expectations"] if c["id"] == "flash-fastest")
+    assert fastest["verdict"] == "different" and fastest["observed"]["value"] == "sdpa_cudnn"
+    assert fastest["explanation"]
+
+
+def test_dispatch_names_the_backend_sdpa_auto_ran(result):
+    dispatch = next(f for f in result["findings"] if f["rule"] == "dispatch")
+    assert dispatch["variants"] == ["sdpa_auto", "sdpa_cudnn"]
+    assert "cudnn" in dispatch["headline"]
+
+
+def test_driver_api_launch_zero_occupancy_is_flagged_as_artefact(result):
+    occ = {f["variants"][0]: f for f in result["findings"] if f["rule"] == "occupancy"}
+    assert occ["sdpa_cudnn"]["kind"] == "artefact" and "cuLaunchKernelEx" in occ["sdpa_cudnn"]["statement"]
+    assert occ["sdpa_flash"]["kind"] == "observation" and "12.5 %" in occ["sdpa_flash"]["statement"]
+
+
+def test_precision_and_mask_rules_fire_on_the_math_path(result):
+    rules = {(f["rule"], f["variants"][0]) for f in result["findings"]}
+    assert ("precision", "sdpa_math") in rules and ("mask", "sdpa_math") in rules and ("extra_ops", "sdpa_math") in rules
+    extra = next(f for f in result["findings"] if f["rule"] == "extra_ops")
+    assert "aten::_safe_softmax" in extra["numbers"]
+
+
+def test_theoretical_occupancy_matches_the_study_arithmetic(h200):
+    # flash: 255 registers x 128 threads -> 2 blocks x 4 warps of 64 = 12.5 %
+    assert theoretical_occupancy(255, 128, 49152, h200["props"]) == pytest.approx(0.125)
+    assert theoretical_occupancy(255, 128, 49152, {}) is None
+
+
+def test_decode_cudnn_and_cutlass_names():
+    info = decode_kernel_name("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0")
+    assert info["arch"] == "sm90" and info["mma"] == "wgmma" and info["tile"] == "64x128x64" and "cuDNN" in info["library"]
+    info = decode_kernel_name("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)")
+    assert info["arch"] == "sm80" and info["tile"] == "64x64" and info["dtype"] == "bf16"
+
+
+def test_failed_variant_is_reported_and_not_measured(h200):
+    summary = h200["summary"].copy()
+    i = summary.index[summary["variant"] == "sdpa_flash"][0]
+    summary.loc[i, ["status", "reason", "kernels_per_forward", "device_ms_per_forward", "cpu_ms_per_forward"]] = [
+        "out_of_memory", "OutOfMemoryError: Tried to allocate 64.00 GiB", None, None, None]
+    kernels = h200["kernels"][h200["kernels"]["variant"] != "sdpa_flash"]
+    statuses = copy.deepcopy(h200["statuses"])
+    data = load_run_data(summary["shape_key"][0], summary, kernels, h200["launches"], h200["ops"], list(statuses.values()), h200["props"])
+    out = compute(data, EXPECTATIONS)
+    status = [f for f in out["findings"] if f["rule"] == "status"]
+    assert len(status) == 1 and "64.00 GiB" in status[0]["statement"] and status[0]["kind"] == "failure"
+    verdicts = {c["id"]: c["verdict"] for c in out["expectations"]}
+    assert verdicts["flash-fused"] == "not measured" and verdicts["flash-occupancy"] == "not measured"
+    assert verdicts["naive-kernels"] == "same"
+
+
+def test_cpu_run_without_cuda_events_gives_no_gpu_verdicts():
+    summary = pd.DataFrame([{"variant": "naive", "shape_key": "b1_h2_s64_d32_fp32_causal", "status": "ok", "device": "cpu",
+                             "dtype": "fp32", "kernels_per_forward": None, "memcpy_per_forward": None,
+                             "device_ms_per_forward": None, "cpu_ms_per_forward": 0.5, "timed_ms_median": 0.4,
+                             "rel_error": 1e-7, "rel_error_ok": True, "reason": ""}])
+    data = RunData("b1_h2_s64_d32_fp32_causal", summary, pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
+                   pd.DataFrame(columns=["variant", "api"]), pd.DataFrame(columns=["variant", "op"]), {}, {})
+    cpu_exp = dict(EXPECTATIONS, shape={"batch": 1, "heads": 2, "seq_len": 64, "head_dim": 32, "dtype": "fp32", "causal": True})
+    out = compute(data, cpu_exp)
+    assert out["expectations"] and all(c["verdict"] == "not measured" for c in out["expectations"])
+    assert not [f for f in out["findings"] if f["rule"] in ("fusion", "occupancy", "hidden_copy")]
+
+
+def test_findings_document_validates_against_its_schema(result):
+    import json
+
+    import jsonschema
+
+    schema = json.loads((ROOT / "workflow" / "schemas" / "findings.schema.json").read_text())
+    doc = json.loads(json.dumps({"schema_version": 1, "run": "t", "shapes": [result]}, default=str))
+    jsonschema.validate(doc, schema)

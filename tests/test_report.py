@@ -1,0 +1,53 @@
+"""Report rendering: kernel names are escaped data; WeasyPrint errors fail the PDF."""
+import logging
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from attnprof.findings import compute
+from attnprof.report import RenderError, build_context, render_html, render_pdf
+
+ROOT = Path(__file__).resolve().parents[1]
+NASTY = "void ns::kern<cutlass::bfloat16_t, Traits<64, 128>, true>(Params<A&B>)"
+
+
+@pytest.fixture(scope="module")
+def html(h200, h200_data):
+    expectations = yaml.safe_load((ROOT / "config" / "expectations.yaml").read_text())
+    kernels = h200["kernels"].copy()
+    kernels.loc[kernels["variant"] == "sdpa_flash", "kernel"] = NASTY
+    findings = {"shapes": [compute(h200_data, expectations)]}
+    launches = pd.concat([f for f in h200["launches"] if not f.empty], ignore_index=True)
+    env = {"gpu_name": "NVIDIA H200", "torch": "2.11.0", "python": "3.12", "snakemake": "9", "driver": "580", "cuda_build": "13.0",
+           "cudnn": 91900, "cpu": "x86_64", "config": {"profiler": {"warmup_calls": 3, "range_name": "attn_fwd",
+           "schedule": {"wait": 1, "warmup": 2, "active": 10}}, "timing": {"repeats": 50, "input_sets": 4}}}
+    ctx = build_context("test-run", h200["summary"], kernels, launches, findings, env, expectations, {}, css="body{}")
+    return render_html(ctx, ROOT / "report")
+
+
+def test_kernel_names_are_escaped(html):
+    assert "ns::kern&lt;cutlass::bfloat16_t, Traits&lt;64, 128&gt;, true&gt;(Params&lt;A&amp;B&gt;)" in html
+    assert NASTY not in html
+
+
+def test_report_has_summary_expectations_and_kernel_tables(html):
+    for text in ("Summary", "Study vs this run", "Kernel tables", "Open the traces", "ui.perfetto.dev", "sdpa_auto", "dispatched to cudnn"):
+        assert text in html
+
+
+def test_pdf_renders_from_html(tmp_path, html):
+    src = tmp_path / "r.html"
+    src.write_text(html)
+    render_pdf(src, tmp_path / "r.pdf")
+    assert (tmp_path / "r.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_pdf_fails_on_a_broken_image(tmp_path):
+    src = tmp_path / "r.html"
+    src.write_text('<html><body><img src="missing.png"></body></html>')
+    with pytest.raises(RenderError):
+        render_pdf(src, tmp_path / "r.pdf")
+    assert not (tmp_path / "r.pdf").exists()
+    assert not [h for h in logging.getLogger("weasyprint").handlers if type(h).__name__ == "Collect"]

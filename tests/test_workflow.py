@@ -1,0 +1,151 @@
+"""The whole workflow on a tiny CPU config, in a temporary directory, through the snakemake CLI.
+
+Also proves what reruns after a change (dry-run job lists, changing file *content*, since
+Snakemake compares checksums of small files) and that captures never overlap."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+TINY = """
+run: tiny
+shapes:
+  cpu: {batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [fp32], causal: [true]}
+  cuda: {batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}
+profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 2}}
+timing: {repeats: 3, input_sets: 2}
+"""
+
+pytestmark = pytest.mark.workflow
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the copy of the workflow in ``workdir`` (its own Snakefile, templates and config)."""
+    config = [] if "--configfile" in args else ["--configfile", str(workdir / "tiny.yaml")]
+    cmd = [*SNAKEMAKE, *args, "--snakefile", str(workdir / "Snakefile"), "--directory", str(workdir), *config]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def planned_jobs(workdir: Path, change: str = "") -> dict[str, int]:
+    """rule -> job count of a dry run (the 'Job stats' table), with ``change`` (YAML) given
+    as an extra config file on top of the tiny config."""
+    extra = []
+    if change:
+        (workdir / "change.yaml").write_text(change)
+        extra = ["--configfile", str(workdir / "tiny.yaml"), str(workdir / "change.yaml")]
+    out = snakemake(workdir, "report", "-n", "--cores", "1", *extra).stdout
+    if "Nothing to be done" in out:
+        return {}
+    table = out.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def copy_repo(dest: Path) -> Path:
+    """The workflow's files (not results, examples or tests) copied to ``dest``, so that a test
+    can change their content; the scripts still import the installed attnprof package."""
+    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "examples", "tests", ".whl"))
+    (dest / "tiny.yaml").write_text(TINY)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    work = copy_repo(tmp_path_factory.mktemp("wf") / "repo")
+    snakemake(work, "report", "--cores", "2")
+    return work
+
+
+def edited(path: Path, old: str, new: str):
+    """Context manager: ``path`` with ``old`` replaced by ``new`` (content, not mtime), restored after."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def _cm():
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new))
+        try:
+            yield
+        finally:
+            path.write_text(text)
+
+    return _cm()
+
+
+def test_report_and_tables_are_built(run_dir):
+    out = run_dir / "results" / "tiny"
+    for name in ("report.html", "report.pdf", "summary.csv", "kernels.csv", "env.json", "findings.json"):
+        assert (out / name).stat().st_size > 0, name
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["variant"]) == ["naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"]
+    status = dict(zip(summary["variant"], summary["status"]))
+    assert status["sdpa_efficient"] == status["sdpa_cudnn"] == "unsupported"
+    ok = summary[summary["status"] == "ok"]
+    assert len(ok) == 5 and (ok["cpu_ms_per_forward"] > 0).all() and (ok["forwards_profiled"] == 2).all()
+    assert ok["rel_error_ok"].all()
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch"] and env["python"] and env["snakemake"] and env["config"]["run"] == "tiny"
+    html = (out / "report.html").read_text()
+    assert "unsupported" in html and "sdp_utils_cpp" in html and "data:image/png;base64," in html
+    assert (out / "report.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_nothing_reruns_when_nothing_changed(run_dir):
+    assert planned_jobs(run_dir) == {}
+
+
+def test_plot_setting_reruns_only_plots_and_report(run_dir):
+    # env.json records the config used, so it is rewritten too; no capture, extract or findings job
+    assert planned_jobs(run_dir, "plots: {dpi: 100, top_kernels: 6}") == {
+        "environment": 1, "plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
+
+
+def test_profiler_schedule_reruns_every_capture(run_dir):
+    jobs = planned_jobs(run_dir, "profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 3}}")
+    assert jobs["capture"] == 7 and jobs["extract"] == 7 and jobs["report_pdf"] == 1
+
+
+def test_template_change_reruns_only_the_report(run_dir):
+    with edited(run_dir / "report" / "report.html.j2", "How these numbers were measured", "How we measured"):
+        assert planned_jobs(run_dir) == {"report_html": 1, "report_pdf": 1, "report": 1}
+
+
+def test_extraction_code_change_reruns_extract_and_downstream_not_captures(run_dir):
+    with edited(run_dir / "src" / "attnprof" / "tables.py", "LAUNCH_APIS = (", "LAUNCH_APIS = (  # edited\n    "):
+        jobs = planned_jobs(run_dir)
+    assert "capture" not in jobs and jobs["extract"] == 7 and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
+
+
+def test_torch_version_change_reruns_every_capture(run_dir):
+    """A pip upgrade is invisible to Snakemake's software-env trigger; the capture rule's
+    torch_version param (read from the installed torch, here overridden) makes it visible."""
+    common = run_dir / "workflow" / "rules" / "common.smk"
+    with edited(common, "TORCH_BUILD = torch_build()", "TORCH_BUILD = dict(torch_build(), torch='9.9.9')"):
+        jobs = planned_jobs(run_dir)
+    assert jobs["capture"] == 7 and jobs["extract"] == 7
+
+
+def test_gpu_captures_never_overlap(tmp_path):
+    """device=cuda on a machine without a GPU: every capture records 'unsupported' (after a full
+    Python + torch start), and with --cores 8 their time intervals must still be disjoint."""
+    work = copy_repo(tmp_path / "repo")
+    snakemake(work, "html", "--cores", "8", "--config", "device=cuda", "run=gpu")
+    spans = []
+    for status in (work / "results" / "gpu" / "captures").rglob("status.json"):
+        rec = json.loads(status.read_text())
+        assert rec["status"] in ("unsupported", "ok"), rec
+        spans.append((rec["started_at"], rec["finished_at"]))
+    spans.sort()
+    assert len(spans) == 7
+    assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:])), spans
