@@ -23,16 +23,17 @@ include: "workflow/rules/plots.smk"
 include: "workflow/rules/report.smk"
 
 
+# The HTML and PDF report of the current result set (the default target).
 rule report:
-    """The HTML and PDF report of the current result set (the default target)."""
+    default_target: True
     input:
         html=f"{RUN_DIR}/report.html",
         pdf=f"{RUN_DIR}/report.pdf",
-    default_target: True
 
 
 rule html:
-    """report.html only: for machines without WeasyPrint/Pango (e.g. a GPU node); render
-    the PDF elsewhere from the result set with `snakemake --cores 1 report`."""
+    """report.html only: for machines without WeasyPrint/Pango (e.g. a GPU node); render the
+    PDF elsewhere: snakemake --profile workflow/profiles/render results/<run>/report.pdf
+    """
     input:
         f"{RUN_DIR}/report.html",

@@ -459,6 +459,8 @@ def rule_speed(d: RunData) -> list[dict]:
                            f"independent timing gives {_fmt(rt, 3)}x ({_fmt(ta)} vs {_fmt(tb)}, median)",
                            {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt}, [{"kind": "metric", "name": col}],
                            headline=f"{_fmt(r, 3)}x the time of naive_inplace"))
+    if d.on_gpu and d.ok("sdpa_math"):
+        out.extend(_breakdown(d, "sdpa_math"))
     ok = [v for v in d.summary["variant"] if d.ok(v) and d.row(v)[col] == d.row(v)[col]]
     if ok:
         fastest = min(ok, key=lambda v: d.row(v)[col])
@@ -472,6 +474,33 @@ def rule_speed(d: RunData) -> list[dict]:
             text += f"; fastest fused backend: {ff} (" + ", ".join(f"{v.removeprefix('sdpa_')} {_fmt(nums[v])}" for v in fused_ok) + ")"
         out.append(finding("speed", d, [fastest], text, nums, [{"kind": "metric", "name": col}], headline="fastest variant"))
     return out
+
+
+KERNEL_GROUPS = (("FP32 GEMM", FP32_GEMM), ("GEMM", GEMM), ("mask", MASK_KERNEL), ("cast/copy", UPCAST_KERNEL),
+                 ("softmax", re.compile(r"softmax", re.I)))
+
+
+def _breakdown(d: RunData, variant: str) -> list[dict]:
+    """Where a variant's device time goes, by kernel group (FP32 GEMM, GEMM, mask, cast/copy,
+    softmax, other); each group's time is the sum of its kernels' total_us over the profiled
+    forwards divided by the number of forwards."""
+    k = d.kernels_of(variant)
+    if k.empty:
+        return []
+    n = ref_summary(d, variant, "forwards_profiled")
+    groups: dict[str, list[str]] = {}
+    for name in k["kernel"]:
+        group = next((g for g, pat in KERNEL_GROUPS if pat.search(name)), "other")
+        groups.setdefault(group, []).append(name)
+    nums, parts = {}, []
+    for group, names in sorted(groups.items(), key=lambda kv: -k[k["kernel"].isin(kv[1])]["total_us"].sum()):
+        total = derived("sum", [ref_kernel(d, variant, nm, "total_us", "us") for nm in names], "us")
+        per_fwd = derived("ratio", [total, n], "us")
+        nums[f"{group}_us_per_forward"] = per_fwd
+        parts.append(f"{group} {_fmt(per_fwd)} ({len(names)} kernel{'s' if len(names) > 1 else ''})")
+    text = f"{variant}: device time per forward by kernel group: " + ", ".join(parts)
+    return [finding("speed", d, [variant], text, nums, [{"kind": "kernel", "name": nm} for names in groups.values() for nm in names],
+                    headline="time by kernel group: " + ", ".join(p.split(" (")[0] for p in parts[:3]))]
 
 
 def rule_correctness(d: RunData) -> list[dict]:

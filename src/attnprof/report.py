@@ -12,7 +12,17 @@ import jinja2
 import pandas as pd
 
 from .trace import kernel_label
-from .variants import VARIANTS
+
+#: variant -> what it changes, for the summary table (the study's "change" column)
+CHANGES = {
+    "naive": "matmul, scale, masked_fill (out of place), softmax, matmul",
+    "naive_inplace": "as naive, with masked_fill_ (in place)",
+    "sdpa_math": "SDPA, backend pinned to MATH",
+    "sdpa_efficient": "SDPA, backend pinned to EFFICIENT_ ATTENTION",
+    "sdpa_flash": "SDPA, backend pinned to FLASH_ ATTENTION",
+    "sdpa_cudnn": "SDPA, backend pinned to CUDNN_ ATTENTION",
+    "sdpa_auto": "SDPA, no backend pinned (PyTorch chooses)",
+}
 
 
 class RenderError(RuntimeError):
@@ -54,7 +64,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             k = kernels[(kernels["variant"] == v) & (kernels["shape_key"] == shape_key)] if len(kernels) else kernels
             k = k.assign(label=[kernel_label(n) for n in k["kernel"]]) if len(k) else k
             la = launches[(launches["variant"] == v) & (launches["shape_key"] == shape_key)] if len(launches) else launches
-            table.append({**row, "change": VARIANTS[v][0], "study_kernels": counts.get(v),
+            table.append({**row, "change": CHANGES.get(v, v), "study_kernels": counts.get(v),
                           "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la)})
         shapes.append({
             "key": shape_key, "rows": table, "findings": f["findings"], "expectations": f["expectations"],

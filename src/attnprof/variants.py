@@ -18,15 +18,17 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-#: variant -> (one-line description of the change, SDPA backend name or None)
-VARIANTS: dict[str, tuple[str, str | None]] = {
-    "naive": ("matmul, scale, masked_fill (out of place), softmax, matmul", None),
-    "naive_inplace": ("as naive, with masked_fill_ (in place)", None),
-    "sdpa_math": ("scaled_dot_product_attention, MATH backend", "MATH"),
-    "sdpa_efficient": ("scaled_dot_product_attention, EFFICIENT_ATTENTION backend", "EFFICIENT_ATTENTION"),
-    "sdpa_flash": ("scaled_dot_product_attention, FLASH_ATTENTION backend", "FLASH_ATTENTION"),
-    "sdpa_cudnn": ("scaled_dot_product_attention, CUDNN_ATTENTION backend", "CUDNN_ATTENTION"),
-    "sdpa_auto": ("scaled_dot_product_attention, no backend pinned (PyTorch chooses)", None),
+#: variant -> SDPA backend it pins (SDPBackend member name), or None (naive variants and
+#: sdpa_auto). SDPA = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...).
+#: What each variant changes, in words, is presentation: attnprof.report.CHANGES.
+VARIANTS: dict[str, str | None] = {
+    "naive": None,
+    "naive_inplace": None,
+    "sdpa_math": "MATH",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+    "sdpa_auto": None,
 }
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -95,7 +97,7 @@ def make_forward(variant: str, shape: Shape, device: str) -> tuple[Callable, con
     import torch
     import torch.nn.functional as F
 
-    _, backend = VARIANTS[variant]
+    backend = VARIANTS[variant]
     scale = 1.0 / math.sqrt(shape.head_dim)
 
     if variant in ("naive", "naive_inplace"):

@@ -8,6 +8,15 @@ rule capture:
     output:
         trace="results/{run}/captures/{shape}/{variant}/trace.json.gz",
         status="results/{run}/captures/{shape}/{variant}/status.json",
+    log:
+        "results/{run}/logs/capture/{shape}/{variant}.log",
+    conda:
+        "../envs/attnprof.yaml"
+    # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
+    threads: workflow.cores if DEVICE == "cpu" else 1
+    resources:
+        capture=1,
+        gpu=1 if DEVICE == "cuda" else 0,
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
@@ -16,13 +25,6 @@ rule capture:
         seed=config["seed"],
         tolerance=config["tolerance"],
         timeout_s=config["capture_timeout_s"],
-    # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
-    threads: workflow.cores if DEVICE == "cpu" else 1
-    resources:
-        capture=1,
-        gpu=1 if DEVICE == "cuda" else 0,
-    log:
-        "results/{run}/logs/capture/{shape}/{variant}.log",
     script:
         "../../scripts/capture.py"
 
@@ -33,12 +35,14 @@ rule environment:
         code("env"),
     output:
         "results/{run}/env.json",
+    log:
+        "results/{run}/logs/environment.log",
+    conda:
+        "../envs/attnprof.yaml"
     params:
         config=config,
         device=DEVICE,
         run=RUN,
         torch_version=TORCH_VERSION,
-    log:
-        "results/{run}/logs/environment.log",
     script:
         "../../scripts/environment.py"

@@ -1,6 +1,9 @@
 # Shared names: device, run id, shapes and the code/template files each stage depends on.
+import json
 import sys
 from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
@@ -8,7 +11,9 @@ from attnprof.env import default_run_id, detect_gpu, torch_build
 from attnprof.variants import expand_shapes
 
 GPU_NAME = detect_gpu() if config["device"] in ("auto", "cuda") else None
-DEVICE = config["device"] if config["device"] != "auto" else ("cuda" if GPU_NAME else "cpu")
+DEVICE = (
+    config["device"] if config["device"] != "auto" else ("cuda" if GPU_NAME else "cpu")
+)
 # The installed torch version is a param of the capture rule: a pip upgrade reruns captures
 # (Snakemake's software-env trigger does not see pip), and the auto run id changes with it.
 TORCH_BUILD = torch_build()
@@ -23,6 +28,7 @@ SHAPES = [s.key for s in expand_shapes(config["shapes"][DEVICE])]
 VARIANTS = list(config["variants"])
 PKG = Path(workflow.basedir) / "src" / "attnprof"
 REPORT_DIR = Path(workflow.basedir) / "report"
+PLOT_NAMES = ["device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device"]
 EXPECTATIONS = str(Path(workflow.basedir) / "config" / "expectations.yaml")
 
 # GPU captures never overlap, whatever --cores says: every capture job takes one unit
@@ -44,7 +50,35 @@ def code(*modules):
     return [str(PKG / f"{m}.py") for m in modules]
 
 
+def grid(run):
+    """(shape keys, variants) of result set ``run``: the current config's for the current run,
+    else the config recorded in that result set's env.json, so that a result set captured
+    elsewhere (a GPU node) re-renders here without its grid in our config."""
+    if run == RUN:
+        return SHAPES, VARIANTS
+    env_path = Path(f"results/{run}/env.json")
+    if not env_path.exists():
+        raise WorkflowError(
+            f"results/{run}/env.json not found: cannot tell the shapes and variants of result set {run!r}"
+        )
+    recorded = json.loads(env_path.read_text())
+    cfg = recorded["config"]
+    shapes = [s.key for s in expand_shapes(cfg["shapes"][recorded["device"]])]
+    return shapes, list(cfg["variants"])
+
+
 def per_capture(pattern):
-    """Input function: a per-(shape, variant) path pattern over the configured grid, in the
-    job's own result set."""
-    return lambda wc: expand(pattern, run=wc.run, shape=SHAPES, variant=VARIANTS)
+    """Input function: a per-(shape, variant) path pattern over the grid of the job's own result set."""
+
+    def paths(wc):
+        shapes, variants = grid(wc.run)
+        return expand(pattern, run=wc.run, shape=shapes, variant=variants)
+
+    return paths
+
+
+def plot_files(wc):
+    shapes, _ = grid(wc.run)
+    return expand(
+        f"results/{wc.run}/plots/{{shape}}/{{name}}.png", shape=shapes, name=PLOT_NAMES
+    )

@@ -12,9 +12,11 @@ rule extract:
         launches="results/{run}/tables/{shape}/{variant}/launches.csv",
         ops="results/{run}/tables/{shape}/{variant}/ops.csv",
         device="results/{run}/tables/{shape}/{variant}/device.json",
-    params:
-        range_name=config["profiler"]["range_name"],
     log:
         "results/{run}/logs/extract/{shape}/{variant}.log",
+    conda:
+        "../envs/attnprof.yaml"
+    params:
+        range_name=config["profiler"]["range_name"],
     script:
         "../../scripts/extract.py"

@@ -5,7 +5,9 @@ rule findings:
     input:
         code("findings", "trace", "variants"),
         expectations=EXPECTATIONS,
-        schema=str(Path(workflow.basedir) / "workflow" / "schemas" / "findings.schema.json"),
+        schema=str(
+            Path(workflow.basedir) / "workflow" / "schemas" / "findings.schema.json"
+        ),
         summary="results/{run}/summary.csv",
         kernels="results/{run}/kernels.csv",
         status=per_capture("results/{run}/captures/{shape}/{variant}/status.json"),
@@ -16,5 +18,7 @@ rule findings:
         "results/{run}/findings.json",
     log:
         "results/{run}/logs/findings.log",
+    conda:
+        "../envs/attnprof.yaml"
     script:
         "../../scripts/findings.py"

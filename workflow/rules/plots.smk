@@ -7,14 +7,13 @@ rule plots:
         summary="results/{run}/summary.csv",
         kernels="results/{run}/kernels.csv",
     output:
-        expand(
-            "results/{{run}}/plots/{{shape}}/{name}.png",
-            name=["device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device"],
-        ),
+        expand("results/{{run}}/plots/{{shape}}/{name}.png", name=PLOT_NAMES),
+    log:
+        "results/{run}/logs/plots/{shape}.log",
+    conda:
+        "../envs/attnprof.yaml"
     params:
         dpi=config["plots"]["dpi"],
         top=config["plots"]["top_kernels"],
-    log:
-        "results/{run}/logs/plots/{shape}.log",
     script:
         "../../scripts/plots.py"

@@ -11,16 +11,14 @@ rule report_html:
         kernels="results/{run}/kernels.csv",
         findings="results/{run}/findings.json",
         env="results/{run}/env.json",
-        plots=expand(
-            "results/{{run}}/plots/{shape}/{name}.png",
-            shape=SHAPES,
-            name=["device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device"],
-        ),
+        plots=plot_files,
         launches=per_capture("results/{run}/tables/{shape}/{variant}/launches.csv"),
     output:
         "results/{run}/report.html",
     log:
         "results/{run}/logs/report_html.log",
+    conda:
+        "../envs/attnprof.yaml"
     script:
         "../../scripts/report_html.py"
 
@@ -34,5 +32,7 @@ rule report_pdf:
         "results/{run}/report.pdf",
     log:
         "results/{run}/logs/report_pdf.log",
+    conda:
+        "../envs/attnprof.yaml"
     script:
         "../../scripts/report_pdf.py"

@@ -12,5 +12,7 @@ rule summarize:
         kernels="results/{run}/kernels.csv",
     log:
         "results/{run}/logs/summarize.log",
+    conda:
+        "../envs/attnprof.yaml"
     script:
         "../../scripts/summarize.py"
