@@ -21,6 +21,7 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/findings.smk"
 include: "workflow/rules/plots.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/compare.smk"
 
 
 # The HTML and PDF report of the current result set (the default target).

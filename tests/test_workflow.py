@@ -136,6 +136,49 @@ def test_torch_version_change_reruns_every_capture(run_dir):
     assert jobs["capture"] == 7 and jobs["extract"] == 7
 
 
+def test_one_variants_code_change_reruns_only_its_captures(run_dir):
+    variants = run_dir / "src" / "attnprof" / "variants.py"
+    with edited(variants, "return torch.softmax(scores, dim=-1) @ v", "return torch.softmax(scores, dim=-1).matmul(v)"):
+        jobs = planned_jobs(run_dir)
+    # naive and naive_inplace share that code; the five SDPA variants do not rerun
+    assert jobs["capture"] == 2 and jobs["extract"] == 2 and jobs["summarize"] == 1
+
+
+def test_render_profile_rerenders_a_result_set_without_recapturing(run_dir):
+    """A result set captured elsewhere renders here: its grid comes from its env.json, and the
+    render profile lets no capture or environment job run."""
+    for name in ("report.html", "report.pdf", "findings.json"):
+        (run_dir / "results" / "tiny" / name).unlink()
+    # this machine's config names another result set, so 'tiny' is a foreign one here
+    (run_dir / "other.yaml").write_text("run: elsewhere\n")
+    profile = str(run_dir / "workflow" / "profiles" / "render")
+    config = ["--configfile", str(run_dir / "tiny.yaml"), str(run_dir / "other.yaml")]
+    out = snakemake(run_dir, "results/tiny/report.pdf", "--profile", profile, *config).stdout
+    assert (run_dir / "results" / "tiny" / "report.pdf").exists()
+    assert "rule capture" not in out and "rule environment" not in out
+
+
+def test_compare_target_builds_a_comparison_of_two_result_sets(run_dir):
+    """A second result set (a copy of 'tiny' whose env.json says another torch) compared with 'tiny'."""
+    results = run_dir / "results"
+    shutil.copytree(results / "tiny", results / "tiny_b")
+    env = json.loads((results / "tiny_b" / "env.json").read_text())
+    env["torch"] = "9.9.9"
+    (results / "tiny_b" / "env.json").write_text(json.dumps(env))
+    (run_dir / "cmp.yaml").write_text("compare: {runs: [tiny, tiny_b], name: t, noise_floor: 0.05}\n")
+    snakemake(run_dir, "compare", "--cores", "1", "--allowed-rules", "compare_json", "compare_html", "compare_pdf", "compare",
+              "--configfile", str(run_dir / "tiny.yaml"), str(run_dir / "cmp.yaml"))
+    doc = json.loads((results / "compare" / "t" / "compare.json").read_text())
+    pair = doc["pairs"][0]
+    assert {"key": "torch", "a": env_torch(results / "tiny"), "b": "9.9.9"} in pair["env_diff"]
+    assert len(pair["rows"]) == 7 and all(not r["kernels_added"] and not r["ops_added"] for r in pair["rows"])
+    assert (results / "compare" / "t" / "compare.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def env_torch(run: Path) -> str:
+    return json.loads((run / "env.json").read_text())["torch"]
+
+
 def test_gpu_captures_never_overlap(tmp_path):
     """device=cuda on a machine without a GPU: every capture records 'unsupported' (after a full
     Python + torch start), and with --cores 8 their time intervals must still be disjoint."""

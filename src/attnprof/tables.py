@@ -23,7 +23,7 @@ FORWARD_COLUMNS = [
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
     "kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
-    "device_ms_per_forward", "device_ms_min", "device_ms_max", "cpu_ms_per_forward",
+    "device_ms_per_forward", "device_ms_min", "device_ms_max", "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max",
     "timed_ms_median", "timed_ms_min", "timed_ms_max", "timing_method",
     "forwards_profiled", "rel_error", "rel_error_ok", "peak_memory_mb", "reason",
 ]
@@ -158,5 +158,7 @@ def summary_row(status: dict, forwards: pd.DataFrame) -> dict:
             device_ms_min=forwards["device_us"].min() / 1e3 if on_gpu else None,
             device_ms_max=forwards["device_us"].max() / 1e3 if on_gpu else None,
             cpu_ms_per_forward=forwards["cpu_us"].median() / 1e3,
+            cpu_ms_min=forwards["cpu_us"].min() / 1e3,
+            cpu_ms_max=forwards["cpu_us"].max() / 1e3,
         )
     return {c: row.get(c) for c in SUMMARY_COLUMNS}

@@ -87,45 +87,60 @@ def torch_dtype(name: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
+def _naive_forward(shape: Shape, device: str, inplace: bool) -> Callable:
+    """The study's 04_a/04_b: matmul, scale, masked_fill(_), softmax, matmul; the causal mask
+    is built once, here, outside the profiled forwards."""
+    import torch
+
+    scale = 1.0 / math.sqrt(shape.head_dim)
+    s = shape.seq_len
+    mask = torch.triu(torch.ones(s, s, dtype=torch.bool, device=device), diagonal=1) if shape.causal else None
+
+    def forward(q, k, v):
+        scores = (q @ k.transpose(-2, -1)) * scale
+        if mask is not None:
+            scores = scores.masked_fill_(mask, float("-inf")) if inplace else scores.masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    return forward
+
+
+def _sdpa_forward(shape: Shape) -> Callable:
+    """The study's 04_c: one scaled_dot_product_attention call, no mask tensor."""
+    import torch.nn.functional as F
+
+    def forward(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal)
+
+    return forward
+
+
 def make_forward(variant: str, shape: Shape, device: str) -> tuple[Callable, contextlib.AbstractContextManager]:
     """Return ``(forward, context)``: ``forward(q, k, v) -> out`` for ``variant``, and the
     context to hold around every call -- ``sdpa_kernel(<backend>)`` for the pinned SDPA
     variants, a null context otherwise. The context is entered once, outside the profiled
     forwards, so that a forward's CPU time is the attention call alone (as in sdpa_auto).
-    Fixed state (the naive variants' causal mask, built once like the study does) is
-    created here. Raises KeyError for an unknown variant."""
-    import torch
-    import torch.nn.functional as F
-
+    Raises KeyError for an unknown variant."""
     backend = VARIANTS[variant]
-    scale = 1.0 / math.sqrt(shape.head_dim)
-
     if variant in ("naive", "naive_inplace"):
-        s = shape.seq_len
-        mask = (
-            torch.triu(torch.ones(s, s, dtype=torch.bool, device=device), diagonal=1)
-            if shape.causal
-            else None
-        )
-        inplace = variant == "naive_inplace"
-
-        def forward(q, k, v):
-            scores = (q @ k.transpose(-2, -1)) * scale
-            if mask is not None:
-                scores = scores.masked_fill_(mask, float("-inf")) if inplace else scores.masked_fill(mask, float("-inf"))
-            return torch.softmax(scores, dim=-1) @ v
-
-        return forward, contextlib.nullcontext()
-
-    def forward(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal)
-
+        return _naive_forward(shape, device, inplace=variant == "naive_inplace"), contextlib.nullcontext()
     if backend is None:  # sdpa_auto: whatever PyTorch dispatches to
-        return forward, contextlib.nullcontext()
-
+        return _sdpa_forward(shape), contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return forward, sdpa_kernel(getattr(SDPBackend, backend))
+    return _sdpa_forward(shape), sdpa_kernel(getattr(SDPBackend, backend))
+
+
+def variant_fingerprint(variant: str) -> str:
+    """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder,
+    make_forward, Shape and reference_attention. A Snakemake param of the capture rule, so that
+    editing one variant's code reruns that variant's captures only."""
+    import hashlib
+    import inspect
+
+    builder = _naive_forward if variant in ("naive", "naive_inplace") else _sdpa_forward
+    parts = [variant, str(VARIANTS[variant])] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, reference_attention)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def reference_attention(q, k, v, causal: bool):

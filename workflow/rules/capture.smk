@@ -4,7 +4,7 @@
 rule capture:
     """Warm up, trace the forwards with torch.profiler, check against float64, time."""
     input:
-        code("capture", "variants"),
+        code("capture"),
     output:
         trace="results/{run}/captures/{shape}/{variant}/trace.json.gz",
         status="results/{run}/captures/{shape}/{variant}/status.json",
@@ -20,6 +20,8 @@ rule capture:
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
+        # the code this variant runs (not all of variants.py): editing one variant reruns only it
+        variant_code=lambda wc: variant_fingerprint(wc.variant),
         profiler=config["profiler"],
         timing=config["timing"],
         seed=config["seed"],

@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from attnprof.env import default_run_id, detect_gpu, torch_build
-from attnprof.variants import expand_shapes
+from attnprof.variants import expand_shapes, variant_fingerprint
 
 GPU_NAME = detect_gpu() if config["device"] in ("auto", "cuda") else None
 DEVICE = (
@@ -82,3 +82,31 @@ def plot_files(wc):
     return expand(
         f"results/{wc.run}/plots/{{shape}}/{{name}}.png", shape=shapes, name=PLOT_NAMES
     )
+
+
+# --- compare (workflow/rules/compare.smk) ---
+COMPARE_RUNS = list(config["compare"]["runs"])
+COMPARE_NAME = (
+    "__vs__".join(COMPARE_RUNS)
+    if config["compare"]["name"] == "auto"
+    else config["compare"]["name"]
+) or "unset"
+
+
+def compare_inputs(wc):
+    """Per result set: summary, kernels, env, findings and every capture's ops table."""
+    if len(COMPARE_RUNS) < 2:
+        raise WorkflowError(
+            "compare needs at least two result sets: set compare.runs (e.g. --configfile compare.yaml)"
+        )
+    files = {}
+    for run in COMPARE_RUNS:
+        for name in ("summary.csv", "kernels.csv", "env.json", "findings.json"):
+            files[f"{run}/{name}"] = f"results/{run}/{name}"
+        shapes, variants = grid(run)
+        files[f"{run}/ops"] = expand(
+            f"results/{run}/tables/{{shape}}/{{variant}}/ops.csv",
+            shape=shapes,
+            variant=variants,
+        )
+    return files

@@ -1,0 +1,130 @@
+"""Compare result sets (e.g. before and after a PyTorch upgrade, or two GPU kinds).
+
+The first result set is the baseline; every other one is compared with it, per (variant,
+shape) present in both: kernels per forward, kernels added and removed (names normalised
+by stripping template arguments and parameter lists), aten ops added and removed, time
+ratios judged against noise, status changes, what ``sdpa_auto`` dispatched to, and the
+environment and config differences.
+
+Noise threshold for a time ratio: the larger relative spread ``(max - min) / median`` of the
+two runs' per-forward times, and never less than ``noise_floor`` (default 5 %). A ratio
+outside ``1 ± threshold`` is called faster/slower; inside, "within noise". A trace ratio that the
+independent timing (``timed_ms_*``, judged the same way) does not confirm is "inconsistent".
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .trace import short_kernel_name
+
+
+def normalise_kernel(name: str) -> str:
+    """Kernel name without template arguments and parameters (see short_kernel_name)."""
+    return short_kernel_name(name)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def env_diff(a: dict, b: dict) -> list[dict]:
+    """Keys of env.json (config flattened as config.x.y) whose values differ: [{key, a, b}]."""
+    fa, fb = _flatten(a), _flatten(b)
+    return [{"key": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+
+
+def _time_columns(summary: pd.DataFrame) -> tuple[str, str, str, str]:
+    """(median, min, max, label) of the timing compared: device time on GPU runs, CPU time else."""
+    if summary["device_ms_per_forward"].notna().any():
+        return "device_ms_per_forward", "device_ms_min", "device_ms_max", "device time per forward (trace)"
+    return "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "CPU time per forward (trace)"
+
+
+def _spread(row: pd.Series, med: str, lo: str, hi: str) -> float:
+    if lo not in row or pd.isna(row.get(lo)) or pd.isna(row.get(hi)) or not row[med]:
+        return 0.0
+    return float((row[hi] - row[lo]) / row[med])
+
+
+def _judge(ratio: float, threshold: float) -> str:
+    return "slower" if ratio > 1 + threshold else "faster" if ratio < 1 - threshold else "within noise"
+
+
+def _dispatch(findings: dict, shape_key: str) -> str | None:
+    for shape in findings.get("shapes", []):
+        if shape["shape_key"] == shape_key:
+            for f in shape["findings"]:
+                if f["rule"] == "dispatch":
+                    return f["headline"]
+    return None
+
+
+def compare_pair(a: dict, b: dict, noise_floor: float = 0.05) -> dict:
+    """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
+    kernels, ops (DataFrames as written by the pipeline), env and findings (parsed JSON).
+    Returns a JSON-serialisable dict: rows (one per variant and shape in both), env_diff."""
+    sa, sb = a["summary"], b["summary"]
+    med, lo, hi, label = _time_columns(sa)
+    rows = []
+    keys = sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
+    for variant, shape_key in keys:
+        ra = sa[(sa["variant"] == variant) & (sa["shape_key"] == shape_key)].iloc[0]
+        rb = sb[(sb["variant"] == variant) & (sb["shape_key"] == shape_key)].iloc[0]
+        row = {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
+               "kernels_a": _num(ra.get("kernels_per_forward")), "kernels_b": _num(rb.get("kernels_per_forward"))}
+
+        def names(frame, col, fn=lambda x: x):
+            if frame is None or len(frame) == 0:
+                return set()
+            f = frame[(frame["variant"] == variant) & (frame["shape_key"] == shape_key)]
+            return {fn(n) for n in f[col]}
+
+        ka, kb = names(a["kernels"], "kernel", normalise_kernel), names(b["kernels"], "kernel", normalise_kernel)
+        oa, ob = names(a.get("ops"), "op"), names(b.get("ops"), "op")
+        row.update(kernels_added=sorted(kb - ka), kernels_removed=sorted(ka - kb), ops_added=sorted(ob - oa), ops_removed=sorted(oa - ob))
+        ta, tb = _num(ra.get(med)), _num(rb.get(med))
+        row.update(time_a_ms=ta, time_b_ms=tb, timing=label)
+        if ta and tb:
+            ratio = tb / ta
+            threshold = max(noise_floor, _spread(ra, med, lo, hi), _spread(rb, med, lo, hi))
+            verdict = _judge(ratio, threshold)
+            ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
+            timed_ratio = ib / ia if ia and ib else None
+            if timed_ratio is not None and verdict != "within noise":
+                timed_threshold = max(noise_floor, _spread(ra, "timed_ms_median", "timed_ms_min", "timed_ms_max"),
+                                      _spread(rb, "timed_ms_median", "timed_ms_min", "timed_ms_max"))
+                if _judge(timed_ratio, timed_threshold) != verdict:
+                    verdict = "inconsistent"  # the independent timing does not confirm the trace
+            row.update(ratio=ratio, noise_threshold=threshold, timed_ratio=timed_ratio, verdict=verdict)
+        else:
+            row.update(ratio=None, noise_threshold=None, timed_ratio=None, verdict="not comparable")
+        rows.append(row)
+    shapes = sorted(set(sa["shape_key"]) & set(sb["shape_key"]))
+    dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s)} for s in shapes]
+    return {"a": a["name"], "b": b["name"], "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
+            "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
+            "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
+
+
+def _num(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return float(v)
+
+
+def compare_runs(runs: list[dict], noise_floor: float = 0.05) -> dict:
+    """Compare every result set after the first with the first (the baseline)."""
+    if len(runs) < 2:
+        raise ValueError("compare needs at least two result sets")
+    return {"baseline": runs[0]["name"], "noise_floor": noise_floor,
+            "pairs": [compare_pair(runs[0], other, noise_floor) for other in runs[1:]]}

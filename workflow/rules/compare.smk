@@ -1,0 +1,57 @@
+# Compare result sets: results/compare/<name>/compare.{json,html,pdf}.
+
+
+rule compare_json:
+    input:
+        unpack(compare_inputs),
+        code=code("compare", "trace"),
+    output:
+        "results/compare/{name}/compare.json",
+    log:
+        "results/compare/{name}/compare_json.log",
+    conda:
+        "../envs/attnprof.yaml"
+    params:
+        runs=COMPARE_RUNS,
+        noise_floor=config["compare"]["noise_floor"],
+    script:
+        "../../scripts/compare.py"
+
+
+rule compare_html:
+    input:
+        code("compare", "report"),
+        json="results/compare/{name}/compare.json",
+        template=str(REPORT_DIR / "compare.html.j2"),
+        css=str(REPORT_DIR / "report.css"),
+    output:
+        "results/compare/{name}/compare.html",
+    log:
+        "results/compare/{name}/compare_html.log",
+    conda:
+        "../envs/attnprof.yaml"
+    script:
+        "../../scripts/compare_html.py"
+
+
+rule compare_pdf:
+    input:
+        code("report"),
+        html="results/compare/{name}/compare.html",
+    output:
+        "results/compare/{name}/compare.pdf",
+    log:
+        "results/compare/{name}/compare_pdf.log",
+    conda:
+        "../envs/attnprof.yaml"
+    script:
+        "../../scripts/report_pdf.py"
+
+
+rule compare:
+    input:
+        expand(
+            "results/compare/{name}/compare.{ext}",
+            name=COMPARE_NAME,
+            ext=["html", "pdf"],
+        ),
