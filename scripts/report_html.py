@@ -9,8 +9,12 @@ from attnprof.report import build_context, render_html
 
 sm = snakemake  # noqa: F821
 plots: dict = {}
+run_plots = {}
 for p in map(Path, sm.input.plots):
-    plots.setdefault(p.parent.name, {})[p.stem] = p
+    if p.parent.name == "plots":  # run-wide: scaling and roofline
+        run_plots[p.stem] = p
+    else:
+        plots.setdefault(p.parent.name, {})[p.stem] = p
 launches = [pd.read_csv(p) for p in sm.input.launches]
 launches = pd.concat([f for f in launches if not f.empty] or launches[:1], ignore_index=True)
 context = build_context(
@@ -22,6 +26,8 @@ context = build_context(
     env=json.loads(Path(sm.input.env).read_text()),
     expectations=yaml.safe_load(Path(sm.input.expectations).read_text()),
     plots=plots,
+    run_plots=run_plots,
+    calibration=json.loads(Path(sm.input.calibration).read_text()),
     css=Path(sm.input.css).read_text(),
 )
 Path(sm.output[0]).write_text(render_html(context, Path(sm.input.template).parent, Path(sm.input.template).name))

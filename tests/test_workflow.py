@@ -108,7 +108,7 @@ def test_nothing_reruns_when_nothing_changed(run_dir):
 def test_plot_setting_reruns_only_plots_and_report(run_dir):
     # env.json records the config used, so it is rewritten too; no capture, extract or findings job
     assert planned_jobs(run_dir, "plots: {dpi: 100, top_kernels: 6}") == {
-        "environment": 1, "plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
+        "environment": 1, "plots": 1, "scaling_plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
 
 
 def test_profiler_schedule_reruns_every_capture(run_dir):

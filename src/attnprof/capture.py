@@ -22,6 +22,7 @@ import gzip
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -119,6 +120,48 @@ def _time_calls(forward, input_sets, device: str, repeats: int) -> dict:
     }
 
 
+def _time_graph(forward, q, k, v, repeats: int) -> dict:
+    """Capture one forward in a CUDA graph and time ``repeats`` replays, each between CUDA
+    events: the device time of the forward without launch gaps. Returns ms statistics, or
+    {"error": reason} when the variant cannot be captured (a CPU sync, an unsupported op)."""
+    import torch
+
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                forward(q, k, v)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward(q, k, v)
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any capture failure is a result, not a crash
+        torch.cuda.synchronize()
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    del graph
+    return {"method": "cuda_graph_replay", "repeats": repeats, "min_ms": min(times),
+            "median_ms": statistics.median(times), "max_ms": max(times)}
+
+
+def oom_bytes(message: str) -> int | None:
+    """Bytes the allocator asked for, from PyTorch's 'Tried to allocate 64.00 GiB' message; None if absent."""
+    m = re.search(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", message)
+    if not m:
+        return None
+    return int(float(m.group(1)) * 1024 ** ("B", "KiB", "MiB", "GiB", "TiB").index(m.group(2)))
+
+
 def _op_input_types(forward, q, k, v) -> list[dict]:
     """Profile one extra forward, CPU only, with record_shapes=True, and return each
     aten op's name and input dtypes, read from the exported trace's ``Input type`` args
@@ -162,7 +205,10 @@ def capture(spec: dict, trace_path: Path) -> dict:
     }
     import torch
 
+    record["torch_import_s"] = round(time.perf_counter() - t_start, 3)
     record["torch_version"] = torch.__version__
+    record["forward_flops"] = shape.forward_flops()
+    record["min_bytes"] = shape.min_bytes()
     record["device_name"] = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else platform.processor() or platform.machine()
     if device == "cuda" and not torch.cuda.is_available():
         record.update(status="unsupported", reason="cuda requested but torch.cuda.is_available() is False (no GPU or a CPU-only torch build)")
@@ -187,6 +233,7 @@ def capture(spec: dict, trace_path: Path) -> dict:
                     out = forward(q, k, v)
                 _sync(device)
 
+                t_profile = time.perf_counter()
                 log(f"profiling {steps} steps (wait {sched['wait']}, warmup {sched['warmup']}, active {sched['active']})")
                 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
                 with profile(
@@ -200,6 +247,7 @@ def capture(spec: dict, trace_path: Path) -> dict:
                         # outside the range: each step's device work ends before the next starts
                         _sync(device)
                         prof.step()
+                record["profile_s"] = round(time.perf_counter() - t_profile, 3)
                 if device == "cuda":
                     record["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
 
@@ -214,11 +262,16 @@ def capture(spec: dict, trace_path: Path) -> dict:
 
                 log(f"timing {spec['timing']['repeats']} calls over {len(sets)} input sets")
                 record["timing"] = _time_calls(forward, sets, device, spec["timing"]["repeats"])
+                if device == "cuda":
+                    log("timing CUDA-graph replays")
+                    record["graph_timing"] = _time_graph(forward, q, k, v, spec["timing"]["repeats"])
                 record["op_input_types"] = _op_input_types(forward, q, k, v)
             record["status"] = "ok"
         except Exception as exc:  # a variant's own failure is data, not a crash
             record["status"] = classify_exception(exc)
             record["reason"] = f"{type(exc).__name__}: {exc}".strip()
+            if record["status"] == "out_of_memory":
+                record["oom_bytes"] = oom_bytes(record["reason"])
             if device == "cpu" and spec["variant"] in ("sdpa_efficient", "sdpa_cudnn"):
                 record["reason"] += CPU_BACKENDS_NOTE
             if record["status"] == "failed":

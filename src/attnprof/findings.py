@@ -518,9 +518,55 @@ def rule_correctness(d: RunData) -> list[dict]:
     return out
 
 
+def rule_fidelity(d: RunData) -> list[dict]:
+    """Timing fidelity: trace device time vs the independent timings (CUDA events per call,
+    CUDA-graph replay) and their spread. Flags adjacent variants (by trace device time) whose
+    order does not hold: the event or graph medians order them the other way, or their
+    per-forward trace device times (min-max over profiled forwards) overlap."""
+    if not d.on_gpu:
+        return []
+    out, rows = [], []
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if row is None or row["status"] != "ok" or row["device_ms_per_forward"] != row["device_ms_per_forward"]:
+            continue
+        trace, timed = ref_summary(d, variant, "device_ms_per_forward", "ms"), ref_summary(d, variant, "timed_ms_median", "ms")
+        lo, hi = ref_summary(d, variant, "timed_ms_min", "ms"), ref_summary(d, variant, "timed_ms_max", "ms")
+        nums = {"trace_ms": trace, "timed_ms": timed, "timed_over_trace": derived("ratio", [timed, trace]),
+                "timed_min_ms": lo, "timed_max_ms": hi}
+        graph = ref_summary(d, variant, "graph_ms_median", "ms")
+        text = f"{variant}: trace {_fmt(trace)}, CUDA events {_fmt(timed)} (min {_fmt(lo)}, max {_fmt(hi)})"
+        if graph["value"] is not None:
+            nums["graph_ms"], nums["graph_over_trace"] = graph, derived("ratio", [graph, trace])
+            text += f", CUDA graph {_fmt(graph)}"
+        elif isinstance(row.get("graph_error"), str):
+            text += f"; not capturable in a CUDA graph ({row['graph_error'][:120]})"
+        text += f"; events / trace = {_fmt(nums['timed_over_trace'], 3)}"
+        rows.append((variant, trace["value"], _clean(row["device_ms_min"]), _clean(row["device_ms_max"]), timed["value"], graph["value"]))
+        out.append(finding("fidelity", d, [variant], text, nums, [{"kind": "metric", "name": "timed_ms_median"}],
+                           headline=f"events/trace {_fmt(nums['timed_over_trace'], 3)}"))
+    rows.sort(key=lambda r: r[1])
+    for a, b in zip(rows, rows[1:]):
+        flips = []
+        if a[4] is not None and b[4] is not None and a[4] > b[4]:
+            flips.append("CUDA-event medians order them the other way")
+        if a[5] is not None and b[5] is not None and a[5] > b[5]:
+            flips.append("CUDA-graph replays order them the other way")
+        if a[3] is not None and b[2] is not None and a[3] >= b[2]:
+            flips.append("their per-forward trace device times overlap (slowest forward of the first >= fastest of the second)")
+        if flips:
+            nums = {f"{a[0]}_trace_ms": ref_summary(d, a[0], "device_ms_per_forward", "ms"),
+                    f"{b[0]}_trace_ms": ref_summary(d, b[0], "device_ms_per_forward", "ms")}
+            out.append(finding("fidelity", d, [a[0], b[0]], f"ranking {a[0]} ahead of {b[0]} (trace {_fmt(nums[f'{a[0]}_trace_ms'])} vs "
+                               f"{_fmt(nums[f'{b[0]}_trace_ms'])}) does not hold: " + "; ".join(flips), nums,
+                               [{"kind": "metric", "name": "device_ms_per_forward"}], kind="artefact",
+                               headline=f"ranking vs {b[0]} not robust"))
+    return out
+
+
 RULES: tuple[Callable[[RunData], list[dict]], ...] = (
     rule_status, rule_hidden_copy, rule_precision, rule_mask, rule_extra_ops, rule_fusion, rule_memset,
-    rule_occupancy, rule_cpu_cost, rule_dispatch, rule_speed, rule_correctness,
+    rule_occupancy, rule_cpu_cost, rule_dispatch, rule_speed, rule_fidelity, rule_correctness,
 )
 
 

@@ -146,3 +146,86 @@ def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: i
     kernel_split(summary, kernels, out_dir / "kernel_split.png", top, dpi)
     cpu_vs_device(summary, out_dir / "cpu_vs_device.png", dpi)
     return [out_dir / f"{name}.png" for name in PLOTS]
+
+
+SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median)", "scaling_time"),
+           "tflops": ("achieved TFLOP/s (trace device time)", "scaling_tflops"),
+           "peak_memory_mb": ("peak device memory allocated, MiB", "scaling_memory")}
+SCALING_PLOTS = tuple(name for _, name in SCALING.values()) + ("roofline",)
+
+
+def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One panel per combination of the shape fields other than seq_len."""
+    keys = ["head_dim", "batch", "heads", "dtype", "causal"]
+    out = []
+    for vals, part in summary.groupby(keys, sort=True):
+        label = ", ".join(f"{k} {v}" for k, v in zip(keys, vals) if summary[k].nunique() > 1 or k == "head_dim")
+        out.append((label, part))
+    return out
+
+
+def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> None:
+    """``column`` against seq_len (log-log), a line per variant, a panel per head_dim (and any
+    other swept field). Points that ran out of memory are drawn as 'x' on the panel's top edge."""
+    panels = _panels(summary)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    variants = list(dict.fromkeys(summary["variant"]))
+    for ax, (label, part) in zip(axes[0], panels):
+        top = part[column].max() if part[column].notna().any() else 1.0
+        for i, v in enumerate(variants):
+            pv = part[part["variant"] == v].sort_values("seq_len")
+            ok = pv[pv[column].notna() & (pv["status"] == "ok")]
+            if len(ok):
+                ax.plot(ok["seq_len"], ok[column], marker="o", ms=3, color=cmap(i % 10), label=v)
+            oom = pv[pv["status"] == "out_of_memory"]
+            if len(oom):
+                ax.scatter(oom["seq_len"], [top * 1.6] * len(oom), marker="x", s=40, color=cmap(i % 10), clip_on=False)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("seq_len")
+        ax.set_title(label, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel(SCALING[column][0])
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle(f"{SCALING[column][0]} vs sequence length (x at the top: out of memory)", fontsize=10)
+    _save(fig, path, dpi)
+
+
+def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 144) -> None:
+    """Achieved TFLOP/s (trace device time) against arithmetic intensity (FLOP per byte of
+    the minimum traffic: q, k, v read and the output written once), under the measured
+    ceilings (GEMM TFLOP/s and copy bandwidth, solid) and the datasheet ones (dashed)."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    ok = summary[(summary["status"] == "ok") & summary["tflops"].notna()] if "tflops" in summary else summary.iloc[0:0]
+    cmap = plt.get_cmap("tab10")
+    xs = np.logspace(0, 4, 200)
+    drew = False
+    for key, bw_key, style, name in (("gemm_tflops_bf16", "copy_tb_per_s", "-", "measured"),
+                                     ("datasheet_tflops_bf16", "datasheet_tb_per_s", "--", "datasheet")):
+        if calibration.get(key) and calibration.get(bw_key):
+            ax.plot(xs, np.minimum(calibration[key], calibration[bw_key] * xs), style, color="#444",
+                    label=f"{name}: {calibration[key]:.0f} TFLOP/s, {calibration[bw_key]:.2f} TB/s")
+            drew = True
+    for i, v in enumerate(dict.fromkeys(ok["variant"])):
+        pv = ok[ok["variant"] == v]
+        ax.scatter(pv["flop_per_byte"], pv["tflops"], s=12 + 30 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1),
+                   color=cmap(i % 10), label=v, alpha=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOP per byte (minimum traffic: q, k, v read, out written)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title("Roofline (marker size grows with seq_len)" + ("" if drew else ": no calibration on this device"))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    _save(fig, path, dpi)
+
+
+def make_scaling(summary: pd.DataFrame, calibration: dict, out_dir: Path, dpi: int) -> list[Path]:
+    """Write the run-wide scaling plots and the roofline into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for column, (_, name) in SCALING.items():
+        scaling(summary, column, out_dir / f"{name}.png", dpi)
+    roofline(summary, calibration, out_dir / "roofline.png", dpi)
+    return [out_dir / f"{name}.png" for name in SCALING_PLOTS]

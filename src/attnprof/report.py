@@ -45,9 +45,11 @@ def study_counts(expectations: dict) -> dict[str, int]:
 
 
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
-                  env: dict, expectations: dict, plots: dict[str, dict[str, Path]], css: str) -> dict:
+                  env: dict, expectations: dict, plots: dict[str, dict[str, Path]], css: str,
+                  run_plots: dict[str, Path] | None = None, calibration: dict | None = None) -> dict:
     """Everything the template needs, as plain Python values. ``plots`` maps shape key ->
-    plot name -> PNG path."""
+    plot name -> PNG path; ``run_plots`` the run-wide plots (scaling, roofline) by name;
+    ``calibration`` is calibration.json."""
     shapes = []
     by_shape = {s["shape_key"]: s for s in findings["shapes"]}
     counts = study_counts(expectations)
@@ -72,7 +74,9 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),
         })
     cfg = env.get("config", {})
-    return {"run": run, "env": env, "config": cfg, "shapes": shapes, "expectations_meta": expectations, "css": css}
+    return {"run": run, "env": env, "config": cfg, "shapes": shapes, "expectations_meta": expectations, "css": css,
+            "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
+            "calibration": calibration or {}, "multi_shape": summary["shape_key"].nunique() > 1}
 
 
 def _fmt(value, digits: int = 3) -> str:

@@ -25,7 +25,9 @@ SUMMARY_COLUMNS = [
     "kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
     "device_ms_per_forward", "device_ms_min", "device_ms_max", "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max",
     "timed_ms_median", "timed_ms_min", "timed_ms_max", "timing_method",
-    "forwards_profiled", "rel_error", "rel_error_ok", "peak_memory_mb", "reason",
+    "graph_ms_median", "graph_ms_min", "graph_ms_max", "graph_error",
+    "forwards_profiled", "rel_error", "rel_error_ok", "peak_memory_mb",
+    "forward_gflop", "flop_per_byte", "tflops", "tflops_graph", "oom_bytes", "reason",
 ]
 LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync")
 
@@ -147,7 +149,14 @@ def summary_row(status: dict, forwards: pd.DataFrame) -> dict:
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
         "peak_memory_mb": (status["peak_memory_bytes"] / 2**20) if status.get("peak_memory_bytes") else None,
         "reason": status.get("reason", ""),
+        "oom_bytes": status.get("oom_bytes"),
     }
+    graph = status.get("graph_timing") or {}
+    row.update(graph_ms_median=graph.get("median_ms"), graph_ms_min=graph.get("min_ms"), graph_ms_max=graph.get("max_ms"),
+               graph_error=graph.get("error"))
+    if status.get("forward_flops"):
+        row["forward_gflop"] = status["forward_flops"] / 1e9
+        row["flop_per_byte"] = status["forward_flops"] / status["min_bytes"]
     on_gpu = status.get("device") == "cuda"
     if status["status"] == "ok" and len(forwards):
         row.update(
@@ -161,4 +170,9 @@ def summary_row(status: dict, forwards: pd.DataFrame) -> dict:
             cpu_ms_min=forwards["cpu_us"].min() / 1e3,
             cpu_ms_max=forwards["cpu_us"].max() / 1e3,
         )
+        # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
+        if on_gpu and row.get("forward_gflop") and row["device_ms_per_forward"]:
+            row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
+        if row.get("forward_gflop") and row.get("graph_ms_median"):
+            row["tflops_graph"] = row["forward_gflop"] / row["graph_ms_median"]
     return {c: row.get(c) for c in SUMMARY_COLUMNS}

@@ -72,9 +72,19 @@ class Shape:
         return flops / 2 if self.causal else float(flops)
 
 
-def expand_shapes(grid: dict) -> list[Shape]:
-    """Cartesian product of a config shape grid (each key a list) into Shapes,
-    in a stable order. Keys: batch, heads, seq_len, head_dim, dtype, causal."""
+    def min_bytes(self) -> int:
+        """Fewest bytes one forward must move through device memory: q, k, v read once and
+        the output written once, 4*B*H*S*D elements of the dtype (2 bytes bf16/fp16, 4 fp32)."""
+        size = 4 if self.dtype == "fp32" else 2
+        return 4 * self.batch * self.heads * self.seq_len * self.head_dim * size
+
+
+def expand_shapes(grid: dict | list[dict]) -> list[Shape]:
+    """Cartesian product of a config shape grid (each key a list) into Shapes, in a stable
+    order; a list of grids gives the union of their products, first occurrence first.
+    Keys: batch, heads, seq_len, head_dim, dtype, causal."""
+    if isinstance(grid, list):
+        return list(dict.fromkeys(s for g in grid for s in expand_shapes(g)))
     keys = ("batch", "heads", "seq_len", "head_dim", "dtype", "causal")
     values = [grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys]
     return [Shape(*combo) for combo in itertools.product(*values)]

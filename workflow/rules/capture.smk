@@ -48,3 +48,23 @@ rule environment:
         torch_version=TORCH_VERSION,
     script:
         "../../scripts/environment.py"
+
+
+rule calibrate:
+    """Measured GEMM TFLOP/s and copy bandwidth of the device, once per run."""
+    input:
+        code("calibrate"),
+    output:
+        "results/{run}/calibration.json",
+    log:
+        "results/{run}/logs/calibrate.log",
+    conda:
+        "../envs/attnprof.yaml"
+    resources:
+        capture=1,
+        gpu=1 if DEVICE == "cuda" else 0,
+    params:
+        device=DEVICE,
+        torch_version=TORCH_VERSION,
+    script:
+        "../../scripts/calibrate.py"

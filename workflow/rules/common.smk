@@ -29,6 +29,7 @@ VARIANTS = list(config["variants"])
 PKG = Path(workflow.basedir) / "src" / "attnprof"
 REPORT_DIR = Path(workflow.basedir) / "report"
 PLOT_NAMES = ["device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device"]
+SCALING_PLOT_NAMES = ["scaling_time", "scaling_tflops", "scaling_memory", "roofline"]
 EXPECTATIONS = str(Path(workflow.basedir) / "config" / "expectations.yaml")
 
 # GPU captures never overlap, whatever --cores says: every capture job takes one unit
@@ -78,9 +79,13 @@ def per_capture(pattern):
 
 
 def plot_files(wc):
+    """Per-shape plots of the job's result set, and its run-wide scaling plots."""
     shapes, _ = grid(wc.run)
-    return expand(
+    per_shape = expand(
         f"results/{wc.run}/plots/{{shape}}/{{name}}.png", shape=shapes, name=PLOT_NAMES
+    )
+    return per_shape + expand(
+        f"results/{wc.run}/plots/{{name}}.png", name=SCALING_PLOT_NAMES
     )
 
 

@@ -12,6 +12,7 @@ rule report_html:
         findings="results/{run}/findings.json",
         env="results/{run}/env.json",
         plots=plot_files,
+        calibration="results/{run}/calibration.json",
         launches=per_capture("results/{run}/tables/{shape}/{variant}/launches.csv"),
     output:
         "results/{run}/report.html",
