@@ -120,3 +120,16 @@ def test_findings_document_validates_against_its_schema(result):
     schema = json.loads((ROOT / "workflow" / "schemas" / "findings.schema.json").read_text())
     doc = json.loads(json.dumps({"schema_version": 1, "run": "t", "shapes": [result]}, default=str))
     jsonschema.validate(doc, schema)
+
+
+def test_kernel_without_launch_metadata_is_said_not_guessed(h200):
+    from attnprof.findings import rule_occupancy
+
+    kernels = h200["kernels"].copy()
+    sel = kernels["variant"] == "sdpa_flash"
+    for col in ("est_occupancy_pct", "registers_per_thread", "shared_memory_bytes", "grid", "block"):
+        kernels.loc[sel, col] = None
+    data = load_run_data(h200["summary"]["shape_key"][0], h200["summary"], kernels, h200["launches"], h200["ops"],
+                         list(h200["statuses"].values()), h200["props"])
+    flash = [f for f in rule_occupancy(data) if f["variants"] == ["sdpa_flash"]]
+    assert len(flash) == 1 and "no occupancy estimate" in flash[0]["statement"]
