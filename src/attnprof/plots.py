@@ -181,6 +181,10 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
             oom = pv[pv["status"] == "out_of_memory"]
             if len(oom):
                 ax.scatter(oom["seq_len"], [top * 1.6] * len(oom), marker="x", s=40, color=cmap(i % 10), clip_on=False)
+        oom_all = part[part["status"] == "out_of_memory"]
+        for seq_len, names in oom_all.groupby("seq_len")["variant"]:
+            ax.annotate("OOM:\n" + "\n".join(names), (seq_len, top * 1.6), xytext=(-4, -6), textcoords="offset points",
+                        ha="right", va="top", fontsize=6, color="#B00020")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("seq_len")
