@@ -93,7 +93,8 @@ def test_failed_variant_is_reported_and_not_measured(h200):
     data = load_run_data(summary["shape_key"][0], summary, kernels, h200["launches"], h200["ops"], list(statuses.values()), h200["props"])
     out = compute(data, EXPECTATIONS)
     status = [f for f in out["findings"] if f["rule"] == "status"]
-    assert len(status) == 1 and "64.00 GiB" in status[0]["statement"] and status[0]["kind"] == "failure"
+    # an out-of-memory point is data (a gap in a sweep), not a failure of the run
+    assert len(status) == 1 and "64.00 GiB" in status[0]["statement"] and status[0]["kind"] == "observation"
     verdicts = {c["id"]: c["verdict"] for c in out["expectations"]}
     assert verdicts["flash-fused"] == "not measured" and verdicts["flash-occupancy"] == "not measured"
     assert verdicts["naive-kernels"] == "same"

@@ -159,7 +159,8 @@ def rule_status(d: RunData) -> list[dict]:
         if row["status"] != "ok":
             reason = str(row["reason"]) if isinstance(row["reason"], str) else ""
             out.append(finding("status", d, [row["variant"]], f"{row['variant']} did not run here: {row['status']} ({reason[:300]})",
-                               {}, [{"kind": "status", "name": row["status"]}], kind="failure",
+                               {}, [{"kind": "status", "name": row["status"]}],
+                               kind="failure" if row["status"] == "failed" else "observation",
                                headline=f"{row['status']}: {reason[:160]}"))
     return out
 

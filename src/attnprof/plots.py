@@ -149,8 +149,8 @@ def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: i
 
 
 SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median)", "scaling_time"),
-           "tflops": ("achieved TFLOP/s (trace device time)", "scaling_tflops"),
-           "peak_memory_mb": ("peak device memory allocated, MiB", "scaling_memory")}
+           "tflops": ("TFLOP/s (trace device time)", "scaling_tflops"),
+           "peak_memory_mb": ("peak device memory, MiB", "scaling_memory")}
 SCALING_PLOTS = tuple(name for _, name in SCALING.values()) + ("roofline",)
 
 
@@ -192,7 +192,7 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel(SCALING[column][0])
     axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle(f"{SCALING[column][0]} vs sequence length (x at the top: out of memory)", fontsize=10)
+    fig.suptitle(f"{SCALING[column][0]} vs seq_len (x: out of memory)", fontsize=10)
     _save(fig, path, dpi)
 
 

@@ -58,6 +58,8 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
         f = by_shape.get(shape_key, {"findings": [], "expectations": []})
         per_variant = {}
         for item in f["findings"]:
+            if item["rule"] == "status":  # the summary row shows the status and PyTorch's reason itself
+                continue
             for v in item["variants"][:1]:
                 per_variant.setdefault(v, []).append(item)
         table = []
