@@ -4,6 +4,7 @@ import json
 import pandas as pd
 
 from attnprof.compare import compare_runs
+from attnprof.tables import concat_tables
 
 sm = snakemake  # noqa: F821
 runs = []
@@ -13,7 +14,7 @@ for name in sm.params.runs:
         "name": name,
         "summary": pd.read_csv(sm.input[f"{name}/summary.csv"]),
         "kernels": pd.read_csv(sm.input[f"{name}/kernels.csv"]),
-        "ops": pd.concat([o for o in ops if not o.empty] or ops[:1], ignore_index=True),
+        "ops": concat_tables(ops),
         "env": json.loads(open(sm.input[f"{name}/env.json"]).read()),
         "findings": json.loads(open(sm.input[f"{name}/findings.json"]).read()),
     })

@@ -6,6 +6,7 @@ import pandas as pd
 import yaml
 
 from attnprof.report import build_context, render_html
+from attnprof.tables import concat_tables
 
 sm = snakemake  # noqa: F821
 plots: dict = {}
@@ -16,7 +17,7 @@ for p in map(Path, sm.input.plots):
     else:
         plots.setdefault(p.parent.name, {})[p.stem] = p
 launches = [pd.read_csv(p) for p in sm.input.launches]
-launches = pd.concat([f for f in launches if not f.empty] or launches[:1], ignore_index=True)
+launches = concat_tables(launches)
 context = build_context(
     run=sm.wildcards.run,
     summary=pd.read_csv(sm.input.summary),

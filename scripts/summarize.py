@@ -3,7 +3,7 @@ import json
 
 import pandas as pd
 
-from attnprof.tables import summary_row
+from attnprof.tables import concat_tables, summary_row
 
 sm = snakemake  # noqa: F821
 rows = []
@@ -12,6 +12,6 @@ for status_path, forwards_path in zip(sm.input.status, sm.input.forwards):
     rows.append(summary_row(status, pd.read_csv(forwards_path)))
 pd.DataFrame(rows).to_csv(sm.output.summary, index=False)
 frames = [pd.read_csv(p) for p in sm.input.kernels]
-pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True).to_csv(sm.output.kernels, index=False)
+concat_tables(frames).to_csv(sm.output.kernels, index=False)
 with open(sm.log[0], "w") as log:
     print(f"{len(rows)} rows", file=log)

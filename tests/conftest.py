@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from attnprof.findings import load_run_data
-from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table, summary_row
+from attnprof.tables import analyse_trace, concat_tables, forward_table, kernel_table, launch_api_table, op_table, summary_row
 from attnprof.trace import device_properties, load_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
@@ -36,8 +36,7 @@ def build_tables(traces: dict[str, dict], statuses: dict[str, dict], range_name:
         out["launches"].append(launch_api_table(frames, v, st["shape_key"]))
         out["ops"].append(op_table(frames, v, st["shape_key"]))
     out["summary"] = pd.DataFrame(out["summary"])
-    ks = [k for k in out["kernels"] if not k.empty]
-    out["kernels"] = pd.concat(ks, ignore_index=True) if ks else out["kernels"][0]
+    out["kernels"] = concat_tables(out["kernels"])
     return out
 
 

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from attnprof.tables import concat_tables
 from attnprof.findings import (RunData, compute, decode_kernel_name, iter_numbers, load_run_data, lookup,
                                theoretical_occupancy)
 
@@ -19,9 +20,8 @@ def result(h200_data):
 
 
 def _tables(h200):
-    cat = lambda frames: pd.concat([f for f in frames if not f.empty], ignore_index=True)  # noqa: E731
     return {"summary.csv": h200["summary"], "kernels.csv": h200["kernels"],
-            "launches.csv": cat(h200["launches"]), "ops.csv": cat(h200["ops"])}
+            "launches.csv": concat_tables(h200["launches"]), "ops.csv": concat_tables(h200["ops"])}
 
 
 def test_every_number_in_findings_matches_the_tables(h200, result):

@@ -2,12 +2,12 @@
 import logging
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
 from attnprof.findings import compute
 from attnprof.report import RenderError, build_context, render_html, render_pdf
+from attnprof.tables import concat_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 NASTY = "void ns::kern<cutlass::bfloat16_t, Traits<64, 128>, true>(Params<A&B>)"
@@ -19,7 +19,7 @@ def html(h200, h200_data):
     kernels = h200["kernels"].copy()
     kernels.loc[kernels["variant"] == "sdpa_flash", "kernel"] = NASTY
     findings = {"shapes": [compute(h200_data, expectations)]}
-    launches = pd.concat([f for f in h200["launches"] if not f.empty], ignore_index=True)
+    launches = concat_tables(h200["launches"])
     env = {"gpu_name": "NVIDIA H200", "torch": "2.11.0", "python": "3.12", "snakemake": "9", "driver": "580", "cuda_build": "13.0",
            "cudnn": 91900, "cpu": "x86_64", "config": {"profiler": {"warmup_calls": 3, "range_name": "attn_fwd",
            "schedule": {"wait": 1, "warmup": 2, "active": 10}}, "timing": {"repeats": 50, "input_sets": 4}}}

@@ -55,11 +55,9 @@ def calibrate(device: str, n: int = 8192, copy_bytes: int = 2 << 30, repeats: in
            "method": "median of CUDA-event timings after 3 warm-ups; random inputs"}
     gen = torch.Generator(device="cuda").manual_seed(0)
     for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        a = torch.randn(n, n, device="cuda", dtype=dtype, generator=gen)
-        b = torch.randn(n, n, device="cuda", dtype=dtype, generator=gen)
-        ms = _median_ms(lambda: a @ b, repeats)
+        operands = [torch.randn(n, n, device="cuda", dtype=dtype, generator=gen) for _ in range(2)]
+        ms = _median_ms(lambda: operands[0] @ operands[1], repeats)
         out[f"gemm_tflops_{name}"] = 2 * n**3 / (ms * 1e-3) / 1e12
-        del a, b
     src = torch.randint(0, 255, (copy_bytes,), device="cuda", dtype=torch.uint8, generator=gen)
     dst = torch.empty_like(src)
     ms = _median_ms(lambda: dst.copy_(src), repeats)

@@ -4,7 +4,7 @@ expectations checked against them.
 Every number a finding states is a *reference*: a dict with ``value`` and either the
 cell it was read from (``table``/``variant``/``column``, plus ``kernel`` or ``api`` or
 ``op`` for the per-variant tables) or a ``formula`` over other references (ratio,
-difference). ``check_numbers`` re-reads every reference from the tables, so a test can
+difference). ``lookup`` re-reads every reference (``iter_numbers``) from the tables, so a test can
 prove that the report states nothing the tables do not hold. The schema of
 findings.json is ``workflow/schemas/findings.schema.json``.
 """
@@ -18,6 +18,7 @@ from typing import Callable
 
 import pandas as pd
 
+from .tables import concat_tables
 from .trace import kernel_label
 
 FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
@@ -737,8 +738,9 @@ def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, 
                   op_tables: list[pd.DataFrame], statuses: list[dict], device_props: dict) -> RunData:
     """Assemble one shape's RunData from the run's tables (all shapes) and status records."""
     def pick(frames: list[pd.DataFrame]) -> pd.DataFrame:
-        frames = [f for f in frames if not f.empty]
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant", "shape_key", "api", "op", "calls_per_forward"])
+        df = concat_tables(frames)
+        if df.empty:
+            df = pd.DataFrame(columns=["variant", "shape_key", "api", "op", "calls_per_forward"])
         return df[df["shape_key"] == shape_key]
 
     return RunData(

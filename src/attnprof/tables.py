@@ -32,6 +32,13 @@ SUMMARY_COLUMNS = [
 LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync")
 
 
+def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate per-capture tables, skipping empty ones (a capture that did not run); an
+    all-empty list gives the first (empty) frame, keeping its columns."""
+    kept = [f for f in frames if not f.empty]
+    return pd.concat(kept, ignore_index=True) if kept else (frames[0] if frames else pd.DataFrame())
+
+
 def analyse_trace(trace: dict, range_name: str) -> dict[str, pd.DataFrame]:
     """Parse a trace once; return frames ``ranges``, ``gpu``, ``api``, ``ops`` (see
     :mod:`attnprof.trace`). Raises TraceError only through the caller's load."""
