@@ -50,7 +50,6 @@ _UNSUPPORTED_MARKERS = (
     "not supported",
     "not implemented",
     "NotImplementedError",
-    "cuda requested",
 )
 
 

@@ -164,22 +164,20 @@ def summary_row(status: dict, forwards: pd.DataFrame) -> dict:
     if status.get("forward_flops"):
         row["forward_gflop"] = status["forward_flops"] / 1e9
         row["flop_per_byte"] = status["forward_flops"] / status["min_bytes"]
-    on_gpu = status.get("device") == "cuda"
     if status["status"] == "ok" and len(forwards):
-        row.update(
-            kernels_per_forward=forwards["kernels"].median() if on_gpu else None,
-            memcpy_per_forward=forwards["memcpy"].median() if on_gpu else None,
-            memset_per_forward=forwards["memset"].median() if on_gpu else None,
-            device_ms_per_forward=forwards["device_us"].median() / 1e3 if on_gpu else None,
-            device_ms_min=forwards["device_us"].min() / 1e3 if on_gpu else None,
-            device_ms_max=forwards["device_us"].max() / 1e3 if on_gpu else None,
-            cpu_ms_per_forward=forwards["cpu_us"].median() / 1e3,
-            cpu_ms_min=forwards["cpu_us"].min() / 1e3,
-            cpu_ms_max=forwards["cpu_us"].max() / 1e3,
-        )
-        # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
-        if on_gpu and row.get("forward_gflop") and row["device_ms_per_forward"]:
-            row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
+        cpu_ms = forwards["cpu_us"] / 1e3
+        row.update(cpu_ms_per_forward=cpu_ms.median(), cpu_ms_min=cpu_ms.min(), cpu_ms_max=cpu_ms.max())
+        if status.get("device") == "cuda":  # a CPU run has no device events: those columns stay empty
+            device_ms = forwards["device_us"] / 1e3
+            row.update(
+                kernels_per_forward=forwards["kernels"].median(),
+                memcpy_per_forward=forwards["memcpy"].median(),
+                memset_per_forward=forwards["memset"].median(),
+                device_ms_per_forward=device_ms.median(), device_ms_min=device_ms.min(), device_ms_max=device_ms.max(),
+            )
+            # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
+            if row.get("forward_gflop") and row["device_ms_per_forward"]:
+                row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
         if row.get("forward_gflop") and row.get("graph_ms_median"):
             row["tflops_graph"] = row["forward_gflop"] / row["graph_ms_median"]
     return {c: row.get(c) for c in SUMMARY_COLUMNS}
