@@ -13,11 +13,12 @@ kernels = pd.read_csv(sm.input.kernels)
 launches = [pd.read_csv(p) for p in sm.input.launches]
 ops = [pd.read_csv(p) for p in sm.input.ops]
 statuses = [json.loads(open(p).read()) for p in sm.input.status]
-props = next((p for p in (json.loads(open(f).read()) for f in sm.input.device) if p), {})
+# every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
+devices = list({p["id"]: p for f in sm.input.device for p in json.loads(open(f).read()) or [] if "id" in p}.values())
 expectations = yaml.safe_load(open(sm.input.expectations))
 shapes = []
 for shape_key in dict.fromkeys(summary["shape_key"]):
-    data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, props)
+    data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, devices)
     shapes.append(compute(data, expectations))
 doc = json.loads(json.dumps({"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}, default=str))
 jsonschema.validate(doc, json.loads(open(sm.input.schema).read()))

@@ -46,7 +46,8 @@ def h200():
     statuses = {v: fixture_status(v) for v in VARIANTS}
     tables = build_tables(traces, statuses)
     tables["traces"], tables["statuses"] = traces, statuses
-    tables["props"] = device_properties(traces["sdpa_flash"])[0]
+    tables["devices"] = device_properties(traces["sdpa_flash"])
+    tables["props"] = tables["devices"][0]
     return tables
 
 
@@ -54,4 +55,4 @@ def h200():
 def h200_data(h200):
     shape = h200["statuses"]["naive"]["shape_key"]
     return load_run_data(shape, h200["summary"], h200["kernels"], h200["launches"], h200["ops"],
-                         list(h200["statuses"].values()), h200["props"])
+                         list(h200["statuses"].values()), h200["devices"])

@@ -90,7 +90,7 @@ def test_failed_variant_is_reported_and_not_measured(h200):
         "out_of_memory", "OutOfMemoryError: Tried to allocate 64.00 GiB", None, None, None]
     kernels = h200["kernels"][h200["kernels"]["variant"] != "sdpa_flash"]
     statuses = copy.deepcopy(h200["statuses"])
-    data = load_run_data(summary["shape_key"][0], summary, kernels, h200["launches"], h200["ops"], list(statuses.values()), h200["props"])
+    data = load_run_data(summary["shape_key"][0], summary, kernels, h200["launches"], h200["ops"], list(statuses.values()), h200["devices"])
     out = compute(data, EXPECTATIONS)
     status = [f for f in out["findings"] if f["rule"] == "status"]
     # an out-of-memory point is data (a gap in a sweep), not a failure of the run
@@ -131,6 +131,6 @@ def test_kernel_without_launch_metadata_is_said_not_guessed(h200):
     for col in ("est_occupancy_pct", "registers_per_thread", "shared_memory_bytes", "grid", "block"):
         kernels.loc[sel, col] = None
     data = load_run_data(h200["summary"]["shape_key"][0], h200["summary"], kernels, h200["launches"], h200["ops"],
-                         list(h200["statuses"].values()), h200["props"])
+                         list(h200["statuses"].values()), h200["devices"])
     flash = [f for f in rule_occupancy(data) if f["variants"] == ["sdpa_flash"]]
     assert len(flash) == 1 and "no occupancy estimate" in flash[0]["statement"]

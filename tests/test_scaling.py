@@ -15,7 +15,9 @@ def test_tflops_uses_the_sdpa_benchmark_flop_convention():
     shape = Shape(8, 16, 1024, 64, "bf16", True)
     status = {"variant": "sdpa_flash", "shape_key": shape.key, "status": "ok", "device": "cuda", **shape.as_dict(),
               "forward_flops": shape.forward_flops(), "min_bytes": shape.min_bytes()}
-    forwards = pd.DataFrame({"kernels": [1, 1], "memcpy": [0, 0], "memset": [0, 0], "device_us": [100.0, 100.0], "cpu_us": [50.0, 50.0]})
+    forwards = pd.DataFrame({"forward": [0, 1, 2], "kernels": [1, 1, 1], "memcpy": [0, 0, 0], "memset": [0, 0, 0],
+                             "device_us": [100.0, 100.0, 100.0], "cpu_us": [50.0, 50.0, 50.0], "launches_without_gpu_event": 0,
+                             "bad_time_events": 0, "complete": True, "timing_complete": True})
     row = summary_row(status, forwards)
     # 8*16*(4*1024^2*64 + 2*1024^2)/2 FLOP in 0.1 ms
     assert row["tflops"] == pytest.approx(8 * 16 * (4 * 1024**2 * 64 + 2 * 1024**2) / 2 / 1e-4 / 1e12)

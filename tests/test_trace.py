@@ -61,7 +61,7 @@ def test_short_names_and_labels():
     assert short_kernel_name(softmax) == "softmax_warp_forward"
     mul = ("void at::native::vectorized_elementwise_kernel<8, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
            "c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, ...)")
-    assert kernel_label(mul) == "vectorized_elementwise_kernel [MulFunctor]"
+    assert kernel_label(mul) == "vectorized_elementwise_kernel [MulFunctor<float>]"
     assert kernel_label("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD"
 
 

@@ -11,6 +11,7 @@ findings.json is ``workflow/schemas/findings.schema.json``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -19,11 +20,14 @@ from typing import Callable
 import pandas as pd
 
 from .tables import concat_tables
-from .trace import kernel_label
+from .trace import kernel_label, properties_of, short_kernel_name
 
 FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
 PINNED = ("sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
 LOW_PRECISION = ("bf16", "fp16")
+# Kernel classes are matched against kernel_label(name): the kernel's own function name (for
+# PyTorch's generic elementwise kernels, the functor they run; for CUTLASS entry points, the
+# kernel they instantiate), never against words inside template or parameter lists.
 #: FP32 GEMMs: cuBLAS SIMT names (sgemm, f32f32 ... ffma) and Hopper nvjet 'sss' kernels.
 FP32_GEMM = re.compile(r"sgemm|gemm_f32f32.*ffma|nvjet_\w*_sss_|_s1688gemm_fp32|cutlass_\w*simt_sgemm", re.I)
 GEMM = re.compile(r"gemm|nvjet", re.I)
@@ -48,7 +52,7 @@ class RunData:
     launches: pd.DataFrame
     ops: pd.DataFrame
     status: dict[str, dict]
-    device_props: dict = field(default_factory=dict)
+    devices: list[dict] = field(default_factory=list)
 
     def row(self, variant: str) -> pd.Series | None:
         rows = self.summary[self.summary["variant"] == variant]
@@ -66,6 +70,10 @@ class RunData:
 
     def launches_of(self, variant: str) -> pd.DataFrame:
         return self.launches[self.launches["variant"] == variant]
+
+    def props_of(self, kernel_row: pd.Series) -> dict:
+        """deviceProperties of the GPU this kernel ran on (its ``device`` column); {} if unknown."""
+        return properties_of(self.devices, kernel_row.get("device"))
 
     @property
     def on_gpu(self) -> bool:
@@ -154,15 +162,21 @@ def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers:
 # --- rules --------------------------------------------------------------------------------
 
 def rule_status(d: RunData) -> list[dict]:
-    """Variants that did not run, with PyTorch's reason."""
+    """Variants that did not run (or whose trace was incomplete), with the reason; and
+    variants that ran but lost a later check (correctness, timing...), naming the check."""
     out = []
     for _, row in d.summary.iterrows():
         if row["status"] != "ok":
             reason = str(row["reason"]) if isinstance(row["reason"], str) else ""
             out.append(finding("status", d, [row["variant"]], f"{row['variant']} did not run here: {row['status']} ({reason[:300]})",
                                {}, [{"kind": "status", "name": row["status"]}],
-                               kind="failure" if row["status"] == "failed" else "observation",
+                               kind="failure" if row["status"] in ("failed", "incomplete_trace") else "observation",
                                headline=f"{row['status']}: {reason[:160]}"))
+        elif isinstance(row.get("checks_missing"), str) and row["checks_missing"]:
+            out.append(finding("status", d, [row["variant"]], f"{row['variant']} was profiled, but a later check did not run to the end: "
+                               f"{row['checks_missing'][:400]}; the trace and its tables stand", {},
+                               [{"kind": "status", "name": "checks_missing"}], kind="warning",
+                               headline=f"check missing: {row['checks_missing'][:120]}"))
     return out
 
 
@@ -191,6 +205,34 @@ def rule_hidden_copy(d: RunData) -> list[dict]:
     return out
 
 
+def matches(k: pd.DataFrame, pattern: re.Pattern) -> pd.Series:
+    """Rows of kernel table ``k`` whose kernel_label matches ``pattern`` (see above)."""
+    return k["kernel"].map(kernel_label).str.contains(pattern)
+
+
+def rule_trace_quality(d: RunData) -> list[dict]:
+    """Defects of a trace the completeness rule found (attnprof.tables.assess_forwards):
+    forwards that lost GPU events or have impossible GPU times, forwards missing from the
+    trace, and complete forwards that launched different work (with each group's counts)."""
+    out = []
+    for _, row in d.summary.iterrows():
+        note = row.get("trace_note")
+        if row["status"] != "ok" or not isinstance(note, str) or not note:
+            continue
+        v = row["variant"]
+        nums = {c: ref_summary(d, v, c) for c in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
+                                                  "bad_time_events")}
+        groups = json.loads(row["forward_groups"]) if isinstance(row.get("forward_groups"), str) and row["forward_groups"] else []
+        differ = len(groups) > 1
+        headline = (f"forwards differ: {' / '.join(str(g['kernels']) for g in groups)} kernels" if differ
+                    else f"{_fmt(nums['forwards_complete'])} of {_fmt(nums['forwards_expected'])} forwards complete"
+                    if nums["forwards_complete"]["value"] != nums["forwards_expected"]["value"]
+                    else f"{_fmt(nums['bad_time_events'])} GPU events with impossible times")
+        out.append(finding("trace_quality", d, [v], f"{v}: {note}", nums, [{"kind": "metric", "name": "forwards_complete"}],
+                           kind="warning", headline=headline))
+    return out
+
+
 def _input_dtypes(d: RunData, variant: str, op_names: tuple[str, ...]) -> list[str]:
     types = set()
     for op in d.status.get(variant, {}).get("op_input_types", []) or []:
@@ -208,9 +250,9 @@ def rule_precision(d: RunData) -> list[dict]:
         if row is None or row["status"] != "ok" or row["dtype"] not in LOW_PRECISION:
             continue
         k = d.kernels_of(variant)
-        gemms = k[k["kernel"].str.contains(GEMM)]
-        fp32 = gemms[gemms["kernel"].str.contains(FP32_GEMM)]
-        ups = k[k["kernel"].str.contains(UPCAST_KERNEL) & (k["category"] == "kernel")]
+        gemms = k[matches(k, GEMM)]
+        fp32 = gemms[matches(gemms, FP32_GEMM)]
+        ups = k[matches(k, UPCAST_KERNEL) & (k["category"] == "kernel")]
         if fp32.empty:
             continue
         nums = {f"fp32_gemm_{i}": ref_kernel(d, variant, g, "calls_per_forward") for i, g in enumerate(fp32["kernel"])}
@@ -227,7 +269,7 @@ def rule_precision(d: RunData) -> list[dict]:
                            headline=f"FP32 GEMMs on CUDA cores ({len(fp32)}) + {int(sum(ups['calls_per_forward']))} cast kernels"))
     for variant in d.summary["variant"]:  # bf16 tensor-core GEMMs elsewhere, for contrast
         k = d.kernels_of(variant)
-        g = k[k["kernel"].str.contains(GEMM) & ~k["kernel"].str.contains(FP32_GEMM)]
+        g = k[matches(k, GEMM) & ~matches(k, FP32_GEMM)]
         if len(g) and d.row(variant) is not None and d.row(variant)["dtype"] in LOW_PRECISION:
             nums = {f"gemm_{i}": ref_kernel(d, variant, n, "calls_per_forward") for i, n in enumerate(g["kernel"])}
             out.append(finding("precision", d, [variant], f"{variant}: GEMMs stay in {d.row(variant)['dtype']} on tensor cores "
@@ -241,7 +283,7 @@ def rule_mask(d: RunData) -> list[dict]:
     out = []
     for variant in d.summary["variant"]:
         k = d.kernels_of(variant)
-        m = k[k["kernel"].str.contains(MASK_KERNEL)]
+        m = k[matches(k, MASK_KERNEL)]
         if m.empty:
             continue
         nums = {f"mask_kernel_{i}": ref_kernel(d, variant, n, "calls_per_forward") for i, n in enumerate(m["kernel"])}
@@ -272,37 +314,46 @@ def rule_extra_ops(d: RunData) -> list[dict]:
 
 def decode_kernel_name(name: str) -> dict:
     """What a fused attention kernel's name tells: library, dtype, tile sizes, target
-    architecture (smXX) and MMA kind. Known families: FlashAttention-2 in PyTorch
-    (``pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<headdim, kBlockM, kBlockN,
-    warps,...>>``), xFormers/CUTLASS memory-efficient (``fmha_cutlassF_<dtype>_aligned_<M>x<N>_rf_smXX``)
-    and cuDNN generated (``cudnn_generated_fort_native_sdpa_smXX_flash_fprop_<mma>_<dtype>_knob_N_<tile>``)."""
+    architecture (smXX) and MMA kind. The library is decided by the kernel's own function
+    name (:func:`attnprof.trace.short_kernel_name`, before its template and parameter
+    lists), never by words inside those lists; a name of no known family gives library
+    'unknown'. Known families: FlashAttention-2 in PyTorch (``pytorch_flash::flash_fwd_kernel<
+    Flash_fwd_kernel_traits<headdim, kBlockM, kBlockN, warps,...>>``), xFormers/CUTLASS
+    memory-efficient (``fmha_cutlassF_<dtype>_aligned_<M>x<N>_rf_smXX``) and cuDNN generated
+    (``cudnn_generated_fort_native_sdpa_smXX_flash_fprop_<mma>_<dtype>_knob_N_<tile>``).
+    Tile, dtype and architecture are then read from the family's documented name layout."""
+    fn = short_kernel_name(name)
+    base = fn.split("::")[-1].lower()
     info: dict = {}
-    low = name.lower()
-    if "flash_fwd_kernel" in low:
+    if base.startswith("flash_fwd") and fn.startswith("pytorch_flash::"):
         info["library"] = "FlashAttention-2 (PyTorch's pytorch_flash)"
         m = re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+)", name)
         if m:
             info.update(head_dim=int(m.group(1)), tile=f"{m.group(2)}x{m.group(3)}", warps=int(m.group(4)))
         info["mma"] = "mma.sync (SM80 instructions)"
         info["arch"] = "sm80 code path (runs on sm90 without wgmma/TMA)"
-    elif "fmha_cutlass" in low:
+        m = re.search(r"cutlass::(bfloat16_t|half_t)", name)
+    elif base.startswith("fmha_cutlass"):
         info["library"] = "memory-efficient attention (xFormers kernels on CUTLASS)"
-        m = re.search(r"aligned_(\d+x\d+)", name)
+        m = re.search(r"aligned_(\d+x\d+)", base)
         if m:
             info["tile"] = m.group(1)
         info["mma"] = "mma.sync (SM80 instructions)"
-    elif "cudnn" in low:
+        m = re.search(r"_(bf16|f16|f32)_", base)
+    elif base.startswith("cudnn_generated"):
         info["library"] = "cuDNN (runtime-generated kernel)"
-        m = re.search(r"knob_\d+_(\d+x\d+x\d+)", name)
+        m = re.search(r"knob_\d+_(\d+x\d+x\d+)", base)
         if m:
             info["tile"] = m.group(1)
-        m = re.search(r"_(wgmma|wmma|hmma|mma)_", low)
+        m = re.search(r"_(wgmma|wmma|hmma|mma)_", base)
         if m:
             info["mma"] = m.group(1)
-    m = re.search(r"(bf16|f16|fp16|bfloat16_t|half_t|f32)", name)
+        m = re.search(r"_(bf16|f16|f32)_", base)
+    else:
+        return {"library": "unknown"}
     if m:
         info["dtype"] = {"bfloat16_t": "bf16", "half_t": "fp16", "f16": "fp16/bf16 (f16 family)"}.get(m.group(1), m.group(1))
-    m = re.search(r"sm_?(\d{2,3})", low)
+    m = re.search(r"sm_?(\d{2,3})", base)
     if m:
         info["arch"] = f"sm{m.group(1)}"
     return info
@@ -311,13 +362,14 @@ def decode_kernel_name(name: str) -> dict:
 def rule_fusion(d: RunData) -> list[dict]:
     """Variants whose forward is a single fused kernel, with the kernel's name decoded."""
     out = []
-    sm = d.device_props.get("computeMajor"), d.device_props.get("computeMinor")
     for variant in d.summary["variant"]:
         row = d.row(variant)
         if row is None or row["status"] != "ok" or row["kernels_per_forward"] != 1:
             continue
         k = d.kernels_of(variant)
         main = k[k["category"] == "kernel"].iloc[0]
+        props = d.props_of(main)
+        sm = props.get("computeMajor"), props.get("computeMinor")
         info = decode_kernel_name(main["kernel"])
         nums = {"kernels_per_forward": ref_summary(d, variant, "kernels_per_forward"),
                 "kernel_us": ref_kernel(d, variant, main["kernel"], "mean_us", "us")}
@@ -325,7 +377,7 @@ def rule_fusion(d: RunData) -> list[dict]:
         text = f"{variant}: one fused kernel per forward, {kernel_label(main['kernel'])} ({_fmt(nums['kernel_us'])}); " + "; ".join(parts)
         if sm[0] and "arch" in info and info["arch"].startswith("sm8"):
             text += f"; built for Ampere, running on this sm{sm[0]}{sm[1]} GPU without Hopper's wgmma/TMA"
-        headline = f"one fused kernel: {info.get('library', kernel_label(main['kernel'])).split(' (')[0]}"
+        headline = f"one fused kernel: {info['library'].split(' (')[0]}"
         headline += f", {info['arch'].split(' ')[0]}" if "arch" in info else ""
         headline += f", {info['mma'].split(' ')[0]}" if "mma" in info else ""
         out.append(finding("fusion", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], headline=headline))
@@ -384,7 +436,7 @@ def rule_occupancy(d: RunData) -> list[dict]:
                                "(no launch metadata)", nums, [{"kind": "kernel", "name": main["kernel"]}]))
             continue
         threads = math.prod(int(x) for x in str(main["block"]).split("x")) if isinstance(main["block"], str) else 0
-        theo = theoretical_occupancy(main["registers_per_thread"], threads, main["shared_memory_bytes"], d.device_props)
+        theo = theoretical_occupancy(main["registers_per_thread"], threads, main["shared_memory_bytes"], d.props_of(main))
         text = (f"{variant}: {kernel_label(main['kernel'])} has {_fmt(nums['est_occupancy'])} estimated achieved occupancy "
                 f"({_fmt(nums['registers'])} registers/thread, block {main['block']})")
         if theo is not None:
@@ -484,20 +536,18 @@ KERNEL_GROUPS = (("FP32 GEMM", FP32_GEMM), ("GEMM", GEMM), ("mask", MASK_KERNEL)
 
 def _breakdown(d: RunData, variant: str) -> list[dict]:
     """Where a variant's device time goes, by kernel group (FP32 GEMM, GEMM, mask, cast/copy,
-    softmax, other); each group's time is the sum of its kernels' total_us over the profiled
-    forwards divided by the number of forwards."""
+    softmax, other); each group's time per forward is the sum of its kernels' us_per_forward
+    (device time over the timing-complete forwards divided by their number)."""
     k = d.kernels_of(variant)
     if k.empty:
         return []
-    n = ref_summary(d, variant, "forwards_profiled")
     groups: dict[str, list[str]] = {}
     for name in k["kernel"]:
-        group = next((g for g, pat in KERNEL_GROUPS if pat.search(name)), "other")
+        group = next((g for g, pat in KERNEL_GROUPS if pat.search(kernel_label(name))), "other")
         groups.setdefault(group, []).append(name)
     nums, parts = {}, []
-    for group, names in sorted(groups.items(), key=lambda kv: -k[k["kernel"].isin(kv[1])]["total_us"].sum()):
-        total = derived("sum", [ref_kernel(d, variant, nm, "total_us", "us") for nm in names], "us")
-        per_fwd = derived("ratio", [total, n], "us")
+    for group, names in sorted(groups.items(), key=lambda kv: -k[k["kernel"].isin(kv[1])]["us_per_forward"].sum()):
+        per_fwd = derived("sum", [ref_kernel(d, variant, nm, "us_per_forward", "us") for nm in names], "us")
         nums[f"{group}_us_per_forward"] = per_fwd
         parts.append(f"{group} {_fmt(per_fwd)} ({len(names)} kernel{'s' if len(names) > 1 else ''})")
     text = f"{variant}: device time per forward by kernel group: " + ", ".join(parts)
@@ -567,7 +617,7 @@ def rule_fidelity(d: RunData) -> list[dict]:
 
 
 RULES: tuple[Callable[[RunData], list[dict]], ...] = (
-    rule_status, rule_hidden_copy, rule_precision, rule_mask, rule_extra_ops, rule_fusion, rule_memset,
+    rule_status, rule_trace_quality, rule_hidden_copy, rule_precision, rule_mask, rule_extra_ops, rule_fusion, rule_memset,
     rule_occupancy, rule_cpu_cost, rule_dispatch, rule_speed, rule_fidelity, rule_correctness,
 )
 
@@ -591,14 +641,14 @@ def metric_memcpy(d, vs):
 
 def metric_fp32_gemms(d, vs):
     k = d.kernels_of(vs[0])
-    g = k[k["kernel"].str.contains(FP32_GEMM)]
+    g = k[matches(k, FP32_GEMM)]
     refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in g["kernel"]]
     return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
 
 
 def metric_mask_kernels(d, vs):
     k = d.kernels_of(vs[0])
-    m = k[k["kernel"].str.contains(MASK_KERNEL)]
+    m = k[matches(k, MASK_KERNEL)]
     refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in m["kernel"]]
     return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
 
@@ -735,8 +785,9 @@ def iter_numbers(doc: dict):
 
 
 def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch_tables: list[pd.DataFrame],
-                  op_tables: list[pd.DataFrame], statuses: list[dict], device_props: dict) -> RunData:
-    """Assemble one shape's RunData from the run's tables (all shapes) and status records."""
+                  op_tables: list[pd.DataFrame], statuses: list[dict], devices: list[dict]) -> RunData:
+    """Assemble one shape's RunData from the run's tables (all shapes) and status records;
+    ``devices``: the traces' deviceProperties entries (each with its ``id``)."""
     def pick(frames: list[pd.DataFrame]) -> pd.DataFrame:
         df = concat_tables(frames)
         if df.empty:
@@ -750,5 +801,5 @@ def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, 
         launches=pick(launch_tables),
         ops=pick(op_tables),
         status={s["variant"]: s for s in statuses if s["shape_key"] == shape_key},
-        device_props=device_props,
+        devices=devices,
     )

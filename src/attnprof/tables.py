@@ -7,18 +7,21 @@ steps appear in the trace, and each statistic is computed per forward first.
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
-from .trace import cpu_ops, events_frame, forward_ranges, gpu_events, kernel_label, launches
+from .trace import LAUNCH_APIS, cpu_ops, events_frame, forward_ranges, gpu_events, kernel_label, launches
 
 KERNEL_COLUMNS = [
-    "variant", "shape_key", "kernel", "label", "category", "calls_per_forward", "calls_min", "calls_max",
-    "total_us", "mean_us", "share_pct", "grid", "block", "registers_per_thread", "shared_memory_bytes",
+    "variant", "shape_key", "kernel", "label", "category", "device", "calls_per_forward", "calls_min", "calls_max",
+    "total_us", "us_per_forward", "mean_us", "share_pct", "grid", "block", "registers_per_thread", "shared_memory_bytes",
     "est_occupancy_pct", "launch_api", "op",
 ]
 FORWARD_COLUMNS = [
     "variant", "shape_key", "forward", "cpu_us", "device_us", "device_span_us", "kernels", "memcpy", "memset",
-    "launch_calls", "unattributed_gpu_events",
+    "launch_calls", "launches_without_gpu_event", "bad_time_events", "complete", "timing_complete",
+    "unattributed_gpu_events",
 ]
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
@@ -26,10 +29,14 @@ SUMMARY_COLUMNS = [
     "device_ms_per_forward", "device_ms_min", "device_ms_max", "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max",
     "timed_ms_median", "timed_ms_min", "timed_ms_max", "timing_method",
     "graph_ms_median", "graph_ms_min", "graph_ms_max", "graph_error",
-    "forwards_profiled", "rel_error", "rel_error_ok", "peak_memory_mb",
+    "forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed", "incomplete_forwards",
+    "bad_time_events", "forward_groups", "trace_note",
+    "rel_error", "rel_error_ok", "checks_missing", "peak_memory_mb",
     "forward_gflop", "flop_per_byte", "tflops", "tflops_graph", "oom_bytes", "reason",
 ]
-LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync")
+#: Fewest complete forwards a capture must have for its numbers to be published (the study
+#: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
+DEFAULT_MIN_COMPLETE_FORWARDS = 3
 
 
 def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -39,121 +46,277 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else (frames[0] if frames else pd.DataFrame())
 
 
-def analyse_trace(trace: dict, range_name: str) -> dict[str, pd.DataFrame]:
+def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, expect_gpu: bool = False) -> pd.DataFrame:
+    """Per forward (index = forward number): launch_calls (API calls that enqueue one GPU
+    event each, :data:`attnprof.trace.LAUNCH_APIS`), launches_without_gpu_event (of those,
+    calls whose correlation id has no kernel/memcpy/memset event in the trace: Kineto lost
+    the GPU record), bad_time_events (the forward's GPU events with impossible times, see
+    ``time_ok`` in :func:`attnprof.trace.gpu_events`), complete (every launch found its GPU
+    event, and -- when ``expect_gpu`` -- the forward has at least one GPU event: on a GPU,
+    a forward with no recorded GPU activity at all is lost, not empty) and timing_complete
+    (complete, and every GPU event has valid times).
+
+    Completeness rule: only complete forwards enter counts; only timing-complete forwards
+    enter device times."""
+    fwd = pd.Index(ranges["forward"], name="forward")
+    launch = api[(api["forward"] >= 0) & api["name"].isin(LAUNCH_APIS)]
+    lost = launch[~launch["correlation"].isin(gpu["correlation"].dropna())]
+    inside = gpu[gpu["forward"] >= 0]
+    out = pd.DataFrame(index=fwd)
+    out["launch_calls"] = launch.groupby("forward").size().reindex(fwd, fill_value=0)
+    out["launches_without_gpu_event"] = lost.groupby("forward").size().reindex(fwd, fill_value=0)
+    out["bad_time_events"] = (~inside["time_ok"]).groupby(inside["forward"]).sum().reindex(fwd, fill_value=0).astype(int)
+    out["complete"] = out["launches_without_gpu_event"] == 0
+    if expect_gpu:
+        out["complete"] &= inside.groupby("forward").size().reindex(fwd, fill_value=0) > 0
+    out["timing_complete"] = out["complete"] & (out["bad_time_events"] == 0)
+    return out
+
+
+def analyse_trace(trace: dict, range_name: str, expect_gpu: bool | None = None) -> dict[str, pd.DataFrame]:
     """Parse a trace once; return frames ``ranges``, ``gpu``, ``api``, ``ops`` (see
-    :mod:`attnprof.trace`). Raises TraceError only through the caller's load."""
+    :mod:`attnprof.trace`) and ``completeness`` (:func:`completeness`). ``expect_gpu``: the
+    capture ran on a GPU, so a forward without any GPU event is incomplete (default: the
+    trace has ``deviceProperties``). Raises TraceError only through the caller's load."""
     events = events_frame(trace)
     ranges = forward_ranges(events, range_name)
-    return {
+    frames = {
         "ranges": ranges,
         "gpu": gpu_events(events, ranges),
         "api": launches(events, ranges),
         "ops": cpu_ops(events, ranges),
     }
+    if expect_gpu is None:
+        expect_gpu = bool(trace.get("deviceProperties"))
+    frames["completeness"] = completeness(ranges, frames["gpu"], frames["api"], expect_gpu)
+    return frames
+
+
+def _counted_forwards(frames: dict) -> list[int]:
+    c = frames["completeness"]
+    return list(c.index[c["complete"]])
+
+
+def _timed_forwards(frames: dict) -> list[int]:
+    c = frames["completeness"]
+    return list(c.index[c["timing_complete"]])
+
+
+def per_forward_counts(rows: pd.DataFrame, key: str, forwards: list[int]) -> pd.DataFrame:
+    """Calls of each ``key`` value in each of ``forwards``: columns calls_per_forward (the
+    count when every forward has the same, else NaN: never a fractional count that no
+    forward had), calls_min, calls_max; index = the key values."""
+    rows = rows[rows["forward"].isin(forwards)]
+    per_fwd = rows.groupby([key, "forward"]).size().unstack(fill_value=0).reindex(columns=forwards, fill_value=0)
+    lo, hi = per_fwd.min(axis=1), per_fwd.max(axis=1)
+    return pd.DataFrame({"calls_per_forward": lo.where(lo == hi), "calls_min": lo, "calls_max": hi})
 
 
 def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     """One row per distinct GPU event name (kernel, memcpy or memset) launched inside the
-    forwards. calls_per_forward is the median over forwards of per-forward counts
-    (calls_min/max show whether forwards differ); total_us sums device time over all
-    profiled forwards, mean_us is per call; share_pct is of all device time in forwards.
-    Launch metadata is the first call's (constant for a given kernel name and shape)."""
-    gpu, n = frames["gpu"], len(frames["ranges"])
-    gpu = gpu[gpu["forward"] >= 0]
-    if gpu.empty or n == 0:
+    complete forwards. calls_per_forward is the per-forward count when all complete forwards
+    agree (else empty; calls_min/max give the range). Times (us) come from timing-complete
+    forwards only: total_us sums them, us_per_forward = total_us / number of those forwards,
+    mean_us is per call, share_pct is of all device time in those forwards. device is the GPU
+    the events ran on (``args.device``). Launch metadata is the first call's (constant for a
+    given kernel name and shape)."""
+    counted, timed = _counted_forwards(frames), _timed_forwards(frames)
+    gpu = frames["gpu"]
+    gpu = gpu[gpu["forward"].isin(counted)]
+    if gpu.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    per_fwd = gpu.groupby(["name", "forward"]).size().unstack(fill_value=0).reindex(columns=range(n), fill_value=0)
+    counts = per_forward_counts(gpu, "name", counted)
+    names = counts.index
     first = gpu.drop_duplicates("name").set_index("name")
-    agg = gpu.groupby("name")["dur"].agg(total_us="sum", mean_us="mean")
+    valid = gpu[gpu["forward"].isin(timed) & gpu["time_ok"]]
+    agg = valid.groupby("name")["dur"].agg(total_us="sum", mean_us="mean").reindex(names)
     table = pd.DataFrame({
         "variant": variant,
         "shape_key": shape_key,
-        "kernel": agg.index,
-        "label": [kernel_label(k) for k in agg.index],
-        "category": first.loc[agg.index, "category"].values,
-        "calls_per_forward": per_fwd.loc[agg.index].median(axis=1).values,
-        "calls_min": per_fwd.loc[agg.index].min(axis=1).values,
-        "calls_max": per_fwd.loc[agg.index].max(axis=1).values,
+        "kernel": names,
+        "label": [kernel_label(k) for k in names],
+        "category": first.loc[names, "category"].values,
+        "device": first.loc[names, "device"].values,
+        **{c: counts[c].values for c in counts.columns},
         "total_us": agg["total_us"].values,
+        "us_per_forward": (agg["total_us"] / len(timed)).values if timed else float("nan"),
         "mean_us": agg["mean_us"].values,
     })
     table["share_pct"] = 100.0 * table["total_us"] / table["total_us"].sum()
     for col in ("grid", "block", "registers_per_thread", "shared_memory_bytes", "est_occupancy_pct", "launch_api", "op"):
-        table[col] = first.loc[agg.index, col].values
-    return table.sort_values("total_us", ascending=False)[KERNEL_COLUMNS].reset_index(drop=True)
+        table[col] = first.loc[names, col].values
+    return table.sort_values(["total_us", "calls_max"], ascending=False)[KERNEL_COLUMNS].reset_index(drop=True)
 
 
 def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     """One row per profiled forward: cpu_us (host time of the forward's range), device_us
-    (sum of its kernel+memcpy+memset durations), device_span_us (first start to last end
-    of its GPU events), counts per category, launch_calls (API calls that enqueue work),
-    and unattributed_gpu_events (trace-wide GPU events outside every forward, same value
-    on every row, normally 0)."""
-    ranges, gpu, api = frames["ranges"], frames["gpu"], frames["api"]
+    (sum of its kernel+memcpy+memset durations, valid-time events only), device_span_us
+    (first start to last end of its valid-time GPU events), counts per category (every GPU
+    event, bad times included), and the completeness columns of :func:`completeness`
+    (launch_calls, launches_without_gpu_event, bad_time_events, complete, timing_complete).
+    unattributed_gpu_events: trace-wide GPU events outside every forward, same value on
+    every row, normally 0."""
+    ranges, gpu = frames["ranges"], frames["gpu"]
     if ranges.empty:
         return pd.DataFrame(columns=FORWARD_COLUMNS)
     inside = gpu[gpu["forward"] >= 0]
-    by_fwd = inside.groupby("forward")
+    valid = inside[inside["time_ok"]].groupby("forward")
     counts = inside.groupby(["forward", "category"]).size().unstack(fill_value=0)
     table = pd.DataFrame({"variant": variant, "shape_key": shape_key, "forward": ranges["forward"], "cpu_us": ranges["cpu_us"]})
-    table["device_us"] = table["forward"].map(by_fwd["dur"].sum()).fillna(0.0)
-    span = by_fwd["end"].max() - by_fwd["ts"].min()
-    table["device_span_us"] = table["forward"].map(span).fillna(0.0)
+    table["device_us"] = table["forward"].map(valid["dur"].sum()).fillna(0.0)
+    table["device_span_us"] = table["forward"].map(valid["end"].max() - valid["ts"].min()).fillna(0.0)
     for cat in ("kernel", "memcpy", "memset"):
         col = "kernels" if cat == "kernel" else cat
         table[col] = table["forward"].map(counts[cat] if cat in counts else {}).fillna(0).astype(int)
-    launch = api[(api["forward"] >= 0) & api["name"].isin(LAUNCH_APIS)]
-    table["launch_calls"] = table["forward"].map(launch.groupby("forward").size()).fillna(0).astype(int)
+    comp = frames["completeness"]
+    for col in comp.columns:
+        table[col] = table["forward"].map(comp[col]).values
     table["unattributed_gpu_events"] = int((gpu["forward"] < 0).sum())
     return table[FORWARD_COLUMNS]
 
 
 def launch_api_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
-    """CUDA runtime/driver API calls per forward by name (median over forwards) and their
-    mean host duration in us."""
-    api, n = frames["api"], len(frames["ranges"])
-    api = api[api["forward"] >= 0]
-    if api.empty or n == 0:
-        return pd.DataFrame(columns=["variant", "shape_key", "api", "calls_per_forward", "mean_us"])
-    per_fwd = api.groupby(["name", "forward"]).size().unstack(fill_value=0).reindex(columns=range(n), fill_value=0)
-    return pd.DataFrame({
-        "variant": variant, "shape_key": shape_key, "api": per_fwd.index,
-        "calls_per_forward": per_fwd.median(axis=1).values,
-        "mean_us": api.groupby("name")["dur"].mean().loc[per_fwd.index].values,
-    }).reset_index(drop=True)
+    """CUDA runtime/driver API calls per complete forward by name (calls_per_forward as in
+    :func:`per_forward_counts`, with calls_min/max) and their mean host duration in us."""
+    counted = _counted_forwards(frames)
+    api = frames["api"]
+    api = api[api["forward"].isin(counted)]
+    cols = ["variant", "shape_key", "api", "calls_per_forward", "calls_min", "calls_max", "mean_us"]
+    if api.empty:
+        return pd.DataFrame(columns=cols)
+    counts = per_forward_counts(api, "name", counted)
+    table = counts.assign(variant=variant, shape_key=shape_key, api=counts.index,
+                          mean_us=api.groupby("name")["dur"].mean().reindex(counts.index))
+    return table[cols].reset_index(drop=True)
 
 
 def op_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
-    """aten ops per forward (median count over forwards, every nesting level) and their
-    mean inclusive host duration in us, in order of first appearance in a forward."""
-    ops, n = frames["ops"], len(frames["ranges"])
-    ops = ops[ops["forward"] >= 0]
-    if ops.empty or n == 0:
-        return pd.DataFrame(columns=["variant", "shape_key", "op", "calls_per_forward", "mean_us"])
-    per_fwd = ops.groupby(["name", "forward"]).size().unstack(fill_value=0).reindex(columns=range(n), fill_value=0)
+    """aten ops per complete forward (every nesting level; calls_per_forward as in
+    :func:`per_forward_counts`, with calls_min/max) and their mean inclusive host duration
+    in us, in order of first appearance in the first complete forward."""
+    counted = _counted_forwards(frames)
+    ops = frames["ops"]
+    ops = ops[ops["forward"].isin(counted)]
+    cols = ["variant", "shape_key", "op", "calls_per_forward", "calls_min", "calls_max", "mean_us"]
+    if ops.empty:
+        return pd.DataFrame(columns=cols)
+    counts = per_forward_counts(ops, "name", counted)
     order = ops[ops["forward"] == ops["forward"].min()].sort_values("ts")["name"].drop_duplicates()
-    order = list(order) + [o for o in per_fwd.index if o not in set(order)]
-    return pd.DataFrame({
-        "variant": variant, "shape_key": shape_key, "op": order,
-        "calls_per_forward": per_fwd.loc[order].median(axis=1).values,
-        "mean_us": ops.groupby("name")["dur"].mean().loc[order].values,
-    })
+    order = list(order) + [o for o in counts.index if o not in set(order)]
+    table = counts.loc[order].assign(variant=variant, shape_key=shape_key, op=order,
+                                     mean_us=ops.groupby("name")["dur"].mean().reindex(order))
+    return table[cols].reset_index(drop=True)
 
 
-def summary_row(status: dict, forwards: pd.DataFrame) -> dict:
-    """One summary.csv row from a capture's status record and its forward table. Counts are
-    medians over profiled forwards; device_ms_per_forward is the median of per-forward device
-    time (NaN on a CPU run, which has no device events), with min and max; cpu_ms_per_forward
-    is the median host time of the forward range. timed_* come from the capture's independent
-    timing loop (CUDA events or perf_counter, see timing_method)."""
+def _ranges_text(forwards: list[int]) -> str:
+    """'0-5, 8' for [0, 1, 2, 3, 4, 5, 8]."""
+    parts, run = [], []
+    for f in forwards:
+        if run and f != run[-1] + 1:
+            parts.append(run)
+            run = []
+        run.append(f)
+    if run:
+        parts.append(run)
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in parts)
+
+
+def forward_groups(forwards: pd.DataFrame) -> list[dict]:
+    """Complete forwards grouped by their (kernels, memcpy, memset) counts, largest group
+    first: each {kernels, memcpy, memset, forwards (how many), forward_ids, device_ms (median
+    over the group's timing-complete forwards, None if none)}. One group when all forwards
+    launch the same work."""
+    fw = forwards[forwards["complete"].astype(bool)]
+    groups = []
+    for (kern, mcp, mst), g in fw.groupby(["kernels", "memcpy", "memset"]):
+        timed = g[g["timing_complete"].astype(bool)]["device_us"]
+        groups.append({"kernels": int(kern), "memcpy": int(mcp), "memset": int(mst), "forwards": len(g),
+                       "forward_ids": [int(i) for i in g["forward"]],
+                       "device_ms": float(timed.median() / 1e3) if len(timed) else None})
+    return sorted(groups, key=lambda g: (-g["forwards"], g["kernels"]))
+
+
+def describe_groups(groups: list[dict]) -> str:
+    """'5 kernels + 1 memcpy + 1 memset (1.0773 ms) in 5 forwards; 6 kernels ... in 5'."""
+    def one(g):
+        work = f"{g['kernels']} kernel{'s' if g['kernels'] != 1 else ''}"
+        work += f" + {g['memcpy']} memcpy" if g["memcpy"] else ""
+        work += f" + {g['memset']} memset" if g["memset"] else ""
+        ms = f" ({g['device_ms']:.4f} ms)" if g["device_ms"] is not None else ""
+        return f"{work}{ms} in {g['forwards']} forward{'s' if g['forwards'] != 1 else ''}"
+    return "; ".join(one(g) for g in groups)
+
+
+def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int = DEFAULT_MIN_COMPLETE_FORWARDS) -> dict:
+    """Apply the completeness rule to a forward table (:func:`forward_table`).
+
+    ``expected``: forwards the profiler schedule asked for (``active``; None: those present).
+    Returns forwards_expected, forwards_profiled (present in the trace), forwards_complete,
+    forwards_timed (complete with valid times), incomplete_forwards (e.g. '0-5'),
+    bad_time_events, groups (:func:`forward_groups`), note (one sentence per defect, '' when
+    none) and sufficient (at least ``minimum`` complete forwards)."""
+    present = len(forwards)
+    expected = present if expected is None else int(expected)
+    complete = forwards["complete"].astype(bool) if present else pd.Series(dtype=bool)
+    timed = forwards["timing_complete"].astype(bool) if present else pd.Series(dtype=bool)
+    incomplete = [int(f) for f in forwards.loc[~complete, "forward"]] if present else []
+    bad = int(forwards["bad_time_events"].sum()) if present else 0
+    groups = forward_groups(forwards) if present else []
+    notes = []
+    if present != expected:
+        notes.append(f"{present} of {expected} profiled forwards are in the trace")
+    if incomplete:
+        lost = int(forwards.loc[~complete, "launches_without_gpu_event"].sum())
+        notes.append(f"{len(incomplete)} of {present} forwards incomplete (forward{'s' if len(incomplete) > 1 else ''} "
+                     f"{_ranges_text(incomplete)}: {lost} launch{'es' if lost != 1 else ''} without a GPU event"
+                     + ("" if lost else ", no GPU activity recorded") + "), left out of every statistic")
+    if bad:
+        bad_fwd = [int(f) for f in forwards.loc[forwards["bad_time_events"] > 0, "forward"]]
+        notes.append(f"{bad} GPU event{'s' if bad > 1 else ''} with impossible times (ts 0, duration <= 0, or ending "
+                     f"before its launch) in forward{'s' if len(bad_fwd) > 1 else ''} {_ranges_text(bad_fwd)}: "
+                     "counted, but those forwards are left out of device times")
+    if len(groups) > 1:
+        notes.append("forwards differ: " + describe_groups(groups))
+    n_complete = int(complete.sum())
+    return {"forwards_expected": expected, "forwards_profiled": present, "forwards_complete": n_complete,
+            "forwards_timed": int(timed.sum()), "incomplete_forwards": _ranges_text(incomplete), "bad_time_events": bad,
+            "groups": groups, "note": "; ".join(notes), "sufficient": n_complete >= minimum, "minimum": minimum}
+
+
+def incomplete_reason(trace_path, verdict: dict) -> str:
+    """Reason of an ``incomplete_trace`` status: the file, both counts and the defects."""
+    n = verdict["forwards_complete"]
+    return (f"{trace_path}: {n} complete forward{'s' if n != 1 else ''} of {verdict['forwards_expected']} profiled, "
+            f"fewer than the minimum of {verdict['minimum']} (profiler.min_complete_forwards); {verdict['note']}")
+
+
+def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:
+    """One summary.csv row from a capture's status record and its forward table.
+
+    Completeness rule (:func:`assess_forwards`): counts come from complete forwards only,
+    device times from timing-complete forwards only. A capture with status ok but fewer
+    than ``status['min_complete_forwards']`` complete forwards (default
+    :data:`DEFAULT_MIN_COMPLETE_FORWARDS`) becomes ``incomplete_trace`` with a reason naming
+    ``trace_path`` and both counts, and publishes no statistics. When complete forwards
+    differ in their kernel/memcpy/memset counts, the per-forward counts and device times are
+    left empty (never a fractional count or a median across different work) and
+    forward_groups lists each group. Device times need ``minimum`` timed forwards too.
+    cpu_ms_per_forward is the median host time of the complete forwards' ranges. timed_*
+    come from the capture's independent timing loop (CUDA events or perf_counter)."""
     timing = status.get("timing") or {}
+    schedule = status.get("schedule") or {}
+    minimum = int(status.get("min_complete_forwards") or DEFAULT_MIN_COMPLETE_FORWARDS)
+    verdict = assess_forwards(forwards, schedule.get("active"), minimum)
     row = {
         "variant": status["variant"], "shape_key": status["shape_key"], "status": status["status"],
         **{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
-        "forwards_profiled": len(forwards),
+        **{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
+                                   "incomplete_forwards", "bad_time_events")},
+        "trace_note": verdict["note"],
         "timed_ms_median": timing.get("median_ms"), "timed_ms_min": timing.get("min_ms"),
         "timed_ms_max": timing.get("max_ms"), "timing_method": timing.get("method"),
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
+        "checks_missing": "; ".join(status.get("checks_missing") or []),
         "peak_memory_mb": (status["peak_memory_bytes"] / 2**20) if status.get("peak_memory_bytes") else None,
         "reason": status.get("reason", ""),
         "oom_bytes": status.get("oom_bytes"),
@@ -164,20 +327,28 @@ def summary_row(status: dict, forwards: pd.DataFrame) -> dict:
     if status.get("forward_flops"):
         row["forward_gflop"] = status["forward_flops"] / 1e9
         row["flop_per_byte"] = status["forward_flops"] / status["min_bytes"]
-    if status["status"] == "ok" and len(forwards):
-        cpu_ms = forwards["cpu_us"] / 1e3
+    if status["status"] == "ok" and not verdict["sufficient"]:
+        row.update(status="incomplete_trace", reason=incomplete_reason(trace_path, verdict))
+    if row["status"] == "ok":
+        groups = verdict["groups"]
+        if len(groups) > 1:
+            row["forward_groups"] = json.dumps(groups)
+        complete = forwards[forwards["complete"].astype(bool)]
+        cpu_ms = complete["cpu_us"] / 1e3
         row.update(cpu_ms_per_forward=cpu_ms.median(), cpu_ms_min=cpu_ms.min(), cpu_ms_max=cpu_ms.max())
-        if status.get("device") == "cuda":  # a CPU run has no device events: those columns stay empty
-            device_ms = forwards["device_us"] / 1e3
-            row.update(
-                kernels_per_forward=forwards["kernels"].median(),
-                memcpy_per_forward=forwards["memcpy"].median(),
-                memset_per_forward=forwards["memset"].median(),
-                device_ms_per_forward=device_ms.median(), device_ms_min=device_ms.min(), device_ms_max=device_ms.max(),
-            )
-            # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
-            if row.get("forward_gflop") and row["device_ms_per_forward"]:
-                row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
+        if status.get("device") == "cuda" and len(groups) == 1:  # a CPU run has no device events
+            g = groups[0]
+            row.update(kernels_per_forward=g["kernels"], memcpy_per_forward=g["memcpy"], memset_per_forward=g["memset"])
+            if verdict["forwards_timed"] >= minimum:
+                device_ms = complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3
+                row.update(device_ms_per_forward=device_ms.median(), device_ms_min=device_ms.min(), device_ms_max=device_ms.max())
+                # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
+                if row.get("forward_gflop") and row["device_ms_per_forward"]:
+                    row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
+            else:
+                row["trace_note"] = "; ".join(filter(None, [row["trace_note"], (
+                    f"device time not published: {verdict['forwards_timed']} forwards with valid GPU times, "
+                    f"fewer than the minimum of {minimum}")]))
         if row.get("forward_gflop") and row.get("graph_ms_median"):
             row["tflops_graph"] = row["forward_gflop"] / row["graph_ms_median"]
     return {c: row.get(c) for c in SUMMARY_COLUMNS}

@@ -17,6 +17,12 @@ complete events have ``ph == "X"``, ``ts`` and ``dur`` in microseconds, and a ``
 A GPU event belongs to forward *i* when the API call with its correlation id started
 inside the *i*-th CPU range named ``range_name``. This attribution does not assume that
 every forward launches the same work, unlike dividing totals by the step count.
+
+Completeness (see :func:`attnprof.tables.forward_table`): Kineto can lose GPU records (a
+launch whose correlation id has no kernel/memcpy/memset event) and can write GPU events
+with impossible times (``ts`` 0, ``dur`` <= 0, or an end before the launch call started).
+Every launch is therefore matched to its GPU event, and every GPU event's times are
+checked (:data:`GPU_CATEGORIES`, :func:`gpu_events` column ``time_ok``).
 """
 
 from __future__ import annotations
@@ -24,12 +30,17 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 
 import pandas as pd
 
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+#: Runtime/driver API calls that enqueue exactly one GPU event (kernel, memcpy or memset)
+#: carrying the call's correlation id (CUPTI activity records).
+LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+               "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemsetAsync")
 METADATA_ARGS = {
     "grid": "grid",
     "block": "block",
@@ -46,30 +57,46 @@ class TraceError(ValueError):
 
 
 def load_trace(path: str | Path) -> dict:
-    """Load a Chrome trace, gzipped (``.gz``) or plain JSON. Raises TraceError when the
-    file is not JSON or has no ``traceEvents`` list."""
+    """Load a Chrome trace, gzipped (``.gz``) or plain JSON, and return it as a dict.
+
+    Raises :class:`TraceError`, whose message names the file and the cause, for every way
+    the file can be unreadable: missing or unreadable file, a gzip stream cut short (an
+    interrupted write), a corrupt gzip stream, JSON that ends early or is not JSON, text that
+    is not UTF-8, and JSON without a ``traceEvents`` list."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt") as fh:
-            trace = json.load(fh)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: not a readable Chrome trace ({exc})") from exc
+        with opener(path, "rt", encoding="utf-8") as fh:
+            text = fh.read()
+    except EOFError as exc:
+        raise TraceError(f"{path}: truncated trace: the gzip stream ends before its end-of-stream marker "
+                         f"(an interrupted write?) ({exc})") from exc
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceError(f"{path}: corrupt gzip stream ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc})") from exc
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace ({exc})") from exc
+    try:
+        trace = json.loads(text)
+    except json.JSONDecodeError as exc:
+        cause = "truncated trace: the JSON ends early" if exc.pos >= len(text.rstrip()) else "not valid JSON"
+        raise TraceError(f"{path}: {cause} ({exc})") from exc
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise TraceError(f"{path}: no traceEvents list")
+        raise TraceError(f"{path}: not a Chrome trace (no traceEvents list)")
     return trace
 
 
 def events_frame(trace: dict) -> pd.DataFrame:
     """Complete (``ph == "X"``) events as a DataFrame with columns name, cat, ts, dur
-    (microseconds), end, pid, tid, correlation, external_id, args. Empty frame (same
-    columns) when the trace holds none."""
+    (microseconds; NaN where missing or not a number), end, pid, tid, correlation,
+    external_id, args. Empty frame (same columns) when the trace holds none."""
     rows = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     cols = ["name", "cat", "ts", "dur", "pid", "tid", "args"]
     df = pd.DataFrame([{c: e.get(c) for c in cols} for e in rows], columns=cols)
     df["args"] = df["args"].apply(lambda a: a if isinstance(a, dict) else {})
     df["ts"] = pd.to_numeric(df["ts"], errors="coerce").astype(float)
-    df["dur"] = pd.to_numeric(df["dur"], errors="coerce").fillna(0.0).astype(float)
+    df["dur"] = pd.to_numeric(df["dur"], errors="coerce").astype(float)
     df["end"] = df["ts"] + df["dur"]
     df["correlation"] = df["args"].apply(lambda a: a.get("correlation")).astype("Int64")
     df["external_id"] = df["args"].apply(lambda a: a.get("External id")).astype("Int64")
@@ -118,30 +145,47 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     correlation id) and to that call's forward and issuing aten op (by External id).
 
     Columns: name, category ('kernel'|'memcpy'|'memset'), ts, dur, end (us), forward
-    (-1 when the launch was outside every forward or missing), launch_api, op, and the
-    launch metadata columns of METADATA_ARGS (NaN where the trace carries none)."""
+    (-1 when the launch was outside every forward or missing), launch_api, launch_ts (us,
+    start of the launching API call), op, device (``args.device``: the GPU it ran on, the
+    ``id`` of a ``deviceProperties`` entry; NaN when absent), time_ok (False for impossible
+    times: ts missing or <= 0, dur missing or <= 0, or an end before the launch call
+    started), and the launch metadata columns of METADATA_ARGS (NaN where the trace
+    carries none)."""
     gpu = events[events["cat"].isin(GPU_CATEGORIES)].copy()
     gpu["category"] = gpu["cat"].map(GPU_CATEGORIES)
+    gpu["device"] = pd.to_numeric(gpu["args"].apply(lambda a: a.get("device")), errors="coerce").astype("Int64")
     for key, col in METADATA_ARGS.items():
         gpu[col] = gpu["args"].apply(lambda a, k=key: a.get(k))
     for col in ("grid", "block"):
         gpu[col] = gpu[col].apply(lambda g: "x".join(str(int(x)) for x in g) if isinstance(g, list) else None)
-    api = launches(events, ranges)[["correlation", "name", "forward", "external_id"]]
+    api = launches(events, ranges)[["correlation", "name", "forward", "external_id", "ts"]]
     api = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
-    api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id"})
+    api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id", "ts": "launch_ts"})
     gpu = gpu.merge(api, on="correlation", how="left")
+    gpu["time_ok"] = (gpu["ts"] > 0) & (gpu["dur"] > 0) & ~(gpu["end"] < gpu["launch_ts"])
     ops = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id")
     op_by_id = ops.set_index("external_id")["name"]
     gpu["op"] = gpu["launch_external_id"].map(op_by_id)
     gpu["forward"] = gpu["forward"].fillna(-1).astype("int64")
-    cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "op", "correlation", *METADATA_ARGS.values()]
+    cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation", "device",
+            "time_ok", *METADATA_ARGS.values()]
     return gpu[cols].sort_values("ts").reset_index(drop=True)
 
 
 def device_properties(trace: dict) -> list[dict]:
-    """The ``deviceProperties`` block Kineto writes (GPU name, SM count, registers per
-    SM...); empty list for CPU-only traces."""
+    """The ``deviceProperties`` block Kineto writes, one entry per visible GPU with its
+    ``id`` (GPU name, SM count, registers per SM...); empty list for CPU-only traces. Pick
+    the entry of the device a kernel ran on with :func:`properties_of`."""
     return list(trace.get("deviceProperties") or [])
+
+
+def properties_of(props: list[dict], device) -> dict:
+    """The ``deviceProperties`` entry whose ``id`` is ``device`` (a GPU event's
+    ``args.device``); {} when ``device`` is missing or no entry has that id -- never
+    another device's entry, whose limits would give wrong occupancy and architecture."""
+    if device is None or pd.isna(device):
+        return {}
+    return next((p for p in props if p.get("id") == int(device)), {})
 
 
 def short_kernel_name(name: str) -> str:
@@ -170,20 +214,26 @@ def short_kernel_name(name: str) -> str:
 
 _GENERIC = ("elementwise_kernel", "reduce_kernel")
 _WRAPPERS = {"AUnaryFunctor", "BUnaryFunctor", "gpu_kernel_impl", "gpu_kernel_impl_nocast", "gpu_kernel"}
-_FUNCTOR = re.compile(r"(\w*(?:Functor\w*|_kernel_cuda|_kernel_impl|_kernel)\b)")
+_FUNCTOR = re.compile(r"(\w*(?:Functor\w*|_kernel_cuda|_kernel_impl|_kernel)\b)(<\w+>)?")
+#: CUTLASS entry points whose first template argument is the real kernel (cutlass::Kernel2<cutlass_80_simt_sgemm_...>)
+_CUTLASS_ENTRY = {"cutlass::Kernel", "cutlass::Kernel2", "cutlass::device_kernel"}
 
 
 def kernel_label(name: str) -> str:
-    """Readable label for plots and tables: the short name, and for PyTorch's generic
-    elementwise/reduce kernels the functor or op they run (``MulFunctor``,
-    ``masked_fill_kernel``, ``direct_copy_kernel_cuda``...), which the short name hides.
-    Memcpy/memset names come back unchanged."""
+    """Readable label for plots, tables and classification: the short name
+    (:func:`short_kernel_name`); for PyTorch's generic elementwise/reduce kernels also the
+    functor or op they run (``MulFunctor``, ``FillFunctor<bool>``, ``masked_fill_kernel``,
+    ``direct_copy_kernel_cuda``...), which the short name hides; for CUTLASS entry points
+    (``cutlass::Kernel2<K>``) the kernel K they instantiate. Memcpy/memset names come back
+    unchanged."""
     short = short_kernel_name(name)
+    inner = name[name.find("<") + 1 :] if "<" in name else ""
+    if short in _CUTLASS_ENTRY and inner:
+        return f"{short} [{re.split(r'[<,>]', inner, maxsplit=1)[0].strip()}]"
     if not short.endswith(_GENERIC):
         return short
-    inner = name[name.find("<") + 1 :] if "<" in name else ""
     for match in _FUNCTOR.finditer(inner):
         word = match.group(1)
         if word and not word.endswith(_GENERIC) and word not in _WRAPPERS:
-            return f"{short.split('::')[-1]} [{word}]"
+            return f"{short.split('::')[-1]} [{word}{match.group(2) or ''}]"
     return short
