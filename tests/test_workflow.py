@@ -20,7 +20,7 @@ run: tiny
 shapes:
   cpu: {batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [fp32], causal: [true]}
   cuda: {batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}
-profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 2}}
+profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 2}, min_complete_forwards: 2}
 timing: {repeats: 3, input_sets: 2}
 """
 
@@ -122,7 +122,7 @@ def test_template_change_reruns_only_the_report(run_dir):
 
 
 def test_extraction_code_change_reruns_extract_and_downstream_not_captures(run_dir):
-    with edited(run_dir / "src" / "attnprof" / "tables.py", "LAUNCH_APIS = (", "LAUNCH_APIS = (  # edited\n    "):
+    with edited(run_dir / "src" / "attnprof" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
         jobs = planned_jobs(run_dir)
     assert "capture" not in jobs and jobs["extract"] == 7 and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
 

@@ -5,6 +5,7 @@ and a PDF of the same HTML (WeasyPrint)."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
         f = by_shape.get(shape_key, {"findings": [], "expectations": []})
         per_variant = {}
         for item in f["findings"]:
-            if item["rule"] == "status":  # the summary row shows the status and PyTorch's reason itself
+            if item["rule"] in ("status", "trace_quality"):  # the summary row shows status, reason and trace note itself
                 continue
             for v in item["variants"][:1]:
                 per_variant.setdefault(v, []).append(item)
@@ -68,6 +69,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             k = kernels[(kernels["variant"] == v) & (kernels["shape_key"] == shape_key)] if len(kernels) else kernels
             k = k.assign(label=[kernel_label(n) for n in k["kernel"]]) if len(k) else k
             la = launches[(launches["variant"] == v) & (launches["shape_key"] == shape_key)] if len(launches) else launches
+            row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
             table.append({**row, "change": CHANGES.get(v, v), "study_kernels": counts.get(v),
                           "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la)})
         shapes.append({
