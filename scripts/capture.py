@@ -1,7 +1,7 @@
 """Snakemake script: one capture (rule capture). Logic: attnprof.capture."""
 import contextlib
 
-from attnprof.capture import run_isolated
+from attnprof.capture import CaptureInterrupted, run_isolated
 from attnprof.variants import Shape
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
@@ -14,8 +14,14 @@ with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
         "schedule": dict(p.profiler["schedule"]),
         "warmup_calls": p.profiler["warmup_calls"],
         "range_name": p.profiler["range_name"],
+        "min_complete_forwards": p.profiler["min_complete_forwards"],
         "timing": dict(p.timing),
         "seed": p.seed,
         "tolerance": dict(p.tolerance),
     }
-    run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s)
+    try:
+        run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s)
+    except CaptureInterrupted as exc:
+        # no result: the job fails, Snakemake removes its outputs, the next run captures again
+        print(f"attnprof: {exc}", file=log)
+        raise SystemExit(f"attnprof: {exc}") from None

@@ -325,3 +325,34 @@ def test_own_corrupt_gzip_and_missing_file(tmp_path):
         load_trace(tmp_path / "n.json.gz")
     with pytest.raises(TraceError, match="cannot read the trace"):
         load_trace(tmp_path / "missing.json.gz")
+
+
+# --- the capture checks its own trace before it writes ok --------------------------------------
+
+def test_capture_self_check_on_a_trace_that_lost_gpu_events(tmp_path):
+    from attnprof.capture import check_own_trace
+
+    spec = {"variant": "naive", "device": "cuda", "range_name": "attn_fwd", "schedule": {"active": 10}}
+    path = CASES / "b02_6of10_incomplete.json.gz"
+    out = check_own_trace(path, dict(spec, min_complete_forwards=5))
+    assert out["status"] == "incomplete_trace" and str(path) in out["reason"] and "4 complete forwards of 10" in out["reason"]
+    out = check_own_trace(path, dict(spec, min_complete_forwards=4))
+    assert "status" not in out and out["trace_check"]["forwards_complete"] == 4
+    cut = CASES / "b12_truncated60.json.gz"
+    assert check_own_trace(cut, spec)["status"] == "failed" and "truncated" in check_own_trace(cut, spec)["reason"]
+
+
+def test_capture_with_too_few_complete_forwards_is_incomplete_trace(tmp_path):
+    """A real CPU capture: 2 forwards profiled, 3 required."""
+    from attnprof.capture import run_isolated
+    from attnprof.variants import Shape
+
+    spec = {"variant": "naive_inplace", "shape": Shape(1, 2, 64, 32, "fp32", True).as_dict(), "device": "cpu",
+            "schedule": {"wait": 1, "warmup": 1, "active": 2}, "warmup_calls": 1, "range_name": "attn_fwd",
+            "timing": {"repeats": 3, "input_sets": 2}, "seed": 0, "tolerance": {"fp32": 1e-4}, "min_complete_forwards": 3}
+    rec = run_isolated(spec, tmp_path / "trace.json.gz", tmp_path / "status.json", timeout_s=300)
+    assert rec["status"] == "incomplete_trace" and "2 complete forwards of 2" in rec["reason"]
+    assert str(tmp_path / "trace.json.gz") in rec["reason"]
+    assert rec["phases"]["correctness"]["status"] == "skipped"
+    kept = load_trace(tmp_path / "trace.json.gz")  # the real trace stays, for diagnosis
+    assert sum(e.get("name") == "attn_fwd" for e in kept["traceEvents"]) == 2

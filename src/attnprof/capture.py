@@ -2,38 +2,96 @@
 
 The work runs in a child process (``python -m attnprof.capture SPEC.json``) so that
 one variant's CUDA context, caches, allocator state or a hard crash cannot touch
-another. :func:`run_isolated` starts it and always leaves a status record behind,
-whatever happens to the child.
+another. :func:`run_isolated` starts it and leaves a status record behind for every
+capture that ran to an end of its own (see "Killed captures" for the exception).
 
-Status values (``status.json``):
+Phases. :func:`capture` runs five phases, each in its own ``try``, and records each
+outcome in ``record["phases"][name] = {"status", "reason", "seconds"}`` (plus
+``traceback`` when ``failed``, ``unsupported_reasons`` when ``unsupported``):
 
-* ``ok`` -- trace captured;
+* ``profile`` -- set-up, warm-up calls and the torch.profiler trace; its outcome is the
+  record's ``status``;
+* ``correctness`` -- relative error against a blockwise float64 reference;
+* ``timing`` -- single calls timed with CUDA events (``perf_counter`` on CPU);
+* ``graph_timing`` -- CUDA-graph replays (``skipped`` on CPU);
+* ``input_types`` -- one extra forward profiled with ``record_shapes=True``.
+
+A later phase that fails (the float64 reference out of memory, say) frees what it
+allocated and the next phase runs: the trace is kept, ``status`` stays ``ok``, and
+``checks_missing`` lists ``"phase: status: reason"`` for each later phase that did not
+succeed.
+When ``profile`` did not succeed, the later phases are ``skipped``.
+
+Status values (``status.json``, and each phase's ``status``):
+
+* ``ok`` -- trace captured (phase: it ran);
 * ``unsupported`` -- PyTorch refused the variant here (no kernel for this backend,
   device or dtype; or a CUDA run asked for on a machine without a GPU); ``reason``
-  holds PyTorch's own message and the warnings it emitted about why;
+  holds PyTorch's own message and, after "Because:", the warnings its SDPA dispatcher
+  emitted about why each backend could not run (``unsupported_reasons``);
 * ``out_of_memory`` -- the allocator failed; ``reason`` holds its message with the
   bytes it asked for;
-* ``failed`` -- anything else, including a crash of the child (exit code or signal).
+* ``failed`` -- anything else, including a crash of the child (exit code or signal), or
+  a trace the profiler wrote that cannot be read back (``TraceError``);
+* ``incomplete_trace`` -- the profile ran, but its own trace, read back before ``ok`` is
+  written, has fewer complete forwards than ``min_complete_forwards`` (the completeness
+  rule of :func:`attnprof.tables.assess_forwards`: every launch must find its GPU event;
+  on a GPU every forward must record GPU activity); ``reason`` names the trace file and
+  both counts; the trace is kept for diagnosis, the later phases are skipped;
+* ``skipped`` -- phases only: not run, ``reason`` says why.
+
+Killed captures. The child dies with its parent (Linux ``prctl(PR_SET_PDEATHSIG,
+SIGKILL)``; elsewhere a thread that exits when the parent pid changes), and a parent
+that gets SIGTERM or SIGINT kills the child before it exits: two captures never
+overlap on the GPU. How :func:`run_isolated` reads the end of the child:
+
+* exit code 0 with a status record: that record;
+* killed by SIGKILL, SIGTERM, SIGINT, SIGHUP or SIGQUIT -- signals sent from outside
+  (a user, Snakemake, a batch scheduler): an *interrupted* capture, not a result.
+  :class:`CaptureInterrupted` is raised, no status is written and the trace is removed,
+  so the Snakemake job fails and the next run captures again. Caveat: the host's OOM
+  killer also sends SIGKILL, so a capture killed for host memory counts as interrupted
+  (GPU out-of-memory is an exception inside the child, recorded as ``out_of_memory``);
+* killed by any other signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL: the variant's own
+  reproducible crash) or a non-zero exit code: ``failed``, with a reason naming the
+  signal or code and the end of the child's stderr (``stderr_tail``);
+* killed by :func:`run_isolated` itself at ``timeout_s``: ``failed`` ("timed out").
+
+Test-only spec keys (never set by the pipeline; they let tests kill, crash or break a
+capture): ``_test_pid_file`` (the capture process writes its pid there),
+``_test_sleep_s`` (seconds it sleeps before the profile phase), ``_test_crash``
+(``"abort"``: ``os.abort()``; ``"segv"``: a read of address 0), ``_test_fail_phase``
+(that phase raises ``torch.OutOfMemoryError`` at its start).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import ctypes
+import gc
 import gzip
 import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
+import types
 import warnings
 from pathlib import Path
 
-from .variants import Shape, make_forward, reference_attention, torch_dtype
+from .variants import Shape, make_forward, relative_error, torch_dtype
 
-STATUSES = ("ok", "unsupported", "out_of_memory", "failed")
+STATUSES = ("ok", "unsupported", "out_of_memory", "failed", "incomplete_trace")
+
+#: The phases of :func:`capture`, in order; the first one's outcome is the record's status.
+PHASES = ("profile", "correctness", "timing", "graph_timing", "input_types")
 
 #: Relative error ||out - ref|| / ||ref|| above which a result is flagged, by input dtype.
 #: bf16 keeps 8 mantissa bits (eps 2^-8 = 3.9e-3), fp16 11 (4.9e-4), fp32 24 (6e-8);
@@ -52,6 +110,20 @@ _UNSUPPORTED_MARKERS = (
     "NotImplementedError",
 )
 
+#: Signals that end a capture from outside (a user, Snakemake, a scheduler, the host OOM
+#: killer): the child's death is an interruption, not a result of the variant.
+INTERRUPT_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
+
+#: Environment variable through which run_isolated tells the child its parent's pid.
+PARENT_PID_ENV = "ATTNPROF_PARENT_PID"
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class CaptureInterrupted(RuntimeError):
+    """The capture process was killed from outside (a signal in :data:`INTERRUPT_SIGNALS`):
+    no result exists, no status was written, and the capture must run again."""
+
 
 def log(msg: str) -> None:
     """Progress line on stderr (Snakemake shows it, or sends it to the rule's log)."""
@@ -68,6 +140,44 @@ def classify_exception(exc: BaseException) -> str:
     if isinstance(exc, NotImplementedError) or any(m.lower() in text.lower() for m in _UNSUPPORTED_MARKERS):
         return "unsupported"
     return "failed"
+
+
+#: " (Triggered internally at <file>:<line>.)", which PyTorch appends to C++ TORCH_WARN texts.
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at (?P<file>[^()]*):\d+\.\)\s*$")
+#: A warning's source file in aten/src/ATen/native/transformers/ (SDPA dispatch: sdp_utils*).
+_SDPA_SOURCE = re.compile(r"[/\\]transformers[/\\]")
+#: SDPA wording, for a warning that carries no source location.
+_SDPA_WORDING = re.compile(r"kernel not used because|attention|\bSDPA\b|fused kernel|head_dim|Expected query, key and value", re.I)
+#: The header PyTorch emits before each backend's reasons, e.g. "Flash attention kernel not used because:".
+_BACKEND_HEADER = re.compile(r"kernel not used because:?$", re.I)
+
+
+def unsupported_reasons(warning_messages: list[str]) -> list[str]:
+    """Why PyTorch's SDPA dispatcher found no kernel, from the warning texts emitted before
+    its "No available kernel" error (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+    warns "<backend> kernel not used because:" and then each failed check). Keeps the
+    messages from the SDPA dispatch sources (by their "Triggered internally at" location,
+    or by SDPA wording when they carry none), drops that location suffix, drops "... has
+    been runtime disabled." (the consequence of pinning one backend with sdpa_kernel) and
+    headers left with no reason after them; unrelated warnings (the profiler's, say) are
+    left out. Returns the texts in emission order, deduplicated; [] when none apply."""
+    kept: list[str] = []
+    for message in warning_messages:
+        loc = _TRIGGERED.search(message)
+        text = (message[: loc.start()] if loc else message).strip()
+        from_sdpa = bool(_SDPA_SOURCE.search(loc["file"])) if loc else bool(_SDPA_WORDING.search(text))
+        if from_sdpa and text and "runtime disabled" not in text.lower() and text not in kept:
+            kept.append(text)
+    return [t for i, t in enumerate(kept)
+            if not (_BACKEND_HEADER.search(t) and (i + 1 == len(kept) or _BACKEND_HEADER.search(kept[i + 1])))]
+
+
+def _because(reasons: list[str]) -> str:
+    """" Because: A kernel not used because: r1; r2; B kernel not used because: r3" ('' if none)."""
+    text = ""
+    for r in reasons:
+        text += (" " if text.endswith(":") else "; " if text else "") + r
+    return f" Because: {text}" if text else ""
 
 
 def _inputs(shape: Shape, device: str, n_sets: int, seed: int):
@@ -121,25 +231,22 @@ def _time_calls(forward, input_sets, device: str, repeats: int) -> dict:
 
 def _time_graph(forward, q, k, v, repeats: int) -> dict:
     """Capture one forward in a CUDA graph and time ``repeats`` replays, each between CUDA
-    events: the device time of the forward without launch gaps. Returns ms statistics, or
-    {"error": reason} when the variant cannot be captured (a CPU sync, an unsupported op)."""
+    events: the device time of the forward without launch gaps. Returns ms statistics.
+    Raises whatever the capture raises when the variant cannot be captured (a CPU sync, an
+    unsupported op); the graph_timing phase records it."""
     import torch
 
-    try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                forward(q, k, v)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
             forward(q, k, v)
-        graph.replay()
-        torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - any capture failure is a result, not a crash
-        torch.cuda.synchronize()
-        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward(q, k, v)
+    graph.replay()
+    torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -182,12 +289,119 @@ def _op_input_types(forward, q, k, v) -> list[dict]:
     ]
 
 
+def _test_hooks(spec: dict) -> None:
+    """The test-only spec keys _test_pid_file, _test_crash and _test_sleep_s (module docstring)."""
+    if spec.get("_test_pid_file"):
+        tmp = Path(f"{spec['_test_pid_file']}.tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.replace(spec["_test_pid_file"])  # atomic: a reader never sees an empty file
+    if spec.get("_test_crash"):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+        if spec["_test_crash"] == "abort":
+            os.abort()
+        ctypes.string_at(0)  # SIGSEGV
+    time.sleep(spec.get("_test_sleep_s", 0))
+
+
+def _free_memory(device: str) -> None:
+    """After a failed phase: collect its garbage and, on CUDA, return cached blocks."""
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        with contextlib.suppress(Exception):  # a broken CUDA context has nothing left to free
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+
+def _skipped(reason: str) -> dict:
+    return {"status": "skipped", "reason": reason, "seconds": 0.0}
+
+
+def _run_phase(name: str, fn, spec: dict, device: str, caught: list) -> tuple[dict, dict]:
+    """Run one phase: ``fn()`` returns the record keys it produced. Returns ``(outcome,
+    produced)``: outcome {status, reason, seconds[, traceback][, unsupported_reasons]},
+    produced {} unless it succeeded. ``caught``: the warnings list being recorded, whose
+    entries since the phase began explain an ``unsupported`` outcome."""
+    import torch
+
+    t0, first_warning = time.perf_counter(), len(caught)
+    produced = {}
+    try:
+        if spec.get("_test_fail_phase") == name:
+            raise torch.OutOfMemoryError(f"test hook _test_fail_phase: {name}. Tried to allocate 1.00 GiB")
+        produced = fn() or {}
+        outcome = {"status": "ok", "reason": ""}
+    except Exception as exc:  # a variant's own failure is data, not a crash
+        status = classify_exception(exc)
+        outcome = {"status": status, "reason": f"{type(exc).__name__}: {exc}".strip()}
+        if status == "failed":
+            outcome["traceback"] = traceback.format_exc(limit=8)
+        if status == "unsupported":
+            outcome["unsupported_reasons"] = unsupported_reasons([str(w.message) for w in caught[first_warning:]])
+            outcome["reason"] += _because(outcome["unsupported_reasons"])
+    if outcome["status"] != "ok":  # the exception and its frames are gone now
+        _free_memory(device)
+    outcome["seconds"] = round(time.perf_counter() - t0, 3)
+    return outcome, produced
+
+
+def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, stack: contextlib.ExitStack) -> dict:
+    """Set up, warm up and trace; leaves forward, input sets and the last output in ``st``
+    and the variant's backend context entered on ``stack`` for the later phases."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    sched = spec["schedule"]
+    steps = sched["wait"] + sched["warmup"] + sched["active"]
+    torch.manual_seed(spec["seed"])
+    st.forward, backend_context = make_forward(spec["variant"], shape, device)
+    stack.enter_context(backend_context)
+    st.sets = _inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
+    q, k, v = st.sets[0]
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    log(f"{spec['variant']} {shape.key} on {device}: {spec['warmup_calls']} warm-up calls")
+    for _ in range(spec["warmup_calls"]):
+        st.out = st.forward(q, k, v)
+    _sync(device)
+
+    t_profile = time.perf_counter()
+    log(f"profiling {steps} steps (wait {sched['wait']}, warmup {sched['warmup']}, active {sched['active']})")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=sched["wait"], warmup=sched["warmup"], active=sched["active"], repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
+    ) as prof:
+        for _ in range(steps):
+            with record_function(spec["range_name"]):
+                st.out = st.forward(q, k, v)
+            # outside the range: each step's device work ends before the next starts
+            _sync(device)
+            prof.step()
+    produced = {"profile_s": round(time.perf_counter() - t_profile, 3)}
+    if device == "cuda":
+        produced["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+    return produced
+
+
+def _correctness_phase(spec: dict, shape: Shape, st) -> dict:
+    q, k, v = st.sets[0]
+    err = relative_error(st.out, q, k, v, shape.causal)
+    tol = spec["tolerance"][shape.dtype]
+    return {"rel_error": err, "rel_error_tolerance": tol, "rel_error_ok": bool(err <= tol)}
+
+
 def capture(spec: dict, trace_path: Path) -> dict:
     """Run the capture described by ``spec`` in this process; write the gzipped Chrome
     trace to ``trace_path`` and return the status record (never raises for a variant's
-    own failure). ``spec`` keys: variant, shape (Shape fields), device ('cuda'|'cpu'),
-    schedule {wait, warmup, active}, warmup_calls, timing {repeats, input_sets}, seed,
-    tolerance {dtype: float}, range_name."""
+    own failure; phases and statuses: module docstring). ``spec`` keys: variant, shape
+    (Shape fields), device ('cuda'|'cpu'), schedule {wait, warmup, active}, warmup_calls,
+    timing {repeats, input_sets}, seed, tolerance {dtype: float}, range_name; and the
+    test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
     shape = Shape(**spec["shape"])
     device = spec["device"]
@@ -201,6 +415,8 @@ def capture(spec: dict, trace_path: Path) -> dict:
         "warnings": [],
         "schedule": spec["schedule"],
         "range_name": spec["range_name"],
+        "min_complete_forwards": _min_complete(spec),
+        "phases": {},
     }
     import torch
 
@@ -209,75 +425,89 @@ def capture(spec: dict, trace_path: Path) -> dict:
     record["forward_flops"] = shape.forward_flops()
     record["min_bytes"] = shape.min_bytes()
     record["device_name"] = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else platform.processor() or platform.machine()
+    _test_hooks(spec)
     if device == "cuda" and not torch.cuda.is_available():
-        record.update(status="unsupported", reason="cuda requested but torch.cuda.is_available() is False (no GPU or a CPU-only torch build)")
+        why = "cuda requested but torch.cuda.is_available() is False (no GPU or a CPU-only torch build)"
+        record.update(status="unsupported", reason=why, unsupported_reasons=[])
+        record["phases"] = {"profile": {"status": "unsupported", "reason": why, "seconds": 0.0, "unsupported_reasons": []},
+                            **{name: _skipped("profile phase did not succeed") for name in PHASES[1:]}}
         return record
 
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
-
-    sched = spec["schedule"]
-    steps = sched["wait"] + sched["warmup"] + sched["active"]
-    with warnings.catch_warnings(record=True) as caught:
+    st = types.SimpleNamespace(forward=None, sets=None, out=None)  # what the phases share
+    later = {
+        "correctness": lambda: _correctness_phase(spec, shape, st),
+        "timing": lambda: {"timing": _time_calls(st.forward, st.sets, device, spec["timing"]["repeats"])},
+        "graph_timing": lambda: {"graph_timing": _time_graph(st.forward, *st.sets[0], spec["timing"]["repeats"])},
+        "input_types": lambda: {"op_input_types": _op_input_types(st.forward, *st.sets[0])},
+    }
+    with warnings.catch_warnings(record=True) as caught, contextlib.ExitStack() as stack:
         warnings.simplefilter("always")
-        try:
-            torch.manual_seed(spec["seed"])
-            forward, backend_context = make_forward(spec["variant"], shape, device)
-            sets = _inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
-            q, k, v = sets[0]
-            if device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            with torch.no_grad(), backend_context:
-                log(f"{spec['variant']} {shape.key} on {device}: {spec['warmup_calls']} warm-up calls")
-                for _ in range(spec["warmup_calls"]):
-                    out = forward(q, k, v)
-                _sync(device)
-
-                t_profile = time.perf_counter()
-                log(f"profiling {steps} steps (wait {sched['wait']}, warmup {sched['warmup']}, active {sched['active']})")
-                activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-                with profile(
-                    activities=activities,
-                    schedule=schedule(wait=sched["wait"], warmup=sched["warmup"], active=sched["active"], repeat=1),
-                    on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
-                ) as prof:
-                    for _ in range(steps):
-                        with record_function(spec["range_name"]):
-                            out = forward(q, k, v)
-                        # outside the range: each step's device work ends before the next starts
-                        _sync(device)
-                        prof.step()
-                record["profile_s"] = round(time.perf_counter() - t_profile, 3)
-                if device == "cuda":
-                    record["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-
-                log("checking against a float64 reference")
-                ref = reference_attention(q, k, v, shape.causal)
-                err = (torch.linalg.vector_norm(out.double() - ref) / torch.linalg.vector_norm(ref)).item()
-                tol = spec["tolerance"][shape.dtype]
-                record["rel_error"] = err
-                record["rel_error_tolerance"] = tol
-                record["rel_error_ok"] = bool(err <= tol)
-                del ref
-
-                log(f"timing {spec['timing']['repeats']} calls over {len(sets)} input sets")
-                record["timing"] = _time_calls(forward, sets, device, spec["timing"]["repeats"])
-                if device == "cuda":
-                    log("timing CUDA-graph replays")
-                    record["graph_timing"] = _time_graph(forward, q, k, v, spec["timing"]["repeats"])
-                record["op_input_types"] = _op_input_types(forward, q, k, v)
-            record["status"] = "ok"
-        except Exception as exc:  # a variant's own failure is data, not a crash
-            record["status"] = classify_exception(exc)
-            record["reason"] = f"{type(exc).__name__}: {exc}".strip()
-            if record["status"] == "out_of_memory":
+        stack.enter_context(torch.no_grad())
+        outcome, produced = _run_phase("profile", lambda: _profile_phase(spec, shape, device, trace_path, st, stack),
+                                       spec, device, caught)
+        record["phases"]["profile"] = outcome
+        record.update(produced, status=outcome["status"], reason=outcome["reason"])
+        if record["status"] == "ok":
+            record.update(check_own_trace(trace_path, spec))
+        if outcome["status"] != "ok":
+            for key in ("traceback", "unsupported_reasons"):
+                if key in outcome:
+                    record[key] = outcome[key]
+            if outcome["status"] == "out_of_memory":
                 record["oom_bytes"] = oom_bytes(record["reason"])
             if device == "cpu" and spec["variant"] in ("sdpa_efficient", "sdpa_cudnn"):
                 record["reason"] += CPU_BACKENDS_NOTE
-            if record["status"] == "failed":
-                record["traceback"] = traceback.format_exc(limit=8)
+        for name in PHASES[1:]:
+            if record["status"] != "ok":
+                record["phases"][name] = _skipped("profile phase did not succeed")
+            elif name == "graph_timing" and device != "cuda":
+                record["phases"][name] = _skipped("CPU run")
+            else:
+                log(f"phase {name}")
+                record["phases"][name], produced = _run_phase(name, later[name], spec, device, caught)
+                record.update(produced)
+            if name == "correctness":
+                st.out = None  # the output is not needed after the check: free it for the later phases
+        if record["status"] == "ok":
+            missing = {n: p for n, p in record["phases"].items() if p["status"] not in ("ok", "skipped")}
+            record["checks_missing"] = [f"{n}: {p['status']}: {p['reason']}" for n, p in missing.items()]
+            if "graph_timing" in missing:  # summary.csv's graph_error column reads it from here
+                record["graph_timing"] = {"error": missing["graph_timing"]["reason"][:500]}
         record["warnings"] = sorted({str(w.message) for w in caught})
     record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
     return record
+
+
+def _min_complete(spec: dict) -> int:
+    from .tables import DEFAULT_MIN_COMPLETE_FORWARDS  # pandas is imported only where a trace is read
+
+    return int(spec.get("min_complete_forwards", DEFAULT_MIN_COMPLETE_FORWARDS))
+
+
+def check_own_trace(trace_path: Path, spec: dict) -> dict:
+    """Read back the trace the profiler just wrote and apply the completeness rule
+    (:func:`attnprof.tables.assess_forwards`) with the spec's schedule ``active`` and
+    ``min_complete_forwards``. Returns the record fields to set: always ``trace_check``
+    (forwards expected/profiled/complete/timed and the note); and, when the trace cannot
+    be read, ``status`` failed with the TraceError; when it has too few complete forwards,
+    ``status`` incomplete_trace with a reason that names the file and both counts."""
+    from .tables import analyse_trace, assess_forwards, forward_table, incomplete_reason
+    from .trace import TraceError, load_trace
+
+    try:
+        trace = load_trace(trace_path)
+    except TraceError as exc:
+        return {"status": "failed", "reason": f"TraceError: {exc}"}
+    frames = analyse_trace(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
+    forwards = forward_table(frames, spec["variant"], "")
+    verdict = assess_forwards(forwards, spec["schedule"]["active"], _min_complete(spec))
+    out = {"trace_check": {k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete",
+                                                   "forwards_timed", "bad_time_events", "note")}}
+    if not verdict["sufficient"]:
+        out.update(status="incomplete_trace", reason=incomplete_reason(trace_path, verdict))
+    log(f"trace check: {verdict['forwards_complete']} of {verdict['forwards_expected']} forwards complete"
+        + (f" ({verdict['note']})" if verdict["note"] else ""))
+    return out
 
 
 def write_placeholder_trace(trace_path: Path, status: str) -> None:
@@ -288,11 +518,55 @@ def write_placeholder_trace(trace_path: Path, status: str) -> None:
         json.dump({"traceEvents": [], "attnprof": {"placeholder": True, "status": status}}, fh)
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@contextlib.contextmanager
+def _signals_raise_exit(signums=(signal.SIGTERM, signal.SIGINT)):
+    """While inside, SIGTERM and SIGINT raise SystemExit(128 + signal number) in this thread,
+    so that the caller can kill its child before exiting. Off the main thread (where Python
+    cannot set handlers) it does nothing: there the child still dies with the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def _pump(stream, tail: collections.deque) -> None:
+    """Copy the child's stderr to ours line by line (progress reaches the log as it happens)
+    and keep its last lines in ``tail``."""
+    for line in stream:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        tail.append(line)
+
+
 def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, log_path: Path | None = None) -> dict:
     """Run :func:`capture` in a fresh Python process and write ``status_path`` (JSON)
     and ``trace_path`` (gzipped Chrome trace, a placeholder when the capture did not
-    succeed). A crash, a timeout or a non-zero exit becomes status ``failed`` with the
-    exit code and the end of the child's stderr. Returns the status record."""
+    succeed). ``timeout_s``: seconds before the child is killed. A crash (a signal other
+    than the interrupting ones), a timeout or a non-zero exit becomes status ``failed``
+    with the signal or exit code and the end of the child's stderr. Returns the status
+    record. Call it from a thread that lives until it returns (the child's death signal is
+    tied to the thread that started it).
+
+    Raises :class:`CaptureInterrupted` when the child was killed from outside (SIGKILL,
+    SIGTERM, SIGINT, SIGHUP, SIGQUIT; module docstring), and SystemExit(128 + signal) when
+    this process gets SIGTERM or SIGINT meanwhile (main thread only); in both cases the
+    child is dead, and no status and no trace are left behind."""
     trace_path, status_path = Path(trace_path), Path(status_path)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     status_path.parent.mkdir(parents=True, exist_ok=True)
@@ -301,27 +575,60 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     tmp_status = status_path.with_suffix(".child.json")
     tmp_status.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "attnprof.capture", str(spec_path), str(trace_path), str(tmp_status)]
-    stderr_tail = ""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
+    tail: collections.deque = collections.deque(maxlen=200)
     started = time.time()
+    proc = None
+
+    def discard() -> None:
+        for path in (trace_path, tmp_status, spec_path):
+            path.unlink(missing_ok=True)
+
     try:
-        proc = subprocess.run(cmd, timeout=timeout_s, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        stderr_tail = proc.stderr[-4000:]
-        sys.stderr.write(proc.stderr)
-        returncode = proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        returncode = None
-        stderr_tail = (exc.stderr or b"")[-4000:].decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr or "")
+        with _signals_raise_exit():
+            proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
+            pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
+            pump.start()
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                returncode = None  # ours: a result ("timed out"), not an interruption
+                proc.kill()
+                proc.wait()
+            pump.join()
+    except BaseException as exc:  # SIGTERM/SIGINT here (SystemExit, KeyboardInterrupt) or an error: no result
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        discard()
+        log(f"{spec['variant']} {Shape(**spec['shape']).key}: aborted ({type(exc).__name__}), capture process ended, no status written")
+        raise
+    stderr_tail = "".join(tail)[-4000:]
+    if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
+        discard()
+        raise CaptureInterrupted(
+            f"capture of {spec['variant']} at {Shape(**spec['shape']).key} interrupted: its process was killed by "
+            f"{_signal_name(-returncode)} from outside (a user, Snakemake, a scheduler or the host OOM killer); "
+            "no status written, the next run captures it again")
     if tmp_status.exists() and returncode == 0:
         record = json.loads(tmp_status.read_text())
     else:
-        why = f"capture timed out after {timeout_s} s" if returncode is None else f"capture process exited with code {returncode}"
+        if returncode is None:
+            why = f"capture timed out after {timeout_s} s"
+        elif returncode < 0:
+            why = f"capture process killed by {_signal_name(-returncode)}"
+        elif returncode:
+            why = f"capture process exited with code {returncode}"
+        else:
+            why = "capture process exited with code 0 but wrote no status"
         record = {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, **spec["shape"], "device": spec["device"],
-                  "status": "failed", "reason": why, "stderr_tail": stderr_tail}
+                  "status": "failed", "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
+                  "stderr_tail": stderr_tail}
     record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
     tmp_status.unlink(missing_ok=True)
     spec_path.unlink(missing_ok=True)
-    if record["status"] != "ok" or not trace_path.exists():
-        if record["status"] == "ok":
+    if record["status"] not in ("ok", "incomplete_trace") or not trace_path.exists():
+        if record["status"] in ("ok", "incomplete_trace"):
             record.update(status="failed", reason="profiler wrote no trace")
         write_placeholder_trace(trace_path, record["status"])
     status_path.write_text(json.dumps(record, indent=2, sort_keys=True))
@@ -329,7 +636,29 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     return record
 
 
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(0.2)
+    os._exit(1)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make this process die when its parent ``parent_pid`` does: on Linux,
+    prctl(PR_SET_PDEATHSIG, SIGKILL) (the kernel sends SIGKILL when the parent's thread
+    exits), then a check of os.getppid() for a parent that died before that call; elsewhere,
+    or if prctl fails, a daemon thread that exits the process once the parent pid changes."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    if os.getppid() != parent_pid:  # reparented already: the parent is gone
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="attnprof-parent-watch").start()
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent(int(os.environ.get(PARENT_PID_ENV) or os.getppid()))
     spec_path, trace_path, status_path = (Path(a) for a in argv[1:4])
     record = capture(json.loads(spec_path.read_text()), trace_path)
     status_path.write_text(json.dumps(record))

@@ -143,29 +143,79 @@ def make_forward(variant: str, shape: Shape, device: str) -> tuple[Callable, con
 
 def variant_fingerprint(variant: str) -> str:
     """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder,
-    make_forward, Shape and reference_attention. A Snakemake param of the capture rule, so that
-    editing one variant's code reruns that variant's captures only."""
+    make_forward, Shape and the float64 reference (_reference_blocks, relative_error). A
+    Snakemake param of the capture rule, so that editing one variant's code reruns that
+    variant's captures only."""
     import hashlib
     import inspect
 
     builder = _naive_forward if variant in ("naive", "naive_inplace") else _sdpa_forward
-    parts = [variant, str(VARIANTS[variant])] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, reference_attention)]
+    parts = [variant, str(VARIANTS[variant])] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def reference_attention(q, k, v, causal: bool):
-    """float64 reference of the same attention, computed one batch entry at a time
-    to bound memory (scores are [heads, S, S] float64). Returns float64 [B, H, S, D]."""
+#: Query rows per block of the float64 reference (see :func:`_reference_blocks`).
+REFERENCE_BLOCK = 1024
+
+
+def _reference_blocks(q, k, v, causal: bool, block: int = REFERENCE_BLOCK):
+    """Yield ``(b, h, rows, ref)`` over the float64 reference softmax(q k^T / sqrt(D) + mask) v
+    of q, k, v [B, H, S, D] (any float dtype): ``ref`` is float64 [len(rows), D] for batch
+    entry ``b``, head ``h`` and the query rows ``rows`` (a slice of at most ``block`` rows), on
+    q's device. ``causal``: key j is visible to query i iff j <= i (SDPA's ``is_causal``).
+
+    Memory bound: one block holds its [block, S] float64 scores (softmax taken in place), a
+    [block, S] bool mask when causal, and that head's K and V in float64: about
+    10*block*S + 16*S*D bytes on top of the inputs, whatever B and H are (block 1024,
+    S 32768, D 64, B 1, H 16: 0.37 GB peak measured on an H200, where the whole float64
+    reference's scores would take 128 GiB)."""
     import torch
 
-    outs = []
-    s = q.shape[-2]
-    mask = torch.triu(torch.ones(s, s, dtype=torch.bool, device=q.device), diagonal=1) if causal else None
+    s_q, s_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1])
-    for i in range(q.shape[0]):
-        qi, ki, vi = (t[i].double() for t in (q, k, v))
-        scores = (qi @ ki.transpose(-2, -1)) * scale
-        if mask is not None:
-            scores.masked_fill_(mask, float("-inf"))
-        outs.append(torch.softmax(scores, dim=-1) @ vi)
-    return torch.stack(outs)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            kd, vd = k[b, h].double(), v[b, h].double()
+            for r0 in range(0, s_q, block):
+                rows = slice(r0, min(r0 + block, s_q))
+                scores = (q[b, h, rows].double() * scale) @ kd.T  # the only [block, S] float64 buffer
+                if causal:
+                    row_ids = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
+                    scores.masked_fill_(torch.arange(s_k, device=q.device)[None, :] > row_ids, float("-inf"))
+                scores -= scores.amax(dim=-1, keepdim=True)
+                scores.exp_()
+                scores /= scores.sum(dim=-1, keepdim=True)
+                yield b, h, rows, scores @ vd
+                del scores  # before the next block's scores exist
+
+
+def reference_attention(q, k, v, causal: bool, block: int = REFERENCE_BLOCK):
+    """float64 reference of the same attention for q, k, v [B, H, S, D], computed block by
+    block (:func:`_reference_blocks`: per batch entry, head and ``block`` query rows) on q's
+    device. Returns the whole float64 [B, H, S, D] output, B*H*S*D*8 bytes on top of the block
+    bound; :func:`relative_error` compares against it without materialising it."""
+    import torch
+
+    ref = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.float64, device=q.device)
+    for b, h, rows, blk in _reference_blocks(q, k, v, causal, block):
+        ref[b, h, rows] = blk
+    return ref
+
+
+def relative_error(out, q, k, v, causal: bool, block: int = REFERENCE_BLOCK) -> float:
+    """||out - ref|| / ||ref|| (Frobenius norms over the whole [B, H, S, D] tensor, computed in
+    float64) of a forward's output ``out`` against the float64 reference of q, k, v, summed
+    block by block (:func:`_reference_blocks`): the full reference is never held, so extra
+    memory stays within the block bound plus one [block, D] float64 difference. Returns a
+    dimensionless float: nan if out and ref are both zero, inf if only ref is. Raises
+    ValueError if ``out`` is not [B, H, S, D_v] like q and v."""
+    import torch
+
+    if tuple(out.shape) != (*q.shape[:-1], v.shape[-1]):
+        raise ValueError(f"output shape {tuple(out.shape)} does not match q {tuple(q.shape)} and v {tuple(v.shape)}")
+    num = torch.zeros((), dtype=torch.float64, device=q.device)
+    den = torch.zeros((), dtype=torch.float64, device=q.device)
+    for b, h, rows, ref in _reference_blocks(q, k, v, causal, block):
+        num += (out[b, h, rows].double() - ref).square().sum()
+        den += ref.square().sum()
+    return (num.sqrt() / den.sqrt()).item()
