@@ -312,7 +312,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         **{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
         **{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
                                    "incomplete_forwards", "bad_time_events")},
-        "trace_note": verdict["note"],
+        # a capture that did not run has no trace to describe: its status and reason say why
+        "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else "",
         "timed_ms_median": timing.get("median_ms"), "timed_ms_min": timing.get("min_ms"),
         "timed_ms_max": timing.get("max_ms"), "timing_method": timing.get("method"),
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),

@@ -1,0 +1,73 @@
+"""The committed H200 example: its summary agrees with its own traces and status records.
+
+The example keeps its gzipped traces, so every summary row can be recomputed here: once through the
+extract path (attnprof.tables) and, for the counts and device times, by the plain-JSON count of
+test_trust.independent_forwards, which shares no code with attnprof.
+"""
+import json
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from attnprof.tables import analyse_trace, forward_table, summary_row
+from attnprof.trace import load_trace
+from test_trust import independent_forwards
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
+SUMMARY = pd.read_csv(EXAMPLE / "summary.csv")
+STUDY = "b8_h16_s1024_d64_bf16_causal"
+
+
+def captures():
+    return [(r.shape_key, r.variant) for r in SUMMARY.itertuples()]
+
+
+@pytest.mark.parametrize("shape,variant", captures())
+def test_summary_row_recomputed_from_the_trace(shape, variant):
+    cap = EXAMPLE / "captures" / shape / variant
+    status = json.loads((cap / "status.json").read_text())
+    trace = load_trace(cap / "trace.json.gz")
+    fw = forward_table(analyse_trace(trace, status["range_name"], expect_gpu=True), variant, shape)
+    again = summary_row(status, fw)
+    row = SUMMARY[(SUMMARY["shape_key"] == shape) & (SUMMARY["variant"] == variant)].iloc[0]
+    assert row["status"] == again["status"] == status["status"] or (row["status"] == again["status"] == "incomplete_trace")
+    for col in ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward", "device_ms_per_forward",
+                "device_ms_min", "device_ms_max", "cpu_ms_per_forward", "forwards_complete", "forwards_timed"):
+        if again[col] is None or again[col] != again[col]:
+            assert pd.isna(row[col]), col
+        else:
+            assert row[col] == pytest.approx(again[col], rel=1e-9), col
+    if status["status"] == "ok":
+        # every phase of the capture is recorded, and the capture checked its own trace
+        assert set(status["phases"]) == {"profile", "correctness", "timing", "graph_timing", "input_types"}
+        assert status["trace_check"]["forwards_complete"] == row["forwards_complete"]
+        hand = independent_forwards(trace, status["range_name"])
+        assert len(hand) == status["schedule"]["active"] and not any(f["lost"] or f["bad"] for f in hand)
+        assert {f["kernels"] for f in hand} == {row["kernels_per_forward"]}
+        assert row["device_ms_per_forward"] == pytest.approx(statistics.median(f["device_us"] for f in hand) / 1e3)
+    else:
+        assert status["phases"]["correctness"]["status"] == "skipped"
+
+
+def test_seq_len_16384_says_what_really_happened():
+    """naive and naive_inplace profile at 16384 (their float64 check runs in blocks now); math asks
+    the allocator for 128 GiB of fp32 scores and runs out of memory, with the bytes recorded."""
+    big = SUMMARY[SUMMARY["seq_len"] == 16384].set_index(["head_dim", "variant"])
+    for d in (64, 128):
+        for v in ("naive", "naive_inplace"):
+            assert big.loc[(d, v), "status"] == "ok" and bool(big.loc[(d, v), "rel_error_ok"])
+        assert big.loc[(d, "sdpa_math"), "status"] == "out_of_memory"
+        assert big.loc[(d, "sdpa_math"), "oom_bytes"] == 128 * 2**30
+    assert (SUMMARY[SUMMARY["status"] == "ok"]["checks_missing"].isna()).all()
+
+
+def test_study_shape_counts_in_the_readme():
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    study = SUMMARY[SUMMARY["shape_key"] == STUDY].set_index("variant")
+    for v, row in study.iterrows():
+        line = next(ln for ln in readme.splitlines() if ln.startswith(f"| {v} |"))
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert cells[1] == str(int(row["kernels_per_forward"])), v
+        assert cells[5].startswith(f"{row['device_ms_per_forward']:.3f}"), v
