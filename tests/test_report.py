@@ -33,7 +33,8 @@ def test_kernel_names_are_escaped(html):
 
 
 def test_report_has_summary_expectations_and_kernel_tables(html):
-    for text in ("Summary", "Study vs this run", "Kernel tables", "Open the traces", "ui.perfetto.dev", "sdpa_auto", "dispatched to cudnn"):
+    for text in ("In brief", "At the study's shape", "Study vs this run", "Kernel tables", "Open the traces", "ui.perfetto.dev", "sdpa_auto",
+                 "dispatched to cudnn", "Contents"):
         assert text in html
 
 

@@ -356,3 +356,175 @@ def test_capture_with_too_few_complete_forwards_is_incomplete_trace(tmp_path):
     assert rec["phases"]["correctness"]["status"] == "skipped"
     kept = load_trace(tmp_path / "trace.json.gz")  # the real trace stays, for diagnosis
     assert sum(e.get("name") == "attn_fwd" for e in kept["traceEvents"]) == 2
+
+
+# --- more inputs of the same kinds (found by trying to break the extract path) -----------------
+
+NAIVE = Path(__file__).parent / "fixtures" / "h200" / "naive" / "trace.json.gz"
+
+
+def naive():
+    with gzip.open(NAIVE, "rt") as fh:
+        return json.load(fh)
+
+
+def fwd_range(trace, i):
+    return sorted((e for e in trace["traceEvents"] if e.get("cat") == "user_annotation" and e["name"] == "attn_fwd"),
+                  key=lambda e: e["ts"])[i]
+
+
+def launch_and_gpu(trace, i, cat="kernel"):
+    """(launch, GPU event) pairs of forward i, in launch order."""
+    r = fwd_range(trace, i)
+    calls = sorted((e for e in trace["traceEvents"] if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                    and r["ts"] <= e["ts"] <= r["ts"] + r["dur"]), key=lambda e: e["ts"])
+    gpu = {e["args"]["correlation"]: e for e in trace["traceEvents"] if e.get("cat") == cat}
+    return [(c, gpu[c["args"]["correlation"]]) for c in calls if c["args"].get("correlation") in gpu]
+
+
+def baseline():
+    hand = independent_forwards(naive())
+    return statistics.median(f["device_us"] for f in hand) / 1e3
+
+
+@pytest.mark.parametrize("defect", ["nested", "overlapping", "duplicate_range", "negative_dur", "null_dur", "other_thread"])
+def test_own_broken_forward_ranges_make_that_forward_incomplete(defect):
+    trace = naive()
+    r = fwd_range(trace, 2)
+    if defect == "nested":
+        trace["traceEvents"].append(dict(r, ts=r["ts"] + 1, dur=5))
+    elif defect == "overlapping":
+        nxt = fwd_range(trace, 3)
+        r["dur"] = nxt["ts"] - r["ts"] + 1
+    elif defect == "duplicate_range":
+        trace["traceEvents"].append(dict(r))
+    elif defect == "negative_dur":
+        r["dur"] = -r["dur"]
+    elif defect == "null_dur":
+        r["dur"] = None
+    else:
+        r["tid"] = 999
+    _, fw, row = run(trace)
+    assert row["status"] == "ok" and row["kernels_per_forward"] == 5
+    assert not fw["complete"].all() and fw["complete"].sum() >= 8
+    assert row["trace_note"]
+
+
+@pytest.mark.parametrize("field,value", [("correlation", "x"), ("correlation", 0.5), ("External id", "x"), ("device", 0.5)])
+def test_own_ids_that_are_not_integers_match_nothing(field, value):
+    trace = naive()
+    _, g = launch_and_gpu(trace, 2)[0]
+    g["args"][field] = value
+    _, fw, row = run(trace)
+    assert row["status"] == "ok" and row["kernels_per_forward"] == 5
+    if field == "correlation":  # the launch lost its GPU event, and a GPU event lost its launch
+        assert not fw.loc[2, "complete"] and fw["complete"].sum() == 9
+
+
+def test_own_kernel_without_a_name_is_still_counted():
+    trace = naive()
+    for i in range(10):
+        launch_and_gpu(trace, i)[2][1]["name"] = None if i % 2 else 12345
+    frames = analyse_trace(trace, "attn_fwd", expect_gpu=True)
+    kt = kernel_table(frames, "naive", "s")
+    fw = forward_table(frames, "naive", "s")
+    assert (fw["kernels"] == 5).all()
+    # every GPU event of the forwards is in the kernel table: its per-forward sum is the device time
+    assert kt["us_per_forward"].sum() == pytest.approx(fw["device_us"].mean())
+
+
+@pytest.mark.parametrize("content", [b'{"traceEvents": [7, {"ph": "X"}]}', b"[" * 100000 + b"]" * 100000])
+def test_own_structurally_corrupt_traces_are_trace_errors(tmp_path, content):
+    path = tmp_path / "t.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=str(path)):
+        load_trace(path)
+
+
+def test_own_device_properties_as_one_object():
+    from attnprof.trace import device_properties
+
+    trace = raw("x2_min.json.gz")
+    trace["deviceProperties"] = trace["deviceProperties"][1]
+    assert properties_of(device_properties(trace), 1)["name"] == "NVIDIA H200"
+    trace["deviceProperties"] = ["H200"]
+    assert device_properties(trace) == []
+
+
+def test_own_gpu_event_whose_launch_record_was_lost():
+    """The CPU-side launch record of one kernel per forward is gone; its GPU event remains."""
+    trace = naive()
+    gone = [launch_and_gpu(trace, i)[3][0] for i in range(10)]
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not any(e is g for g in gone)]
+    _, fw, row = run(trace)
+    assert (fw["gpu_events_without_launch"] == 1).all() and not fw["complete"].any()
+    assert row["status"] == "incomplete_trace"  # never "4 kernels per forward"
+
+
+def test_own_gpu_event_recorded_twice():
+    trace = naive()
+    trace["traceEvents"].append(dict(launch_and_gpu(trace, 4)[1][1]))
+    _, fw, row = run(trace)
+    assert fw.loc[4, "duplicate_gpu_events"] == 2 and not fw.loc[4, "complete"]
+    kept = [f["device_us"] / 1e3 for i, f in enumerate(independent_forwards(naive())) if i != 4]
+    assert row["kernels_per_forward"] == 5 and row["device_ms_per_forward"] == pytest.approx(statistics.median(kept))
+
+
+def test_own_launch_from_another_thread_is_flagged():
+    trace = naive()
+    for i in range(10):
+        launch_and_gpu(trace, i)[3][0]["tid"] = 999
+    _, fw, row = run(trace)
+    assert "10 GPU events of the trace launched outside every forward range" in row["trace_note"]
+
+
+@pytest.mark.parametrize("api", ["cuMemsetD32Async", "cudaMemset", "cudaLaunchKernelExC_v11060"])
+def test_own_other_enqueueing_apis_must_find_their_gpu_event(api):
+    trace = naive()
+    pairs = [launch_and_gpu(trace, i, "gpu_memset")[0] for i in range(10)]
+    for call, _ in pairs:
+        call["name"] = api
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not any(e is g for _, g in pairs)]
+    _, fw, row = run(trace)
+    assert (fw["launches_without_gpu_event"] == 1).all() and row["status"] == "incomplete_trace"
+
+
+@pytest.mark.parametrize("defect", ["inf_dur", "huge_dur", "huge_ts", "starts_before_launch"])
+def test_own_implausible_times_are_flagged_not_summed(defect):
+    trace = naive()
+    call, g = launch_and_gpu(trace, 2)[2]
+    if defect == "inf_dur":
+        g["dur"] = float("inf")
+    elif defect == "huge_dur":
+        g["dur"] = 1e9
+    elif defect == "huge_ts":
+        g["ts"] = 1e18
+    else:
+        end = g["ts"] + g["dur"]
+        g["ts"], g["dur"] = call["ts"] - 1000, end - (call["ts"] - 1000)
+    _, fw, row = run(trace)
+    assert fw.loc[2, "bad_time_events"] == 1 and row["forwards_timed"] == 9
+    kept = [f["device_us"] / 1e3 for i, f in enumerate(independent_forwards(naive())) if i != 2]
+    assert row["device_ms_per_forward"] == pytest.approx(statistics.median(kept))
+    assert row["device_ms_max"] == pytest.approx(max(kept)) and (fw["device_span_us"] < 1e4).all()
+
+
+def test_own_same_counts_different_kernels_is_a_difference():
+    trace = naive()
+    for i in range(5, 10):
+        _, g = launch_and_gpu(trace, i)[3]
+        g["name"] = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16, float>(float*)"
+    _, fw, row = run(trace)
+    groups = json.loads(row["forward_groups"])
+    assert [(g["kernels"], g["forwards"]) for g in groups] == [(5, 5), (5, 5)]
+    assert row["kernels_per_forward"] is None and "launched different kernels" in row["trace_note"]
+
+
+def test_own_arrow_inside_template_arguments():
+    from attnprof.findings import GEMM, FP32_GEMM, matches
+    from attnprof.trace import short_kernel_name
+
+    name = "void kern<decltype(std::declval<T>()->gemm), 3>(Params)"
+    assert short_kernel_name(name) == "kern"
+    k = pd.DataFrame({"kernel": [name]})
+    assert not matches(k, GEMM).any() and not matches(k, FP32_GEMM).any()

@@ -101,6 +101,14 @@ def test_report_and_tables_are_built(run_dir):
     assert (out / "report.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+def test_cpu_pdf_reads_as_a_document(run_dir):
+    from test_pdf import pdf_problems
+
+    out = run_dir / "results" / "tiny"
+    dpi = json.loads((out / "env.json").read_text())["config"]["plots"]["dpi"]
+    assert pdf_problems(out / "report.pdf", out / "report.html", dpi) == []
+
+
 def test_nothing_reruns_when_nothing_changed(run_dir):
     assert planned_jobs(run_dir) == {}
 
@@ -108,7 +116,7 @@ def test_nothing_reruns_when_nothing_changed(run_dir):
 def test_plot_setting_reruns_only_plots_and_report(run_dir):
     # env.json records the config used, so it is rewritten too; no capture, extract or findings job
     assert planned_jobs(run_dir, "plots: {dpi: 100, top_kernels: 6}") == {
-        "environment": 1, "plots": 1, "scaling_plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
+        "environment": 1, "plots": 1, "timeline": 1, "scaling_plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
 
 
 def test_profiler_schedule_reruns_every_capture(run_dir):

@@ -531,7 +531,27 @@ def rule_speed(d: RunData) -> list[dict]:
 
 
 KERNEL_GROUPS = (("FP32 GEMM", FP32_GEMM), ("GEMM", GEMM), ("mask", MASK_KERNEL), ("cast/copy", UPCAST_KERNEL),
-                 ("softmax", re.compile(r"softmax", re.I)))
+                 ("softmax", re.compile(r"softmax", re.I)),
+                 # PyTorch's generic elementwise kernels (kernel_label names the functor: scale, masked_fill...)
+                 ("elementwise", re.compile(r"elementwise_kernel")))
+
+
+#: Kernel classes for plots and breakdowns, in the order they are drawn (kernel_class).
+KERNEL_CLASSES = ("fused attention", "GEMM", "FP32 GEMM", "softmax", "mask", "cast/copy", "elementwise", "other kernel", "memcpy",
+                  "memset")
+
+
+def kernel_class(name: str, category: str = "kernel") -> str:
+    """The kind of work a GPU event does, one of :data:`KERNEL_CLASSES`: memcpy and memset by
+    category; a fused attention kernel by its own function name (:func:`decode_kernel_name`);
+    else the first of :data:`KERNEL_GROUPS` whose pattern matches its kernel_label; else
+    'other kernel'. Never decided by words inside template arguments."""
+    if category in ("memcpy", "memset"):
+        return category
+    if decode_kernel_name(name)["library"] != "unknown":
+        return "fused attention"
+    label = kernel_label(name)
+    return next((g for g, pat in KERNEL_GROUPS if pat.search(label)), "other kernel")
 
 
 def _breakdown(d: RunData, variant: str) -> list[dict]:

@@ -4,6 +4,7 @@ writes a PNG; variants that did not run are drawn as labelled gaps, not dropped.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -15,12 +16,43 @@ import pandas as pd  # noqa: E402
 
 PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device")
 COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": "#55A868", "device": "#4C72B0"}
+#: Figures are drawn at the size they are printed (A4 landscape, 10 mm margins: 10.8 in of text
+#: width), so that matplotlib's point sizes are the printed ones: no text under 7 pt.
+HALF_IN, FULL_IN = 5.3, 10.8
+FULL_WIDTH = {"kernel_split", "timeline", "scaling_time", "scaling_tflops", "scaling_memory"}
+#: One sentence per figure, for the report's captions.
+CAPTIONS = {
+    "device_time": "Device time per forward of each variant: median over the timed forwards, whiskers from the fastest to the slowest forward.",
+    "kernels_per_forward": "Kernels, memcpys and memsets each variant launches per forward, counted in the trace.",
+    "kernel_split": "Where each variant's device time goes, by kind of kernel, as a share of its own device time (total per forward at the right).",
+    "cpu_vs_device": "Host time to issue a forward against the device time it launches (log scale): a longer CPU bar means launch-bound.",
+    "timeline": "One profiled forward per variant as the trace records it: launch calls on the CPU row, kernels, memcpys and memsets on the GPU row; each row has its own time scale.",
+    "scaling_time": "Device time per forward against seq_len, one panel per head_dim; a variant's x at the top marks a point that ran out of memory.",
+    "scaling_tflops": "Achieved TFLOP/s (PyTorch's sdpa.py FLOP convention over the trace device time) against seq_len.",
+    "scaling_memory": "Peak device memory of each capture against seq_len.",
+    "roofline": "Achieved TFLOP/s against arithmetic intensity, under the measured and the datasheet ceilings of this GPU.",
+}
+#: Captions where a CPU run draws something else (no device events: host time instead).
+CPU_CAPTIONS = {**CAPTIONS, "timeline": "One profiled forward per variant as the trace records it (CPU run: no GPU): the "
+                "forward's range and the top-level aten ops it called; each row has its own time scale.", "device_time": "CPU run: host time per forward of each variant (the forward's record_function range; "
+                "no device events on a CPU), median over the complete forwards, whiskers from the fastest to the slowest."}
+#: Kernel classes (attnprof.findings.kernel_class) and their colours in the split and timeline plots.
+CLASS_COLORS = {"fused attention": "#8172B3", "GEMM": "#4C72B0", "FP32 GEMM": "#C44E52", "softmax": "#55A868",
+                "mask": "#CCB974", "cast/copy": "#64B5CD", "elementwise": "#937860", "other kernel": "#B0B0B0", "memcpy": "#DD8452", "memset": "#8C8C8C"}
+LAUNCH_COLOR = "#3A3A3A"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 1)))
+plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7.5,
+                     "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "figure.titlesize": 9.5})
 
 
 def _save(fig, path: Path, dpi: int) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    fig.savefig(path, dpi=dpi, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.04)
     plt.close(fig)
+
+
+def _height(n_rows: int, per_row: float = 0.22, extra: float = 0.9) -> float:
+    return per_row * n_rows + extra
 
 
 def _gap_labels(ax, summary: pd.DataFrame, y) -> None:
@@ -35,29 +67,29 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     profiled forwards. On a CPU run (no device events) draws CPU time per forward instead
     and says so in the title."""
     on_device = summary["device_ms_per_forward"].notna().any()
-    col, lo, hi = ("device_ms_per_forward", "device_ms_min", "device_ms_max") if on_device else ("cpu_ms_per_forward", None, None)
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(summary) + 1.2))
+    col, lo, hi = (("device_ms_per_forward", "device_ms_min", "device_ms_max") if on_device
+                   else ("cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max"))
+    fig, ax = plt.subplots(figsize=(HALF_IN, _height(len(summary))), layout="constrained")
     y = np.arange(len(summary))
     vals = summary[col].fillna(0).to_numpy(float)
-    xerr = None
-    if lo:
-        xerr = np.vstack([vals - summary[lo].fillna(0).to_numpy(float), summary[hi].fillna(0).to_numpy(float) - vals])
+    xerr = np.vstack([vals - summary[lo].fillna(summary[col]).fillna(0).to_numpy(float),
+                      summary[hi].fillna(summary[col]).fillna(0).to_numpy(float) - vals])
     ax.barh(y, vals, xerr=xerr, color=COLORS["device" if on_device else "cpu"], capsize=3)
     for yi, v in zip(y, vals):
         if v > 0:
-            ax.text(v, yi, f" {v:.3g}", va="center", fontsize=8)
+            ax.text(v, yi, f" {v:.3g}", va="center", fontsize=7.5)
     _gap_labels(ax, summary, y)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
-    ax.set_xlabel("ms per forward (median over profiled forwards; bar: min-max)")
-    ax.set_title("Device time per forward (sum of kernel, memcpy, memset durations)" if on_device else "CPU run: host time per forward (no device events)")
-    ax.set_xlim(0, max(vals.max(), 1e-9) * 1.25)
+    ax.set_xlabel("ms per forward (median; whiskers: min to max over forwards)")
+    ax.set_title("Device time per forward (kernels + memcpy + memset)" if on_device else "CPU run: host time per forward")
+    ax.set_xlim(0, max(np.nanmax(summary[hi].to_numpy(float)) if summary[hi].notna().any() else 0, vals.max(), 1e-9) * 1.3)
     _save(fig, path, dpi)
 
 
 def kernels_per_forward(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     """Stacked bars: kernels, memcpys and memsets launched per forward (median)."""
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(summary) + 1.2))
+    fig, ax = plt.subplots(figsize=(HALF_IN, _height(len(summary))), layout="constrained")
     y = np.arange(len(summary))
     left = np.zeros(len(summary))
     for cat, col in (("kernel", "kernels_per_forward"), ("memcpy", "memcpy_per_forward"), ("memset", "memset_per_forward")):
@@ -66,63 +98,67 @@ def kernels_per_forward(summary: pd.DataFrame, path: Path, dpi: int = 144) -> No
         left += vals
     for yi, total in zip(y, left):
         if total > 0:
-            ax.text(total, yi, f" {total:g}", va="center", fontsize=8)
+            ax.text(total, yi, f" {total:g}", va="center", fontsize=7.5)
     _gap_labels(ax, summary, y)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
-    ax.set_xlabel("GPU events per forward (median over profiled forwards)")
+    ax.set_xlabel("GPU events per forward")
     ax.set_title("Kernels, memcpys and memsets per forward")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_xlim(0, max(left.max(), 1) * 1.15)
     _save(fig, path, dpi)
 
 
 def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: int = 6, dpi: int = 144) -> None:
-    """Each variant's device time per forward split by kernel, as % of that variant's own
-    device time (the total in µs is written at the bar's end). The ``top`` kernels with the
-    largest share in any variant get their own colour, the rest are 'other'."""
+    """Each variant's device time per forward split by kind of kernel
+    (:func:`attnprof.findings.kernel_class`: fused attention, GEMM, FP32 GEMM, softmax, mask,
+    cast/copy, other kernels, memcpy, memset), as % of that variant's own device time; the
+    total per forward (µs, ``us_per_forward`` summed) is written at the bar's end. ``top`` is
+    kept for the config's sake: the classes are a fixed, short list."""
+    from .findings import KERNEL_CLASSES, kernel_class
+
     k = kernels[kernels["variant"].isin(summary["variant"])].copy() if len(kernels) else kernels
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(summary) + 2.4))
+    fig, ax = plt.subplots(figsize=(FULL_IN, _height(len(summary), 0.26, 1.0)), layout="constrained")
     y = np.arange(len(summary))
     if k.empty:
         ax.text(0.5, 0.5, "no device events in this run", ha="center", va="center", transform=ax.transAxes)
     else:
-        n_fwd = summary.set_index("variant")["forwards_profiled"]
-        k["us_per_forward"] = k["total_us"] / k["variant"].map(n_fwd)
-        leaders = k.groupby("label")["share_pct"].max().nlargest(top).index.tolist()
-        k["part"] = k["label"].where(k["label"].isin(leaders), "other")
-        table = k.pivot_table(index="variant", columns="part", values="share_pct", aggfunc="sum", fill_value=0.0)
+        k["class"] = [kernel_class(n, c) for n, c in zip(k["kernel"], k["category"])]
+        table = k.pivot_table(index="variant", columns="class", values="us_per_forward", aggfunc="sum", fill_value=0.0)
         table = table.reindex(summary["variant"]).fillna(0.0)
-        totals = k.groupby("variant")["us_per_forward"].sum().reindex(summary["variant"])
-        cmap = plt.get_cmap("tab10")
+        totals = table.sum(axis=1)
+        shares = table.div(totals.where(totals > 0), axis=0).fillna(0.0) * 100
         left = np.zeros(len(summary))
-        for i, part in enumerate(leaders + (["other"] if "other" in table else [])):
-            vals = table[part].to_numpy(float)
-            ax.barh(y, vals, left=left, color="#C7C7C7" if part == "other" else cmap(i % 10), label=part[:70])
+        for cls in (c for c in KERNEL_CLASSES if c in shares):
+            vals = shares[cls].to_numpy(float)
+            ax.barh(y, vals, left=left, color=CLASS_COLORS[cls], label=cls, edgecolor="white", linewidth=0.5)
+            for yi, lo_, v in zip(y, left, vals):
+                if v >= 7:
+                    ax.text(lo_ + v / 2, yi, f"{v:.0f} %", ha="center", va="center", fontsize=7, color="white")
             left += vals
         for yi, total in zip(y, totals):
-            if total == total and total > 0:
-                ax.text(101, yi, f"{total:.4g} µs", va="center", fontsize=8)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, ncol=2, frameon=False)
+            if total > 0:
+                ax.text(101, yi, f"{total:.4g} µs", va="center", fontsize=7.5)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="kind of kernel")
     _gap_labels(ax, summary, y)
-    ax.set_xlim(0, 118)
+    ax.set_xlim(0, 114)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
-    ax.set_xlabel("% of the variant's device time per forward (total at right)")
-    ax.set_title("Device time per forward, split by kernel")
+    ax.set_xlabel("% of the variant's device time per forward (total per forward at the right)")
+    ax.set_title("Device time per forward, by kind of kernel")
     _save(fig, path, dpi)
 
 
 def cpu_vs_device(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     """Grouped bars per variant: host (CPU) time and device time per forward, ms, log
     scale. A variant whose CPU bar is longer is launch-bound at this shape."""
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(summary) + 1.2))
+    fig, ax = plt.subplots(figsize=(HALF_IN, _height(len(summary), 0.3, 1.1)), layout="constrained")
     y = np.arange(len(summary))
     h = 0.38
     cpu = summary["cpu_ms_per_forward"].to_numpy(float)
     dev = summary["device_ms_per_forward"].to_numpy(float)
-    ax.barh(y - h / 2, np.nan_to_num(cpu), height=h, color=COLORS["cpu"], label="CPU (host) time of the forward range")
-    ax.barh(y + h / 2, np.nan_to_num(dev), height=h, color=COLORS["device"], label="device time (kernels + memcpy + memset)")
+    ax.barh(y - h / 2, np.nan_to_num(cpu), height=h, color=COLORS["cpu"], label="CPU time of the forward")
+    ax.barh(y + h / 2, np.nan_to_num(dev), height=h, color=COLORS["device"], label="device time")
     _gap_labels(ax, summary, y)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
@@ -133,7 +169,7 @@ def cpu_vs_device(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
         ax.set_xlim(positive.min() / 2, positive.max() * 2)
     ax.set_xlabel("ms per forward (median, log scale)")
     ax.set_title("CPU time vs device time per forward")
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     _save(fig, path, dpi)
 
 
@@ -164,64 +200,91 @@ def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
+def coinciding(summary: pd.DataFrame, column: str, rel: float = 0.1) -> list[tuple[str, str]]:
+    """Pairs of variants whose ``column`` values agree within ``rel`` (relative) at every point
+    both have (at least one): their lines would be drawn on top of each other."""
+    ok = summary[(summary["status"] == "ok") & summary[column].notna()]
+    pivot = ok.pivot_table(index=["seq_len", "head_dim", "batch", "heads", "dtype", "causal"], columns="variant", values=column)
+    variants = list(dict.fromkeys(summary["variant"]))
+    pairs = []
+    for a_i, a in enumerate(variants):
+        for b in variants[a_i + 1:]:
+            if a in pivot and b in pivot:
+                both = pivot[[a, b]].dropna()
+                if len(both) and (abs(both[a] / both[b] - 1) <= rel).all():
+                    pairs.append((a, b))
+    return pairs
+
+
 def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> None:
-    """``column`` against seq_len (log-log), a line per variant, a panel per head_dim (and any
-    other swept field). Points that ran out of memory are drawn as 'x' on the panel's top edge."""
+    """``column`` against seq_len (log-log), a line per variant (each its own marker and line
+    style, so coinciding series stay visible; a note names them), a panel per head_dim (and
+    any other swept field). A point that ran out of memory is the variant's own 'x' above the
+    panel's data, one per variant, named in the legend."""
     panels = _panels(summary)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(FULL_IN, 3.6), squeeze=False, layout="constrained")
     cmap = plt.get_cmap("tab10")
     variants = list(dict.fromkeys(summary["variant"]))
+    style = {v: (cmap(i % 10), MARKERS[i % len(MARKERS)], LINESTYLES[i % len(LINESTYLES)]) for i, v in enumerate(variants)}
+    handles = {}
     for ax, (label, part) in zip(axes[0], panels):
-        top = part[column].max() if part[column].notna().any() else 1.0
-        for i, v in enumerate(variants):
+        vals = part[column][part[column] > 0]
+        top = vals.max() if len(vals) else 1.0
+        oom_rows = [v for v in variants if (part[(part["variant"] == v)]["status"] == "out_of_memory").any()]
+        for v in variants:
+            color, marker, ls = style[v]
             pv = part[part["variant"] == v].sort_values("seq_len")
             ok = pv[pv[column].notna() & (pv["status"] == "ok")]
             if len(ok):
-                ax.plot(ok["seq_len"], ok[column], marker="o", ms=3, color=cmap(i % 10), label=v)
+                (line,) = ax.plot(ok["seq_len"], ok[column], marker=marker, ms=4, ls=ls, lw=1.2, color=color, mfc="none", label=v)
+                handles[v] = line
             oom = pv[pv["status"] == "out_of_memory"]
-            if len(oom):
-                ax.scatter(oom["seq_len"], [top * 1.6] * len(oom), marker="x", s=40, color=cmap(i % 10), clip_on=False)
-        oom_all = part[part["status"] == "out_of_memory"]
-        for seq_len, names in oom_all.groupby("seq_len")["variant"]:
-            ax.annotate("OOM:\n" + "\n".join(names), (seq_len, top * 1.6), xytext=(-4, -6), textcoords="offset points",
-                        ha="right", va="top", fontsize=6, color="#B00020")
+            if len(oom):  # one marker per variant, stacked above the data so none hides another
+                y = top * 1.5 * 1.35 ** oom_rows.index(v)
+                h = ax.scatter(oom["seq_len"], [y] * len(oom), marker="x", s=30, color=color, clip_on=False, zorder=3)
+                handles[f"{v}: out of memory"] = h
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("seq_len")
-        ax.set_title(label, fontsize=9)
+        ax.set_title(label)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel(SCALING[column][0])
-    axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle(f"{SCALING[column][0]} vs seq_len (x: out of memory)", fontsize=10)
+    pairs = coinciding(summary, column)
+    note = ("; ".join(f"{b} coincides with {a}" for a, b in pairs) + " (within 10 % at every point)") if pairs else ""
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", frameon=False)
+    fig.suptitle(f"{SCALING[column][0]} vs seq_len" + ("\n" + textwrap.fill(note, 150) if note else ""))
     _save(fig, path, dpi)
 
 
 def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 144) -> None:
     """Achieved TFLOP/s (trace device time) against arithmetic intensity (FLOP per byte of
     the minimum traffic: q, k, v read and the output written once), under the measured
-    ceilings (GEMM TFLOP/s and copy bandwidth, solid) and the datasheet ones (dashed)."""
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    ceilings (GEMM TFLOP/s and copy bandwidth, solid) and the datasheet ones (dashed).
+    Legend outside the axes."""
+    fig, ax = plt.subplots(figsize=(HALF_IN, 3.6), layout="constrained")
     ok = summary[(summary["status"] == "ok") & summary["tflops"].notna()] if "tflops" in summary else summary.iloc[0:0]
     cmap = plt.get_cmap("tab10")
     xs = np.logspace(0, 4, 200)
     drew = False
-    for key, bw_key, style, name in (("gemm_tflops_bf16", "copy_tb_per_s", "-", "measured"),
-                                     ("datasheet_tflops_bf16", "datasheet_tb_per_s", "--", "datasheet")):
+    for key, bw_key, ls, name in (("gemm_tflops_bf16", "copy_tb_per_s", "-", "measured"),
+                                  ("datasheet_tflops_bf16", "datasheet_tb_per_s", "--", "datasheet")):
         if calibration.get(key) and calibration.get(bw_key):
-            ax.plot(xs, np.minimum(calibration[key], calibration[bw_key] * xs), style, color="#444",
+            ax.plot(xs, np.minimum(calibration[key], calibration[bw_key] * xs), ls, color="#444",
                     label=f"{name}: {calibration[key]:.0f} TFLOP/s, {calibration[bw_key]:.2f} TB/s")
             drew = True
-    for i, v in enumerate(dict.fromkeys(ok["variant"])):
+    variants = list(dict.fromkeys(summary["variant"]))
+    for v in dict.fromkeys(ok["variant"]):
+        i = variants.index(v)
         pv = ok[ok["variant"] == v]
-        ax.scatter(pv["flop_per_byte"], pv["tflops"], s=12 + 30 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1),
-                   color=cmap(i % 10), label=v, alpha=0.8)
+        ax.scatter(pv["flop_per_byte"], pv["tflops"], s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1),
+                   color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)], facecolors="none", label=v)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity, FLOP per byte (minimum traffic: q, k, v read, out written)")
+    ax.set_xlabel("FLOP per byte (minimum traffic)")
     ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title("Roofline (marker size grows with seq_len)" + ("" if drew else ": no calibration on this device"))
+    ax.set_title("Roofline (marker size grows with seq_len)" + ("" if drew else ": no calibration"))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     _save(fig, path, dpi)
 
 
@@ -233,3 +296,95 @@ def make_scaling(summary: pd.DataFrame, calibration: dict, out_dir: Path, dpi: i
         scaling(summary, column, out_dir / f"{name}.png", dpi)
     roofline(summary, calibration, out_dir / "roofline.png", dpi)
     return [out_dir / f"{name}.png" for name in SCALING_PLOTS]
+
+
+def pick_forward(forwards: pd.DataFrame) -> int | None:
+    """The forward to draw: among the timed forwards (complete, valid GPU times), the one
+    whose device time is the median (the lower middle one for an even count). None if none."""
+    timed = forwards[forwards["timing_complete"].astype(bool)] if len(forwards) else forwards
+    if timed.empty:
+        return None
+    order = timed.sort_values(["device_us", "forward"]).reset_index(drop=True)
+    return int(order.loc[(len(order) - 1) // 2, "forward"])
+
+
+def top_level(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops of ``ops`` (one thread's aten ops, with ts and dur in µs) that no other op of
+    the frame encloses: the forward's own calls, without what they call."""
+    ops = ops.sort_values(["ts", "dur"], ascending=[True, False])
+    keep, end = [], -np.inf
+    for i, (ts, dur) in zip(ops.index, zip(ops["ts"], ops["dur"])):
+        if ts >= end:
+            keep.append(i)
+            end = ts + dur
+    return ops.loc[keep]
+
+
+def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
+    """One profiled forward per variant, as a picture of the trace: the CPU row shows the
+    forward's record_function range and the launch API calls inside it, the GPU row below
+    it the kernels, memcpys and memsets it launched, coloured by kind
+    (:func:`attnprof.findings.kernel_class`), with the gaps between them. Times in µs from the
+    start of the forward's range; each variant has its own time scale. ``captures``: dicts
+    with variant, status, frames (:func:`attnprof.tables.analyse_trace`) and forwards
+    (:func:`attnprof.tables.forward_table`). Variants without a timed forward get a line
+    saying why."""
+    from .findings import KERNEL_CLASSES, kernel_class
+    from .trace import is_launch_api
+
+    fig, axes = plt.subplots(len(captures), 1, figsize=(FULL_IN, 0.62 * len(captures) + 0.9), squeeze=False,
+                             layout="constrained")
+    seen = set()
+    for ax, cap in zip(axes[:, 0], captures):
+        ax.set_yticks([1, 0], ["CPU", "GPU"])
+        ax.set_ylim(-0.6, 1.6)
+        ax.set_ylabel(cap["variant"], rotation=0, ha="right", va="center", fontsize=8, fontweight="bold")
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        f = pick_forward(cap["forwards"]) if cap["status"] == "ok" else None
+        if f is None:
+            why = cap["status"] if cap["status"] != "ok" else "no forward with complete GPU times"
+            ax.text(0.01, 0.5, f"not drawn: {why}", transform=ax.transAxes, va="center", color="#B00020")
+            ax.set_xticks([])
+            continue
+        rng = cap["frames"]["ranges"].set_index("forward").loc[f]
+        t0 = rng["ts"]
+        api = cap["frames"]["api"]
+        api = api[(api["forward"] == f)]
+        gpu = cap["frames"]["gpu"]
+        gpu = gpu[(gpu["forward"] == f) & gpu["time_ok"]]
+        ax.broken_barh([(0, rng["cpu_us"])], (1.32, 0.12), color="#DDDDDD")
+        launch = api[is_launch_api(api["name"])]
+        other = api[~is_launch_api(api["name"])]
+        ax.broken_barh(list(zip(other["ts"] - t0, other["dur"].clip(lower=0.3))), (0.75, 0.5), color="#B8B8B8")
+        ax.broken_barh(list(zip(launch["ts"] - t0, launch["dur"].clip(lower=0.3))), (0.75, 0.5), color=LAUNCH_COLOR)
+        for _, g in gpu.iterrows():
+            cls = kernel_class(g["name"], g["category"])
+            seen.add(cls)
+            ax.broken_barh([(g["ts"] - t0, max(g["dur"], 0.3))], (-0.25, 0.5), color=CLASS_COLORS[cls], edgecolor="white", linewidth=0.3)
+        if gpu.empty:  # CPU run: the second row shows the forward's top-level aten ops instead
+            ax.set_yticks([1, 0], ["range", "aten ops"])
+            ops = top_level(cap["frames"]["ops"][cap["frames"]["ops"]["forward"] == f])
+            ax.broken_barh(list(zip(ops["ts"] - t0, ops["dur"])), (-0.25, 0.5), color=COLORS["cpu"], edgecolor="white", linewidth=0.3)
+            for _, o in ops.iterrows():
+                if o["dur"] > 0.08 * rng["cpu_us"]:
+                    ax.text(o["ts"] - t0 + o["dur"] / 2, 0, o["name"].removeprefix("aten::"), ha="center", va="center",
+                            fontsize=7, color="white", clip_on=True)
+            seen.add("aten op")
+        end = max(rng["cpu_us"], (gpu["end"].max() - t0) if len(gpu) else 0)
+        ax.set_xlim(0, end * 1.02)
+        busy = gpu["dur"].sum()
+        ax.text(1.0, 1.0, f"forward {f}: {len(gpu)} GPU events, {busy:.1f} µs busy of {end:.1f} µs" if len(gpu)
+                else f"forward {f}: {end:.0f} µs on the host", transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5,
+                color="#444")
+        ax.tick_params(axis="x", labelsize=7)
+    axes[-1, 0].set_xlabel("µs from the start of the forward's range (each row its own scale)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=LAUNCH_COLOR, label="launch call (CPU)"),
+               plt.Rectangle((0, 0), 1, 1, color="#B8B8B8", label="other CUDA API call")]
+    handles += [plt.Rectangle((0, 0), 1, 1, color=CLASS_COLORS[c], label=c) for c in KERNEL_CLASSES if c in seen]
+    if "aten op" in seen:
+        handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS["cpu"], label="top-level aten op (CPU run: no GPU)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
+    fig.suptitle("One forward per variant: the aten ops on the host (CPU run)" if "aten op" in seen
+                 else "One forward per variant: CPU launches and the GPU work they start")
+    _save(fig, path, dpi)

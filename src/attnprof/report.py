@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from .plots import CAPTIONS, CPU_CAPTIONS, FULL_WIDTH
 from .trace import kernel_label
 
 #: variant -> what it changes, for the summary table (the study's "change" column)
@@ -19,9 +20,9 @@ CHANGES = {
     "naive": "matmul, scale, masked_fill (out of place), softmax, matmul",
     "naive_inplace": "as naive, with masked_fill_ (in place)",
     "sdpa_math": "SDPA, backend pinned to MATH",
-    "sdpa_efficient": "SDPA, backend pinned to EFFICIENT_ ATTENTION",
-    "sdpa_flash": "SDPA, backend pinned to FLASH_ ATTENTION",
-    "sdpa_cudnn": "SDPA, backend pinned to CUDNN_ ATTENTION",
+    "sdpa_efficient": "SDPA, backend pinned to EFFICIENT_ATTENTION",
+    "sdpa_flash": "SDPA, backend pinned to FLASH_ATTENTION",
+    "sdpa_cudnn": "SDPA, backend pinned to CUDNN_ATTENTION",
     "sdpa_auto": "SDPA, no backend pinned (PyTorch chooses)",
 }
 
@@ -74,13 +75,47 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
                           "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la)})
         shapes.append({
             "key": shape_key, "rows": table, "findings": f["findings"], "expectations": f["expectations"],
+            "is_study": bool(f["expectations"]), "part1": False,
             "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
             "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),
         })
+    # part 1 of the report: the shape the study's expectations were checked at (else the first)
+    study = next((sh for sh in shapes if sh["is_study"]), shapes[0] if shapes else None)
+    if study is not None:
+        study["part1"] = True
     cfg = env.get("config", {})
-    return {"run": run, "env": env, "config": cfg, "shapes": shapes, "expectations_meta": expectations, "css": css,
+    return {"run": run, "env": env, "config": cfg, "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
+            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS, "cpu_captions": CPU_CAPTIONS, "brief": in_brief(study, shapes, summary),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration or {}, "multi_shape": summary["shape_key"].nunique() > 1}
+
+
+def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> list[str]:
+    """Sentences for the report's first page, each taken from a finding, an expectation check
+    or a status of this run: how many of the study's expectations hold (and which deviate),
+    the fastest variant, rankings that do not hold outside the spread, variants that did not
+    run, and trace defects or missing checks."""
+    out = []
+    if study and study["expectations"]:
+        exp = study["expectations"]
+        devs = [c for c in exp if c["verdict"] == "different"]
+        text = f"{sum(c['verdict'] == 'same' for c in exp)} of {len(exp)} expectations of the study hold at its shape"
+        if devs:
+            text += "; deviating: " + "; ".join(
+                f"{c['id']} (expected {_fmt(c['expected'])}, observed {_fmt((c.get('observed') or {}).get('value'))}"
+                f"{' ' + c['observed']['unit'] if (c.get('observed') or {}).get('unit') else ''})" for c in devs)
+            text += " (section 2 gives each claim and the evidence)"
+        out.append(text + ".")
+    for f in (study or {}).get("findings", []):
+        if (f["rule"] == "speed" and f["headline"] == "fastest variant") or (f["rule"] == "fidelity" and f["kind"] == "artefact"):
+            out.append(f["statement"] + ".")
+    failed = summary[summary["status"] != "ok"]
+    for (variant, status), rows in failed.groupby(["variant", "status"], sort=False):
+        out.append(f"{variant}: {status} at {', '.join(rows['shape_key'])}.")
+    warned = [f for sh in shapes for f in sh["findings"] if f["rule"] in ("trace_quality",) or f["kind"] == "warning"]
+    out.append(f"{len(warned)} trace or check warnings (listed in each variant's row)." if warned else
+               "Every capture's trace was complete: every launch found its GPU event, no impossible times, forwards alike.")
+    return out
 
 
 def _fmt(value, digits: int = 3) -> str:

@@ -7,11 +7,12 @@ steps appear in the trace, and each statistic is computed per forward first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pandas as pd
 
-from .trace import LAUNCH_APIS, cpu_ops, events_frame, forward_ranges, gpu_events, kernel_label, launches
+from .trace import cpu_ops, events_frame, forward_ranges, gpu_events, is_launch_api, kernel_label, launches
 
 KERNEL_COLUMNS = [
     "variant", "shape_key", "kernel", "label", "category", "device", "calls_per_forward", "calls_min", "calls_max",
@@ -20,8 +21,8 @@ KERNEL_COLUMNS = [
 ]
 FORWARD_COLUMNS = [
     "variant", "shape_key", "forward", "cpu_us", "device_us", "device_span_us", "kernels", "memcpy", "memset",
-    "launch_calls", "launches_without_gpu_event", "bad_time_events", "complete", "timing_complete",
-    "unattributed_gpu_events",
+    "launch_calls", "launches_without_gpu_event", "gpu_events_without_launch", "duplicate_gpu_events", "bad_time_events",
+    "range_ok", "complete", "timing_complete", "signature", "unattributed_gpu_events",
 ]
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
@@ -47,28 +48,43 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, expect_gpu: bool = False) -> pd.DataFrame:
-    """Per forward (index = forward number): launch_calls (API calls that enqueue one GPU
-    event each, :data:`attnprof.trace.LAUNCH_APIS`), launches_without_gpu_event (of those,
-    calls whose correlation id has no kernel/memcpy/memset event in the trace: Kineto lost
-    the GPU record), bad_time_events (the forward's GPU events with impossible times, see
-    ``time_ok`` in :func:`attnprof.trace.gpu_events`), complete (every launch found its GPU
-    event, and -- when ``expect_gpu`` -- the forward has at least one GPU event: on a GPU,
-    a forward with no recorded GPU activity at all is lost, not empty) and timing_complete
-    (complete, and every GPU event has valid times).
+    """Per forward (index = forward number):
+
+    - launch_calls: API calls that enqueue one GPU event each (:data:`attnprof.trace.LAUNCH_API`);
+    - launches_without_gpu_event: of those, calls whose correlation id has no kernel, memcpy or
+      memset event in the trace (Kineto lost the GPU record);
+    - gpu_events_without_launch: GPU events with no launch record whose own External id names an
+      aten op of this forward (Kineto lost the CPU-side record);
+    - duplicate_gpu_events: the forward's GPU events that share a correlation id with another;
+    - bad_time_events: the forward's GPU events with impossible times (``time_ok`` in
+      :func:`attnprof.trace.gpu_events`);
+    - range_ok: the forward's range has valid times and overlaps no other (forward_ranges);
+    - complete: range_ok, and no lost, orphaned or duplicate records, and -- when
+      ``expect_gpu`` -- at least one GPU event (on a GPU, a forward with no recorded GPU
+      activity at all is lost, not empty);
+    - timing_complete: complete, and every GPU event has valid times.
 
     Completeness rule: only complete forwards enter counts; only timing-complete forwards
     enter device times."""
     fwd = pd.Index(ranges["forward"], name="forward")
-    launch = api[(api["forward"] >= 0) & api["name"].isin(LAUNCH_APIS)]
+    launch = api[(api["forward"] >= 0) & is_launch_api(api["name"])]
     lost = launch[~launch["correlation"].isin(gpu["correlation"].dropna())]
     inside = gpu[gpu["forward"] >= 0]
+
+    def per_forward(frame: pd.DataFrame, key: str = "forward") -> pd.Series:
+        return frame.groupby(key).size().reindex(fwd, fill_value=0).astype(int)
+
     out = pd.DataFrame(index=fwd)
-    out["launch_calls"] = launch.groupby("forward").size().reindex(fwd, fill_value=0)
-    out["launches_without_gpu_event"] = lost.groupby("forward").size().reindex(fwd, fill_value=0)
-    out["bad_time_events"] = (~inside["time_ok"]).groupby(inside["forward"]).sum().reindex(fwd, fill_value=0).astype(int)
-    out["complete"] = out["launches_without_gpu_event"] == 0
+    out["launch_calls"] = per_forward(launch)
+    out["launches_without_gpu_event"] = per_forward(lost)
+    out["gpu_events_without_launch"] = per_forward(gpu[gpu["orphan_forward"] >= 0], "orphan_forward")
+    out["duplicate_gpu_events"] = per_forward(inside[inside["duplicate"]])
+    out["bad_time_events"] = per_forward(inside[~inside["time_ok"]])
+    out["range_ok"] = ranges.set_index("forward")["range_ok"].reindex(fwd).astype(bool)
+    out["complete"] = (out["range_ok"] & (out["launches_without_gpu_event"] == 0) & (out["gpu_events_without_launch"] == 0)
+                       & (out["duplicate_gpu_events"] == 0))
     if expect_gpu:
-        out["complete"] &= inside.groupby("forward").size().reindex(fwd, fill_value=0) > 0
+        out["complete"] &= per_forward(inside) > 0
     out["timing_complete"] = out["complete"] & (out["bad_time_events"] == 0)
     return out
 
@@ -171,7 +187,11 @@ def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     comp = frames["completeness"]
     for col in comp.columns:
         table[col] = table["forward"].map(comp[col]).values
-    table["unattributed_gpu_events"] = int((gpu["forward"] < 0).sum())
+    # what the forward ran, as a short hash of its sorted GPU event names: forwards with equal
+    # counts but different kernels are told apart (forward_groups)
+    names = inside.groupby("forward")["name"].apply(lambda n: hashlib.sha1("\n".join(sorted(n)).encode()).hexdigest()[:12])
+    table["signature"] = table["forward"].map(names).astype(object).fillna("")
+    table["unattributed_gpu_events"] = int(((gpu["forward"] < 0) & (gpu["orphan_forward"] < 0)).sum())
     return table[FORWARD_COLUMNS]
 
 
@@ -227,13 +247,16 @@ def forward_groups(forwards: pd.DataFrame) -> list[dict]:
     over the group's timing-complete forwards, None if none)}. One group when all forwards
     launch the same work."""
     fw = forwards[forwards["complete"].astype(bool)]
+    if "signature" not in fw:
+        fw = fw.assign(signature="")
+    fw = fw.assign(signature=fw["signature"].fillna("").astype(str))
     groups = []
-    for (kern, mcp, mst), g in fw.groupby(["kernels", "memcpy", "memset"]):
+    for (kern, mcp, mst, sig), g in fw.groupby(["kernels", "memcpy", "memset", "signature"]):
         timed = g[g["timing_complete"].astype(bool)]["device_us"]
         groups.append({"kernels": int(kern), "memcpy": int(mcp), "memset": int(mst), "forwards": len(g),
-                       "forward_ids": [int(i) for i in g["forward"]],
+                       "forward_ids": [int(i) for i in g["forward"]], "signature": sig,
                        "device_ms": float(timed.median() / 1e3) if len(timed) else None})
-    return sorted(groups, key=lambda g: (-g["forwards"], g["kernels"]))
+    return sorted(groups, key=lambda g: (-g["forwards"], g["kernels"], g["forward_ids"][0]))
 
 
 def describe_groups(groups: list[dict]) -> str:
@@ -244,7 +267,8 @@ def describe_groups(groups: list[dict]) -> str:
         work += f" + {g['memset']} memset" if g["memset"] else ""
         ms = f" ({g['device_ms']:.4f} ms)" if g["device_ms"] is not None else ""
         return f"{work}{ms} in {g['forwards']} forward{'s' if g['forwards'] != 1 else ''}"
-    return "; ".join(one(g) for g in groups)
+    same_counts = len({(g["kernels"], g["memcpy"], g["memset"]) for g in groups}) < len(groups)
+    return "; ".join(one(g) for g in groups) + ("; forwards with the same counts launched different kernels" if same_counts else "")
 
 
 def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int = DEFAULT_MIN_COMPLETE_FORWARDS) -> dict:
@@ -266,10 +290,19 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
     if present != expected:
         notes.append(f"{present} of {expected} profiled forwards are in the trace")
     if incomplete:
-        lost = int(forwards.loc[~complete, "launches_without_gpu_event"].sum())
+        bad_rows = forwards.loc[~complete]
+        why = []
+        for col, words in (("launches_without_gpu_event", "launches without a GPU event"),
+                           ("gpu_events_without_launch", "GPU events without their launch record"),
+                           ("duplicate_gpu_events", "GPU events sharing one launch's correlation id")):
+            n = int(bad_rows[col].sum()) if col in bad_rows else 0
+            if n:
+                why.append(f"{n} {words}")
+        n_ranges = int((~bad_rows["range_ok"].astype(bool)).sum()) if "range_ok" in bad_rows else 0
+        if n_ranges:
+            why.append(f"{n_ranges} forward ranges with invalid times or overlapping another")
         notes.append(f"{len(incomplete)} of {present} forwards incomplete (forward{'s' if len(incomplete) > 1 else ''} "
-                     f"{_ranges_text(incomplete)}: {lost} launch{'es' if lost != 1 else ''} without a GPU event"
-                     + ("" if lost else ", no GPU activity recorded") + "), left out of every statistic")
+                     f"{_ranges_text(incomplete)}: {', '.join(why) or 'no GPU activity recorded'}), left out of every statistic")
     if bad:
         bad_fwd = [int(f) for f in forwards.loc[forwards["bad_time_events"] > 0, "forward"]]
         notes.append(f"{bad} GPU event{'s' if bad > 1 else ''} with impossible times (ts 0, duration <= 0, or ending "
@@ -277,6 +310,10 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
                      "counted, but those forwards are left out of device times")
     if len(groups) > 1:
         notes.append("forwards differ: " + describe_groups(groups))
+    stray = int(forwards["unattributed_gpu_events"].max()) if present and "unattributed_gpu_events" in forwards else 0
+    if stray:
+        notes.append(f"{stray} GPU event{'s' if stray > 1 else ''} of the trace launched outside every forward range "
+                     "(or with no launch record): not counted, the forwards may miss work")
     n_complete = int(complete.sum())
     return {"forwards_expected": expected, "forwards_profiled": present, "forwards_complete": n_complete,
             "forwards_timed": int(timed.sum()), "incomplete_forwards": _ranges_text(incomplete), "bad_time_events": bad,

@@ -33,14 +33,25 @@ import re
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 #: Runtime/driver API calls that enqueue exactly one GPU event (kernel, memcpy or memset)
-#: carrying the call's correlation id (CUPTI activity records).
+#: carrying the call's correlation id (CUPTI activity records): kernel launches (runtime and
+#: driver, cooperative, Ex/ExC, versioned ``_v11060`` names), every memcpy and memset call.
+LAUNCH_API = re.compile(r"^cu(da)?(Launch(Cooperative)?Kernel(Ex(C)?)?|Memcpy\w*|Memset\w*)(_v\d+)?$")
 LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-               "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemsetAsync")
+               "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemsetAsync")  # the common ones, for docs
+CPU_CATEGORIES = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver")
+
+
+def is_launch_api(names: pd.Series) -> pd.Series:
+    """True where an API call's name enqueues one GPU event (:data:`LAUNCH_API`)."""
+    return names.astype(str).str.match(LAUNCH_API)
+
+
 METADATA_ARGS = {
     "grid": "grid",
     "block": "block",
@@ -82,8 +93,13 @@ def load_trace(path: str | Path) -> dict:
     except json.JSONDecodeError as exc:
         cause = "truncated trace: the JSON ends early" if exc.pos >= len(text.rstrip()) else "not valid JSON"
         raise TraceError(f"{path}: {cause} ({exc})") from exc
+    except RecursionError as exc:
+        raise TraceError(f"{path}: not a Chrome trace (JSON nested too deeply)") from exc
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise TraceError(f"{path}: not a Chrome trace (no traceEvents list)")
+    bad = sum(not isinstance(e, dict) for e in trace["traceEvents"])
+    if bad:
+        raise TraceError(f"{path}: corrupt trace: {bad} of {len(trace['traceEvents'])} events are not JSON objects")
     return trace
 
 
@@ -91,38 +107,65 @@ def events_frame(trace: dict) -> pd.DataFrame:
     """Complete (``ph == "X"``) events as a DataFrame with columns name, cat, ts, dur
     (microseconds; NaN where missing or not a number), end, pid, tid, correlation,
     external_id, args. Empty frame (same columns) when the trace holds none."""
-    rows = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    rows = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
     cols = ["name", "cat", "ts", "dur", "pid", "tid", "args"]
     df = pd.DataFrame([{c: e.get(c) for c in cols} for e in rows], columns=cols)
+    df["name"] = df["name"].map(lambda n: n if isinstance(n, str) else "(no name)" if n is None else str(n))
+    df["cat"] = df["cat"].map(lambda c: c if isinstance(c, str) else None)
     df["args"] = df["args"].apply(lambda a: a if isinstance(a, dict) else {})
     df["ts"] = pd.to_numeric(df["ts"], errors="coerce").astype(float)
     df["dur"] = pd.to_numeric(df["dur"], errors="coerce").astype(float)
     df["end"] = df["ts"] + df["dur"]
-    df["correlation"] = df["args"].apply(lambda a: a.get("correlation")).astype("Int64")
-    df["external_id"] = df["args"].apply(lambda a: a.get("External id")).astype("Int64")
+    df["correlation"] = integer_ids(df["args"].apply(lambda a: a.get("correlation")))
+    df["external_id"] = integer_ids(df["args"].apply(lambda a: a.get("External id")))
     return df
 
 
+def integer_ids(values: pd.Series) -> pd.Series:
+    """Ids as nullable integers: numbers (or numeric strings) with an integral value; anything
+    else (fractions, words, missing) becomes <NA>, which matches nothing."""
+    num = pd.to_numeric(values, errors="coerce")
+    num = num.where(num.notna() & np.isfinite(num) & (num == np.floor(num)))
+    return num.astype("Int64")
+
+
 def forward_ranges(events: pd.DataFrame, range_name: str) -> pd.DataFrame:
-    """The CPU ``record_function`` ranges named ``range_name``, in time order, as columns
-    forward (0-based), ts, end, cpu_us (the range's duration: host time of one forward),
-    tid."""
+    """The CPU ``record_function`` ranges named ``range_name``, in time order (ranges without
+    a valid start last), as columns forward (0-based), ts, end, cpu_us (the range's duration:
+    host time of one forward), tid, and range_ok: False when the range has no finite start or
+    a missing or negative duration, or overlaps another such range of its thread (forwards are
+    sequential: an overlap means a corrupt trace or a different program). Work is attributed
+    only to ranges that are ok."""
     r = events[(events["cat"] == "user_annotation") & (events["name"] == range_name)]
-    r = r.sort_values("ts").reset_index(drop=True)
-    return pd.DataFrame({"forward": r.index, "ts": r["ts"], "end": r["end"], "cpu_us": r["dur"], "tid": r["tid"]})
+    r = r.sort_values("ts", na_position="last").reset_index(drop=True)
+    out = pd.DataFrame({"forward": r.index, "ts": r["ts"], "end": r["end"], "cpu_us": r["dur"], "tid": r["tid"]})
+    ok = np.isfinite(out["ts"]) & np.isfinite(out["end"]) & (out["cpu_us"] >= 0)
+    overlap = pd.Series(False, index=out.index)
+    for _, rr in out[ok].groupby("tid"):
+        rr = rr.sort_values("ts")
+        prev_end = rr["end"].cummax().shift()
+        hit = rr["ts"] <= prev_end  # starts before an earlier range of the thread has ended
+        overlap[rr.index[hit]] = True
+        overlap[rr.index[hit.shift(-1, fill_value=False)]] = True
+    out["range_ok"] = ok & ~overlap
+    return out
 
 
 def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Series:
-    """Index of the forward range that contains each (ts, tid), or -1 when none does.
-    Uses a pandas IntervalIndex (ranges of one thread do not overlap)."""
+    """Index of the forward range (``range_ok`` ones only) that contains each (ts, tid) --
+    same thread, range start <= ts <= range end -- or -1 when none does. Vectorised with
+    numpy.searchsorted per thread; ranges of one thread do not overlap (forward_ranges)."""
     out = pd.Series(-1, index=ts.index, dtype="int64")
-    if ranges.empty or ts.empty:
+    good = ranges[ranges["range_ok"]] if "range_ok" in ranges else ranges
+    if good.empty or ts.empty:
         return out
-    for thread, rr in ranges.groupby("tid"):
-        intervals = pd.IntervalIndex.from_arrays(rr["ts"], rr["end"], closed="both")
-        sel = tid == thread
-        idx = intervals.get_indexer(ts[sel])
-        out[sel] = [int(rr["forward"].iloc[i]) if i >= 0 else -1 for i in idx]
+    for thread, rr in good.groupby("tid"):
+        rr = rr.sort_values("ts")
+        sel = (tid == thread).to_numpy() & np.isfinite(ts.to_numpy(float))
+        t = ts.to_numpy(float)[sel]
+        i = np.searchsorted(rr["ts"].to_numpy(float), t, side="right") - 1
+        inside = (i >= 0) & (t <= rr["end"].to_numpy(float)[np.clip(i, 0, None)])
+        out.iloc[np.flatnonzero(sel)] = np.where(inside, rr["forward"].to_numpy()[np.clip(i, 0, None)], -1)
     return out
 
 
@@ -148,12 +191,16 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     (-1 when the launch was outside every forward or missing), launch_api, launch_ts (us,
     start of the launching API call), op, device (``args.device``: the GPU it ran on, the
     ``id`` of a ``deviceProperties`` entry; NaN when absent), time_ok (False for impossible
-    times: ts missing or <= 0, dur missing or <= 0, or an end before the launch call
-    started), and the launch metadata columns of METADATA_ARGS (NaN where the trace
+    times: ts or dur missing or not finite, ts <= 0, dur <= 0, a start before the launch call
+    started, or an end later than the trace's CPU span again after its last CPU event),
+    duplicate (another GPU event carries
+    the same correlation id: one launch, one GPU record), orphan_forward (for an event whose
+    launch record is missing: the forward of the aten op its own ``External id`` names, else
+    -1), and the launch metadata columns of METADATA_ARGS (NaN where the trace
     carries none)."""
     gpu = events[events["cat"].isin(GPU_CATEGORIES)].copy()
     gpu["category"] = gpu["cat"].map(GPU_CATEGORIES)
-    gpu["device"] = pd.to_numeric(gpu["args"].apply(lambda a: a.get("device")), errors="coerce").astype("Int64")
+    gpu["device"] = integer_ids(gpu["args"].apply(lambda a: a.get("device")))
     for key, col in METADATA_ARGS.items():
         gpu[col] = gpu["args"].apply(lambda a, k=key: a.get(k))
     for col in ("grid", "block"):
@@ -162,21 +209,42 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     api = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
     api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id", "ts": "launch_ts"})
     gpu = gpu.merge(api, on="correlation", how="left")
-    gpu["time_ok"] = (gpu["ts"] > 0) & (gpu["dur"] > 0) & ~(gpu["end"] < gpu["launch_ts"])
+    # the CPU side of the trace spans [cpu_start, cpu_end]: GPU work launched in it cannot end
+    # later than one more such span after it (real traces end within tens of us)
+    cpu = events[events["cat"].isin(CPU_CATEGORIES)]
+    cpu_ts, cpu_end = cpu["ts"][np.isfinite(cpu["ts"])], cpu["end"][np.isfinite(cpu["end"])]
+    latest = cpu_end.max() + (cpu_end.max() - cpu_ts.min()) if len(cpu_ts) and len(cpu_end) else np.inf
+    gpu["time_ok"] = (np.isfinite(gpu["ts"]) & np.isfinite(gpu["dur"]) & (gpu["ts"] > 0) & (gpu["dur"] > 0)
+                      & ~(gpu["ts"] < gpu["launch_ts"]) & ~(gpu["end"] > latest))
+    gpu["duplicate"] = gpu["correlation"].notna() & gpu.duplicated("correlation", keep=False)
+    # a GPU event whose launch record is missing: its own External id names the aten op that issued it
+    own_ext = integer_ids(gpu["args"].apply(lambda a: a.get("External id")))
+    op_forward = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id")
+    op_forward = op_forward.set_index("external_id")["ts"]
+    gpu["orphan_forward"] = -1
+    orphan = gpu["launch_api"].isna()
+    if orphan.any() and len(op_forward):
+        fwd = assign_forward(own_ext[orphan].map(op_forward).astype(float), pd.Series(
+            own_ext[orphan].map(events[events["cat"] == "cpu_op"].dropna(subset=["external_id"])
+                                .drop_duplicates("external_id").set_index("external_id")["tid"]), index=gpu.index[orphan]), ranges)
+        gpu.loc[orphan, "orphan_forward"] = fwd.values
     ops = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id")
     op_by_id = ops.set_index("external_id")["name"]
     gpu["op"] = gpu["launch_external_id"].map(op_by_id)
     gpu["forward"] = gpu["forward"].fillna(-1).astype("int64")
     cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation", "device",
-            "time_ok", *METADATA_ARGS.values()]
+            "time_ok", "duplicate", "orphan_forward", *METADATA_ARGS.values()]
     return gpu[cols].sort_values("ts").reset_index(drop=True)
 
 
 def device_properties(trace: dict) -> list[dict]:
     """The ``deviceProperties`` block Kineto writes, one entry per visible GPU with its
-    ``id`` (GPU name, SM count, registers per SM...); empty list for CPU-only traces. Pick
+    ``id`` (GPU name, SM count, registers per SM...); empty list for CPU-only traces (a
+    single object is taken as a list of one; entries that are not objects are dropped). Pick
     the entry of the device a kernel ran on with :func:`properties_of`."""
-    return list(trace.get("deviceProperties") or [])
+    props = trace.get("deviceProperties") or []
+    props = [props] if isinstance(props, dict) else props if isinstance(props, list) else []
+    return [p for p in props if isinstance(p, dict)]
 
 
 def properties_of(props: list[dict], device) -> dict:
@@ -185,7 +253,7 @@ def properties_of(props: list[dict], device) -> dict:
     another device's entry, whose limits would give wrong occupancy and architecture."""
     if device is None or pd.isna(device):
         return {}
-    return next((p for p in props if p.get("id") == int(device)), {})
+    return next((p for p in props if isinstance(p, dict) and p.get("id") == int(device)), {})
 
 
 def short_kernel_name(name: str) -> str:
@@ -193,7 +261,7 @@ def short_kernel_name(name: str) -> str:
     ``void pytorch_flash::flash_fwd_kernel<Traits<...>, true>(Params)`` ->
     ``pytorch_flash::flash_fwd_kernel``. Names without templates come back unchanged
     except for a trailing parameter list."""
-    name = name.replace("(anonymous namespace)", "{anonymous}")
+    name = name.replace("(anonymous namespace)", "{anonymous}").replace("->", "\u2192")
     out, depth_angle, depth_paren = [], 0, 0
     for ch in name:
         if ch == "<":
@@ -209,7 +277,7 @@ def short_kernel_name(name: str) -> str:
     short = "".join(out).strip()
     if short.startswith("void "):
         short = short[5:]
-    return short.replace("{anonymous}::", "").strip() or name
+    return short.replace("{anonymous}::", "").strip() or name.replace("\u2192", "->")
 
 
 _GENERIC = ("elementwise_kernel", "reduce_kernel")
@@ -224,8 +292,8 @@ def kernel_label(name: str) -> str:
     (:func:`short_kernel_name`); for PyTorch's generic elementwise/reduce kernels also the
     functor or op they run (``MulFunctor``, ``FillFunctor<bool>``, ``masked_fill_kernel``,
     ``direct_copy_kernel_cuda``...), which the short name hides; for CUTLASS entry points
-    (``cutlass::Kernel2<K>``) the kernel K they instantiate. Memcpy/memset names come back
-    unchanged."""
+    (``cutlass::Kernel2<K>``) the kernel K they instantiate. Memcpy/memset names lose only
+    their parenthesised direction (``Memcpy DtoD (Device -> Device)`` -> ``Memcpy DtoD``)."""
     short = short_kernel_name(name)
     inner = name[name.find("<") + 1 :] if "<" in name else ""
     if short in _CUTLASS_ENTRY and inner:

@@ -88,7 +88,9 @@ def plot_files(wc):
     """Per-shape plots of the job's result set, and its run-wide scaling plots."""
     shapes, _ = grid(wc.run)
     per_shape = expand(
-        f"results/{wc.run}/plots/{{shape}}/{{name}}.png", shape=shapes, name=PLOT_NAMES
+        f"results/{wc.run}/plots/{{shape}}/{{name}}.png",
+        shape=shapes,
+        name=PLOT_NAMES + ["timeline"],
     )
     return per_shape + expand(
         f"results/{wc.run}/plots/{{name}}.png", name=SCALING_PLOT_NAMES

@@ -35,3 +35,32 @@ rule scaling_plots:
         dpi=config["plots"]["dpi"],
     script:
         "../../scripts/scaling_plots.py"
+
+
+rule timeline:
+    """One profiled forward per variant of a shape, drawn from the traces (CPU launches, GPU work)."""
+    input:
+        code("plots", "trace", "tables", "findings"),
+        status=lambda wc: expand(
+            "results/{run}/captures/{shape}/{variant}/status.json",
+            run=wc.run,
+            shape=wc.shape,
+            variant=grid(wc.run)[1],
+        ),
+        traces=lambda wc: expand(
+            "results/{run}/captures/{shape}/{variant}/trace.json.gz",
+            run=wc.run,
+            shape=wc.shape,
+            variant=grid(wc.run)[1],
+        ),
+    output:
+        "results/{run}/plots/{shape}/timeline.png",
+    log:
+        "results/{run}/logs/plots/{shape}_timeline.log",
+    conda:
+        "../envs/attnprof.yaml"
+    params:
+        dpi=config["plots"]["dpi"],
+        range_name=config["profiler"]["range_name"],
+    script:
+        "../../scripts/timeline.py"

@@ -1,0 +1,78 @@
+"""The PDF as a reader gets it: checked with pdfplumber (text, glyph positions, font sizes, images,
+outline), on the committed H200 example here and on the CPU run in test_workflow."""
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pdfplumber
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
+PAGE_NUMBER = re.compile(r"^\d+ / \d+$")
+
+
+def pdf_problems(pdf_path: Path, html_path: Path, dpi: int) -> list[str]:
+    """Everything a reader would stumble on that can be read from the PDF itself; [] when none.
+
+    - a page whose only content is a heading (one text line besides the page number, no image);
+    - a glyph outside the page, or two glyphs of one line overlapping (text running into the next cell);
+    - text under 7 pt;
+    - fewer images than the HTML has figures; a figure printed at under 90 % of the size it was drawn
+      for (its text would shrink under matplotlib's 7.5 pt);
+    - no outline (PDF bookmarks) or a table of contents without page numbers."""
+    problems = []
+    html = html_path.read_text()
+    n_figures = html.count("<img ")
+    n_images = 0
+    with pdfplumber.open(pdf_path) as pdf:
+        for number, page in enumerate(pdf.pages, 1):
+            lines = [ln for ln in (page.extract_text() or "").splitlines() if ln.strip() and not PAGE_NUMBER.match(ln.strip())]
+            if len(lines) <= 1 and not page.images:
+                problems.append(f"page {number}: only {lines!r}")
+            rows = defaultdict(list)
+            for ch in page.chars:
+                if ch["x0"] < -0.5 or ch["x1"] > page.width + 0.5 or ch["top"] < -0.5 or ch["bottom"] > page.height + 0.5:
+                    problems.append(f"page {number}: {ch['text']!r} outside the page")
+                if ch["size"] < 6.95 and ch["text"].strip():
+                    problems.append(f"page {number}: {ch['text']!r} at {ch['size']:.1f} pt")
+                rows[(round(ch["top"]), round(ch["size"], 1))].append(ch)
+            for row in rows.values():
+                row.sort(key=lambda c: c["x0"])
+                for a, b in zip(row, row[1:]):
+                    # kerning pulls glyphs together by a point or so; text running into a neighbour
+                    # starts before the middle of the glyph it covers
+                    if b["x0"] < (a["x0"] + a["x1"]) / 2 and a["text"].strip() and b["text"].strip():
+                        problems.append(f"page {number}: {a['text']!r} and {b['text']!r} overlap")
+            for im in page.images:
+                n_images += 1
+                scale = (im["x1"] - im["x0"]) / (im["srcsize"][0] / dpi * 72)
+                if scale < 0.9:
+                    problems.append(f"page {number}: a figure printed at {scale:.0%} of its drawn size")
+        outline = [o for o in pdf.doc.get_outlines()] if hasattr(pdf.doc, "get_outlines") else []
+        toc_text = pdf.pages[0].extract_text() or ""
+    if n_images < n_figures:
+        problems.append(f"{n_images} images in the PDF, {n_figures} figures in the HTML")
+    if not outline:
+        problems.append("no PDF outline (bookmarks)")
+    if not re.search(r"(At the study's shape|Summary).*\d+\s*$", toc_text, re.M):
+        problems.append("table of contents without page numbers")
+    return sorted(set(problems))
+
+
+@pytest.mark.skipif(not (EXAMPLE / "report.pdf").exists(), reason="no committed H200 example")
+def test_committed_h200_pdf_reads_as_a_document():
+    env = json.loads((EXAMPLE / "env.json").read_text())
+    assert pdf_problems(EXAMPLE / "report.pdf", EXAMPLE / "report.html", env["config"]["plots"]["dpi"]) == []
+
+
+@pytest.mark.skipif(not (EXAMPLE / "report.pdf").exists(), reason="no committed H200 example")
+def test_committed_h200_pdf_has_every_shape_and_the_timeline():
+    with pdfplumber.open(EXAMPLE / "report.pdf") as pdf:
+        text = "\n".join(p.extract_text() or "" for p in pdf.pages)
+        first = pdf.pages[0].extract_text() or ""
+    shapes = sorted(p.name for p in (EXAMPLE / "captures").iterdir())
+    for shape in shapes:
+        assert f"Shape {shape}" in text, shape
+    assert "Kernel timeline" in text and "In brief" in first and "Contents" in first
+    assert "report.html" in text  # the PDF says where the per-shape detail it leaves out is
