@@ -103,7 +103,8 @@ def test_failed_variant_is_reported_and_not_measured(h200):
 def test_cpu_run_without_cuda_events_gives_no_gpu_verdicts():
     summary = pd.DataFrame([{"variant": "naive", "shape_key": "b1_h2_s64_d32_fp32_causal", "status": "ok", "device": "cpu",
                              "dtype": "fp32", "kernels_per_forward": None, "memcpy_per_forward": None,
-                             "device_ms_per_forward": None, "cpu_ms_per_forward": 0.5, "timed_ms_median": 0.4,
+                             "device_ms_per_forward": None, "cpu_ms_per_forward": 0.5, "cpu_ms_min": 0.45, "cpu_ms_max": 0.6,
+                             "timed_ms_median": 0.4, "timed_ms_min": 0.38, "timed_ms_max": 0.5, "graph_ms_median": None,
                              "rel_error": 1e-7, "rel_error_ok": True, "reason": ""}])
     data = RunData("b1_h2_s64_d32_fp32_causal", summary, pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
                    pd.DataFrame(columns=["variant", "api"]), pd.DataFrame(columns=["variant", "op"]), {}, {})
@@ -134,3 +135,43 @@ def test_kernel_without_launch_metadata_is_said_not_guessed(h200):
                          list(h200["statuses"].values()), h200["devices"])
     flash = [f for f in rule_occupancy(data) if f["variants"] == ["sdpa_flash"]]
     assert len(flash) == 1 and "no occupancy estimate" in flash[0]["statement"]
+
+
+def _cpu_rows(times: dict) -> RunData:
+    """A CPU run's summary: variant -> (median, min, max host ms, independent timing median)."""
+    rows = [{"variant": v, "shape_key": "s", "status": "ok", "device": "cpu", "dtype": "fp32", "kernels_per_forward": None,
+             "memcpy_per_forward": None, "device_ms_per_forward": None, "cpu_ms_per_forward": med, "cpu_ms_min": lo,
+             "cpu_ms_max": hi, "timed_ms_median": timed, "timed_ms_min": timed, "timed_ms_max": timed, "rel_error": 1e-7,
+             "rel_error_ok": True, "reason": "", "graph_ms_median": None}
+            for v, (med, lo, hi, timed) in times.items()]
+    return RunData("s", pd.DataFrame(rows), pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
+                   pd.DataFrame(columns=["variant", "api"]), pd.DataFrame(columns=["variant", "op"]), {}, [])
+
+
+def test_fastest_is_named_only_outside_the_spread():
+    from attnprof.findings import rule_speed
+
+    # flash's median is lower, but its slowest forward (12) is slower than auto's fastest (9.5): a tie
+    tie = [f for f in rule_speed(_cpu_rows({"sdpa_flash": (9.7, 9.3, 12.0, 9.2), "sdpa_auto": (10.1, 9.5, 10.4, 8.2)}))]
+    assert tie[-1]["headline"] == "ties with sdpa_auto for fastest" and tie[-1]["kind"] == "warning"
+    # the same medians with narrow ranges: flash is fastest
+    clear = rule_speed(_cpu_rows({"sdpa_flash": (9.7, 9.6, 9.8, 9.2), "sdpa_auto": (10.1, 10.0, 10.4, 10.2)}))
+    assert clear[-1]["headline"] == "fastest variant" and clear[-1]["variants"] == ["sdpa_flash"]
+    # and the other way round when auto's numbers are the lower ones
+    flipped = rule_speed(_cpu_rows({"sdpa_flash": (10.1, 10.0, 10.4, 10.2), "sdpa_auto": (9.7, 9.6, 9.8, 9.2)}))
+    assert flipped[-1]["variants"] == ["sdpa_auto"]
+
+
+def test_ratio_that_the_independent_timing_contradicts_is_not_a_finding():
+    from attnprof.findings import rule_fidelity, rule_speed
+
+    # the CPU report's case: 0.94x in the trace, 1.75x by perf_counter
+    d = _cpu_rows({"sdpa_math": (26.0, 25.0, 27.0, 33.5), "naive_inplace": (27.7, 26.5, 29.0, 19.1)})
+    ratio = rule_speed(d)[0]
+    assert ratio["kind"] == "warning" and "disagree" in ratio["statement"] and ratio["headline"].endswith("(not robust)")
+    assert ratio["numbers"]["ratio"]["value"] == pytest.approx(26.0 / 27.7)
+    assert ratio["numbers"]["timed_ratio"]["value"] == pytest.approx(33.5 / 19.1)
+    flips = [f for f in rule_fidelity(d) if f["kind"] == "artefact"]  # runs on CPU runs too
+    assert len(flips) == 1 and "perf_counter medians order them the other way" in flips[0]["statement"]
+    agree = rule_speed(_cpu_rows({"sdpa_math": (52.0, 50.0, 53.0, 50.0), "naive_inplace": (26.0, 25.0, 27.0, 26.0)}))[0]
+    assert agree["kind"] == "observation" and agree["numbers"]["ratio"]["value"] == pytest.approx(2.0)

@@ -498,35 +498,77 @@ def rule_dispatch(d: RunData) -> list[dict]:
                     [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(auto)], headline=headline)]
 
 
+#: Two timings of one comparison disagree when their ratios differ by more than this factor.
+TIMING_DISAGREEMENT = 1.25
+
+
+def _spread_cols(d: RunData) -> tuple[str, str, str, str]:
+    """(median, min, max columns, words) of the per-forward time a run ranks by: trace device
+    time on a GPU, the forward range's host time on a CPU."""
+    if d.on_gpu:
+        return "device_ms_per_forward", "device_ms_min", "device_ms_max", "trace device time per forward"
+    return "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "host time per forward (CPU run)"
+
+
 def rule_speed(d: RunData) -> list[dict]:
-    """Ratios between variants by trace device time (and by the independent timing)."""
+    """Ratios and rankings between variants, stated as findings only where they hold outside
+    the spread: per variant the median and the min-max over its profiled forwards (trace
+    device time; host time on a CPU run). The math / naive_inplace ratio is set beside the
+    same ratio from the independent timing, and flagged (kind 'warning') when the two differ
+    by more than :data:`TIMING_DISAGREEMENT` or the per-forward ranges overlap. The fastest
+    variant is named only when its slowest forward beats the runner-up's fastest; else the
+    finding says the two tie within the spread."""
     out = []
-    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
-    timing = "trace device time per forward (median)" if d.on_gpu else "host time per forward (CPU run)"
+    col, lo, hi, timing = _spread_cols(d)
     if d.ok("sdpa_math") and d.ok("naive_inplace"):
         a, b = ref_summary(d, "sdpa_math", col, "ms"), ref_summary(d, "naive_inplace", col, "ms")
         r = derived("ratio", [a, b])
         ta, tb = ref_summary(d, "sdpa_math", "timed_ms_median", "ms"), ref_summary(d, "naive_inplace", "timed_ms_median", "ms")
         rt = derived("ratio", [ta, tb])
-        out.append(finding("speed", d, ["sdpa_math", "naive_inplace"],
-                           f"sdpa_math takes {_fmt(r, 3)}x the time of naive_inplace ({_fmt(a)} vs {_fmt(b)}, {timing}); "
-                           f"independent timing gives {_fmt(rt, 3)}x ({_fmt(ta)} vs {_fmt(tb)}, median)",
-                           {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt}, [{"kind": "metric", "name": col}],
-                           headline=f"{_fmt(r, 3)}x the time of naive_inplace"))
+        nums = {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt,
+                "math_min": ref_summary(d, "sdpa_math", lo, "ms"), "math_max": ref_summary(d, "sdpa_math", hi, "ms"),
+                "inplace_min": ref_summary(d, "naive_inplace", lo, "ms"), "inplace_max": ref_summary(d, "naive_inplace", hi, "ms")}
+        text = (f"sdpa_math takes {_fmt(r, 3)}x the time of naive_inplace ({_fmt(a)} vs {_fmt(b)}, {timing}, median; "
+                f"ranges {_fmt(nums['math_min'])}-{_fmt(nums['math_max'])} and {_fmt(nums['inplace_min'])}-{_fmt(nums['inplace_max'])}); "
+                f"independent timing gives {_fmt(rt, 3)}x ({_fmt(ta)} vs {_fmt(tb)}, median)")
+        doubts = []
+        if None not in (r["value"], rt["value"]) and rt["value"] > 0 and r["value"] > 0 and \
+                max(r["value"] / rt["value"], rt["value"] / r["value"]) > TIMING_DISAGREEMENT:
+            doubts.append(f"the trace and the independent timing disagree by more than {TIMING_DISAGREEMENT}x"
+                          + ("" if d.on_gpu else " (on a CPU the profiler's own cost is part of the traced time)"))
+        if None not in (nums["math_min"]["value"], nums["inplace_max"]["value"], nums["math_max"]["value"], nums["inplace_min"]["value"]) \
+                and nums["math_min"]["value"] <= nums["inplace_max"]["value"] and nums["inplace_min"]["value"] <= nums["math_max"]["value"]:
+            doubts.append("their per-forward ranges overlap")
+        if doubts:
+            text += "; not a finding: " + " and ".join(doubts)
+        out.append(finding("speed", d, ["sdpa_math", "naive_inplace"], text, nums, [{"kind": "metric", "name": col}],
+                           kind="warning" if doubts else "observation",
+                           headline=f"{_fmt(r, 3)}x the time of naive_inplace" + (" (not robust)" if doubts else "")))
     if d.on_gpu and d.ok("sdpa_math"):
         out.extend(_breakdown(d, "sdpa_math"))
-    ok = [v for v in d.summary["variant"] if d.ok(v) and d.row(v)[col] == d.row(v)[col]]
+    ok = sorted((v for v in d.summary["variant"] if d.ok(v) and d.row(v)[col] == d.row(v)[col]), key=lambda v: d.row(v)[col])
     if ok:
-        fastest = min(ok, key=lambda v: d.row(v)[col])
-        fused_ok = [v for v in FUSED if v in ok]
-        nums = {"fastest": ref_summary(d, fastest, col, "ms")}
-        text = f"fastest variant: {fastest} ({_fmt(nums['fastest'])}, {timing})"
+        fastest = ok[0]
+        nums = {"fastest": ref_summary(d, fastest, col, "ms"), "fastest_max": ref_summary(d, fastest, hi, "ms")}
+        text = f"fastest variant: {fastest} ({_fmt(nums['fastest'])}, {timing}, median)"
+        headline, kind = "fastest variant", "observation"
+        if len(ok) > 1:
+            second = ok[1]
+            nums.update(runner_up=ref_summary(d, second, col, "ms"), runner_up_min=ref_summary(d, second, lo, "ms"))
+            if None not in (nums["fastest_max"]["value"], nums["runner_up_min"]["value"]) and \
+                    nums["fastest_max"]["value"] >= nums["runner_up_min"]["value"]:
+                text = (f"no clear fastest variant: {fastest} ({_fmt(nums['fastest'])}) and {second} ({_fmt(nums['runner_up'])}) "
+                        f"tie within the spread ({fastest}'s slowest forward {_fmt(nums['fastest_max'])} >= {second}'s fastest "
+                        f"{_fmt(nums['runner_up_min'])}; {timing})")
+                headline, kind = f"ties with {second} for fastest", "warning"
+            else:
+                text += f"; its slowest forward ({_fmt(nums['fastest_max'])}) beats the fastest of {second} ({_fmt(nums['runner_up_min'])})"
+        fused_ok = [v for v in ok if v in FUSED]
         if fused_ok:
-            ff = min(fused_ok, key=lambda v: d.row(v)[col])
             for v in fused_ok:
                 nums[v] = ref_summary(d, v, col, "ms")
-            text += f"; fastest fused backend: {ff} (" + ", ".join(f"{v.removeprefix('sdpa_')} {_fmt(nums[v])}" for v in fused_ok) + ")"
-        out.append(finding("speed", d, [fastest], text, nums, [{"kind": "metric", "name": col}], headline="fastest variant"))
+            text += f"; fused backends by median: " + ", ".join(f"{v.removeprefix('sdpa_')} {_fmt(nums[v])}" for v in fused_ok)
+        out.append(finding("speed", d, [fastest], text, nums, [{"kind": "metric", "name": col}], kind=kind, headline=headline))
     return out
 
 
@@ -595,43 +637,42 @@ def rule_fidelity(d: RunData) -> list[dict]:
     CUDA-graph replay) and their spread. Flags adjacent variants (by trace device time) whose
     order does not hold: the event or graph medians order them the other way, or their
     per-forward trace device times (min-max over profiled forwards) overlap."""
-    if not d.on_gpu:
-        return []
     out, rows = [], []
+    col, lo, hi, timing = _spread_cols(d)
+    method = "CUDA events" if d.on_gpu else "perf_counter"
     for variant in d.summary["variant"]:
         row = d.row(variant)
-        if row is None or row["status"] != "ok" or row["device_ms_per_forward"] != row["device_ms_per_forward"]:
+        if row is None or row["status"] != "ok" or row[col] != row[col]:
             continue
-        trace, timed = ref_summary(d, variant, "device_ms_per_forward", "ms"), ref_summary(d, variant, "timed_ms_median", "ms")
-        lo, hi = ref_summary(d, variant, "timed_ms_min", "ms"), ref_summary(d, variant, "timed_ms_max", "ms")
+        trace, timed = ref_summary(d, variant, col, "ms"), ref_summary(d, variant, "timed_ms_median", "ms")
+        lo_, hi_ = ref_summary(d, variant, "timed_ms_min", "ms"), ref_summary(d, variant, "timed_ms_max", "ms")
         nums = {"trace_ms": trace, "timed_ms": timed, "timed_over_trace": derived("ratio", [timed, trace]),
-                "timed_min_ms": lo, "timed_max_ms": hi}
+                "timed_min_ms": lo_, "timed_max_ms": hi_}
         graph = ref_summary(d, variant, "graph_ms_median", "ms")
-        text = f"{variant}: trace {_fmt(trace)}, CUDA events {_fmt(timed)} (min {_fmt(lo)}, max {_fmt(hi)})"
+        text = f"{variant}: trace {_fmt(trace)}, {method} {_fmt(timed)} (min {_fmt(lo_)}, max {_fmt(hi_)})"
         if graph["value"] is not None:
             nums["graph_ms"], nums["graph_over_trace"] = graph, derived("ratio", [graph, trace])
             text += f", CUDA graph {_fmt(graph)}"
         elif isinstance(row.get("graph_error"), str):
             text += f"; not capturable in a CUDA graph ({row['graph_error'][:120]})"
         text += f"; events / trace = {_fmt(nums['timed_over_trace'], 3)}"
-        rows.append((variant, trace["value"], _clean(row["device_ms_min"]), _clean(row["device_ms_max"]), timed["value"], graph["value"]))
+        rows.append((variant, trace["value"], _clean(row[lo]), _clean(row[hi]), timed["value"], graph["value"]))
         out.append(finding("fidelity", d, [variant], text, nums, [{"kind": "metric", "name": "timed_ms_median"}],
                            headline=f"events/trace {_fmt(nums['timed_over_trace'], 3)}"))
     rows.sort(key=lambda r: r[1])
     for a, b in zip(rows, rows[1:]):
         flips = []
         if a[4] is not None and b[4] is not None and a[4] > b[4]:
-            flips.append("CUDA-event medians order them the other way")
+            flips.append(f"{method} medians order them the other way")
         if a[5] is not None and b[5] is not None and a[5] > b[5]:
             flips.append("CUDA-graph replays order them the other way")
         if a[3] is not None and b[2] is not None and a[3] >= b[2]:
-            flips.append("their per-forward trace device times overlap (slowest forward of the first >= fastest of the second)")
+            flips.append("their per-forward trace times overlap (slowest forward of the first >= fastest of the second)")
         if flips:
-            nums = {f"{a[0]}_trace_ms": ref_summary(d, a[0], "device_ms_per_forward", "ms"),
-                    f"{b[0]}_trace_ms": ref_summary(d, b[0], "device_ms_per_forward", "ms")}
+            nums = {f"{a[0]}_trace_ms": ref_summary(d, a[0], col, "ms"), f"{b[0]}_trace_ms": ref_summary(d, b[0], col, "ms")}
             out.append(finding("fidelity", d, [a[0], b[0]], f"ranking {a[0]} ahead of {b[0]} (trace {_fmt(nums[f'{a[0]}_trace_ms'])} vs "
                                f"{_fmt(nums[f'{b[0]}_trace_ms'])}) does not hold: " + "; ".join(flips), nums,
-                               [{"kind": "metric", "name": "device_ms_per_forward"}], kind="artefact",
+                               [{"kind": "metric", "name": col}], kind="artefact",
                                headline=f"ranking vs {b[0]} not robust"))
     return out
 
