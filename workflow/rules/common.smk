@@ -10,7 +10,10 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from attnprof.env import default_run_id, detect_gpu, torch_build
 from attnprof.variants import expand_shapes, variant_fingerprint
 
-if config["profiler"]["min_complete_forwards"] > config["profiler"]["schedule"]["active"]:
+if (
+    config["profiler"]["min_complete_forwards"]
+    > config["profiler"]["schedule"]["active"]
+):
     raise WorkflowError(
         f"profiler.min_complete_forwards ({config['profiler']['min_complete_forwards']}) is larger than "
         f"profiler.schedule.active ({config['profiler']['schedule']['active']}): no capture could ever be complete"
