@@ -15,7 +15,8 @@ PAGE_NUMBER = re.compile(r"^\d+ / \d+$")
 def pdf_problems(pdf_path: Path, html_path: Path, dpi: int) -> list[str]:
     """Everything a reader would stumble on that can be read from the PDF itself; [] when none.
 
-    - a page whose only content is a heading (one text line besides the page number, no image);
+    - a page whose only content is a heading (one text line besides the page number, no image), or
+      whose last line is a heading (its content starts on the next page);
     - a glyph outside the page, or two glyphs of one line overlapping (text running into the next cell);
     - text under 7 pt;
     - fewer images than the HTML has figures; a figure printed at under 90 % of the size it was drawn
@@ -24,12 +25,16 @@ def pdf_problems(pdf_path: Path, html_path: Path, dpi: int) -> list[str]:
     problems = []
     html = html_path.read_text()
     n_figures = html.count("<img ")
+    headings = {re.sub(r"<[^>]+>|\s+", " ", h).strip() for h in re.findall(r"<h[234][^>]*>(.*?)</h[234]>", html, re.S)}
+    headings = {h.replace("&#39;", "'").replace("&amp;", "&") for h in headings if h}
     n_images = 0
     with pdfplumber.open(pdf_path) as pdf:
         for number, page in enumerate(pdf.pages, 1):
             lines = [ln for ln in (page.extract_text() or "").splitlines() if ln.strip() and not PAGE_NUMBER.match(ln.strip())]
             if len(lines) <= 1 and not page.images:
                 problems.append(f"page {number}: only {lines!r}")
+            elif lines and number < len(pdf.pages) and lines[-1].strip() in headings:
+                problems.append(f"page {number}: ends with the heading {lines[-1].strip()!r}")
             rows = defaultdict(list)
             for ch in page.chars:
                 if ch["x0"] < -0.5 or ch["x1"] > page.width + 0.5 or ch["top"] < -0.5 or ch["bottom"] > page.height + 0.5:

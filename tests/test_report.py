@@ -52,3 +52,10 @@ def test_pdf_fails_on_a_broken_image(tmp_path):
         render_pdf(src, tmp_path / "r.pdf")
     assert not (tmp_path / "r.pdf").exists()
     assert not [h for h in logging.getLogger("weasyprint").handlers if type(h).__name__ == "Collect"]
+
+
+def test_cudnn_version_has_one_spelling():
+    from attnprof.report import cudnn_version
+
+    assert cudnn_version(91900) == "9.19.0" and cudnn_version(90100) == "9.1.0" and cudnn_version(8902) == "8.9.2"
+    assert cudnn_version(None) == "" and cudnn_version("9.19") == "9.19"

@@ -449,7 +449,8 @@ def rule_occupancy(d: RunData) -> list[dict]:
         elif variant in FUSED and nums["est_occupancy"]["value"] <= 25:
             text += "; low by design: fused attention kernels keep a whole tile of Q, K, V and the accumulators in registers and shared memory"
         headline = (f"0 % occupancy shown: {DRIVER_LAUNCH} artefact" if kind == "artefact"
-                    else f"occupancy {_fmt(nums['est_occupancy'])}" + (f" (limit {theo * 100:.1f} %)" if theo is not None else ""))
+                    else f"occupancy: estimated {math.floor(nums['est_occupancy']['value'] + 0.5)} %"  # both rounded half up,
+                    + (f", limit {math.floor(theo * 100 + 0.5)} %" if theo is not None else ""))  # as the profiler rounds
         out.append(finding("occupancy", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], kind=kind, headline=headline))
     return out
 

@@ -118,6 +118,16 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
     return out
 
 
+def cudnn_version(value) -> str:
+    """torch.backends.cudnn.version()'s integer as major.minor.patch: cuDNN 9 encodes
+    major*10000 + minor*100 + patch (91900 -> 9.19.0), cuDNN 8 major*1000 + minor*100 + patch
+    (8902 -> 8.9.2); anything else comes back as text."""
+    if not isinstance(value, int) or value <= 0:
+        return "" if value is None else str(value)
+    major, rest = (value // 10000, value % 10000) if value >= 10000 else (value // 1000, value % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def _fmt(value, digits: int = 3) -> str:
     """Jinja filter: numbers with ``digits`` significant digits, '' for missing values."""
     if value is None or (isinstance(value, float) and value != value):
@@ -142,6 +152,7 @@ def render_html(context: dict, template_dir: Path, template: str = "report.html.
         lstrip_blocks=True,
     )
     env.filters["num"] = _fmt
+    env.filters["cudnn"] = cudnn_version
     return env.get_template(template).render(**context)
 
 
