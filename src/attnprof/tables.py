@@ -195,37 +195,35 @@ def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     return table[FORWARD_COLUMNS]
 
 
-def launch_api_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
-    """CUDA runtime/driver API calls per complete forward by name (calls_per_forward as in
-    :func:`per_forward_counts`, with calls_min/max) and their mean host duration in us."""
+def _calls_table(frames: dict, which: str, column: str, variant: str, shape_key: str, first_seen: bool) -> pd.DataFrame:
+    """Calls per complete forward of each name in ``frames[which]`` (calls_per_forward as in
+    :func:`per_forward_counts`, with calls_min/max) and their mean host duration in us; rows in
+    name order, or with ``first_seen`` in order of first appearance in the first complete forward."""
     counted = _counted_forwards(frames)
-    api = frames["api"]
-    api = api[api["forward"].isin(counted)]
-    cols = ["variant", "shape_key", "api", "calls_per_forward", "calls_min", "calls_max", "mean_us"]
-    if api.empty:
+    rows = frames[which]
+    rows = rows[rows["forward"].isin(counted)]
+    cols = ["variant", "shape_key", column, "calls_per_forward", "calls_min", "calls_max", "mean_us"]
+    if rows.empty:
         return pd.DataFrame(columns=cols)
-    counts = per_forward_counts(api, "name", counted)
-    table = counts.assign(variant=variant, shape_key=shape_key, api=counts.index,
-                          mean_us=api.groupby("name")["dur"].mean().reindex(counts.index))
+    counts = per_forward_counts(rows, "name", counted)
+    order = list(counts.index)
+    if first_seen:
+        first = list(rows[rows["forward"] == rows["forward"].min()].sort_values("ts")["name"].drop_duplicates())
+        order = first + [o for o in order if o not in set(first)]
+    table = counts.loc[order].assign(variant=variant, shape_key=shape_key, **{column: order},
+                                     mean_us=rows.groupby("name")["dur"].mean().reindex(order))
     return table[cols].reset_index(drop=True)
+
+
+def launch_api_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
+    """CUDA runtime/driver API calls per complete forward by name (:func:`_calls_table`)."""
+    return _calls_table(frames, "api", "api", variant, shape_key, first_seen=False)
 
 
 def op_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
-    """aten ops per complete forward (every nesting level; calls_per_forward as in
-    :func:`per_forward_counts`, with calls_min/max) and their mean inclusive host duration
-    in us, in order of first appearance in the first complete forward."""
-    counted = _counted_forwards(frames)
-    ops = frames["ops"]
-    ops = ops[ops["forward"].isin(counted)]
-    cols = ["variant", "shape_key", "op", "calls_per_forward", "calls_min", "calls_max", "mean_us"]
-    if ops.empty:
-        return pd.DataFrame(columns=cols)
-    counts = per_forward_counts(ops, "name", counted)
-    order = ops[ops["forward"] == ops["forward"].min()].sort_values("ts")["name"].drop_duplicates()
-    order = list(order) + [o for o in counts.index if o not in set(order)]
-    table = counts.loc[order].assign(variant=variant, shape_key=shape_key, op=order,
-                                     mean_us=ops.groupby("name")["dur"].mean().reindex(order))
-    return table[cols].reset_index(drop=True)
+    """aten ops per complete forward, every nesting level, mean inclusive host duration, in
+    order of first appearance (:func:`_calls_table`)."""
+    return _calls_table(frames, "ops", "op", variant, shape_key, first_seen=True)
 
 
 def _ranges_text(forwards: list[int]) -> str:
