@@ -143,7 +143,7 @@ def _fmt(ref: dict, digits: int = 3) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
-        text = f"{v:.{digits}g}" if not float(v).is_integer() or abs(v) >= 1e4 else f"{int(v)}"
+        text = f"{v:.0f}" if float(v).is_integer() or abs(v) >= 10 ** digits else f"{v:.{digits}g}"
     else:
         text = str(v)
     unit = ref.get("unit", "")

@@ -138,7 +138,7 @@ def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: 
             left += vals
         for yi, total in zip(y, totals):
             if total > 0:
-                ax.text(101, yi, f"{total:.4g} µs", va="center", fontsize=7.5)
+                ax.text(101, yi, f"{total:.0f} µs" if total >= 1000 else f"{total:.4g} µs", va="center", fontsize=7.5)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="kind of kernel")
     _gap_labels(ax, summary, y)
     ax.set_xlim(0, 114)
@@ -252,7 +252,9 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
     pairs = coinciding(summary, column)
     note = ("; ".join(f"{b} coincides with {a}" for a, b in pairs) + " (within 10 % at every point)") if pairs else ""
     fig.legend(handles.values(), handles.keys(), loc="outside right upper", frameon=False)
-    fig.suptitle(f"{SCALING[column][0]} vs seq_len" + ("\n" + textwrap.fill(note, 150) if note else ""))
+    fig.suptitle(f"{SCALING[column][0]} vs seq_len")
+    if note:  # below the panels, where constrained layout keeps it clear of the legend
+        fig.supxlabel(textwrap.fill(note, 140), fontsize=7.5, color="#444")
     _save(fig, path, dpi)
 
 

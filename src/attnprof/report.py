@@ -135,8 +135,8 @@ def _fmt(value, digits: int = 3) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
-        if float(value).is_integer() and abs(value) < 1e6:
-            return str(int(value))
+        if float(value).is_integer() and abs(value) < 1e6 or abs(value) >= 10 ** digits:
+            return f"{value:.0f}"  # no scientific notation for large values (MiB, µs)
         return f"{value:.{digits}g}"
     return str(value)
 
