@@ -107,13 +107,14 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
             text += " (section 2 gives each claim and the evidence)"
         out.append(text + ".")
     for f in (study or {}).get("findings", []):
-        if (f["rule"] == "speed" and f["headline"] == "fastest variant") or (f["rule"] == "fidelity" and f["kind"] == "artefact"):
+        if (f["rule"] == "speed" and (f["headline"] == "fastest variant" or f["kind"] == "warning")) or \
+                (f["rule"] == "fidelity" and f["kind"] == "artefact"):
             out.append(f["statement"] + ".")
     failed = summary[summary["status"] != "ok"]
     for (variant, status), rows in failed.groupby(["variant", "status"], sort=False):
         out.append(f"{variant}: {status} at {', '.join(rows['shape_key'])}.")
-    warned = [f for sh in shapes for f in sh["findings"] if f["rule"] in ("trace_quality",) or f["kind"] == "warning"]
-    out.append(f"{len(warned)} trace or check warnings (listed in each variant's row)." if warned else
+    warned = [f for sh in shapes for f in sh["findings"] if f["rule"] in ("trace_quality", "status") and f["kind"] == "warning"]
+    out.append(f"{len(warned)} captures with an incomplete trace or a missing check (named in each variant's row)." if warned else
                "Every capture's trace was complete: every launch found its GPU event, no impossible times, forwards alike.")
     return out
 
