@@ -53,3 +53,47 @@ def test_trace_change_not_confirmed_by_independent_timing_is_inconsistent():
     for r, t in ((a, 1.0), (b, 1.01)):
         r["summary"]["timed_ms_median"], r["summary"]["timed_ms_min"], r["summary"]["timed_ms_max"] = t, t * 0.99, t * 1.01
     assert compare_runs([a, b])["pairs"][0]["rows"][0]["verdict"] == "inconsistent"
+
+
+def _result_set(name, forward_ms, extra_kernel=False, timed=None):
+    """A one-variant result set built by the pipeline's own summary_row from per-forward device
+    times (ms), so the spread columns are the ones a real run writes."""
+    from attnprof.tables import summary_row
+
+    n = len(forward_ms)
+    kernels = 6 if extra_kernel else 5
+    fw = pd.DataFrame({"forward": range(n), "cpu_us": 100.0, "device_us": [t * 1e3 for t in forward_ms], "kernels": kernels,
+                       "memcpy": 1, "memset": 1, "launches_without_gpu_event": 0, "bad_time_events": 0, "complete": True,
+                       "timing_complete": True})
+    timed = timed or forward_ms
+    status = {"variant": "naive", "shape_key": "s", "status": "ok", "device": "cuda", "schedule": {"active": n},
+              "timing": {"median_ms": float(pd.Series(timed).median()), "min_ms": min(timed), "max_ms": max(timed),
+                         "q1_ms": float(pd.Series(timed).quantile(0.25)), "q3_ms": float(pd.Series(timed).quantile(0.75))}}
+    summary = pd.DataFrame([summary_row(status, fw)])
+    names = ["gemm", "softmax", "mul", "fill", "gemm2"] + (["extra"] if extra_kernel else [])
+    kern = pd.DataFrame([{"variant": "naive", "shape_key": "s", "kernel": k} for k in names])
+    return {"name": name, "summary": summary, "kernels": kern, "ops": None, "env": {"torch": "x"}, "findings": {"shapes": []}}
+
+
+# ten forwards with one slow outlier (a context switch): min-max spread 60 %, inter-quartile range 2 %
+NOISY = [1.00, 1.01, 0.99, 1.02, 1.00, 0.98, 1.01, 1.00, 1.60, 0.99]
+
+
+def test_same_inputs_compare_as_no_change():
+    rows = compare_runs([_result_set("a", NOISY), _result_set("b", list(reversed(NOISY)))])["pairs"][0]["rows"]
+    assert rows[0]["verdict"] == "within noise" and rows[0]["ratio"] == pytest.approx(1.0)
+    assert rows[0]["kernels_added"] == [] and rows[0]["kernels_removed"] == []
+
+
+def test_a_measurably_slower_variant_is_a_change_despite_one_outlier():
+    slower = [t * 1.15 for t in NOISY]
+    row = compare_runs([_result_set("a", NOISY), _result_set("b", slower)])["pairs"][0]["rows"][0]
+    # the min-max spread (0.62 / 1.0) would call 15 % "within noise"; the inter-quartile range does not
+    q1, q3 = pd.Series(NOISY).quantile([0.25, 0.75])
+    assert row["noise_threshold"] == pytest.approx(max(0.05, (q3 - q1) / pd.Series(NOISY).median() * 1.0), rel=1e-6)
+    assert row["verdict"] == "slower" and row["ratio"] == pytest.approx(1.15)
+
+
+def test_an_extra_kernel_is_reported():
+    row = compare_runs([_result_set("a", NOISY), _result_set("b", NOISY, extra_kernel=True)])["pairs"][0]["rows"][0]
+    assert row["kernels_added"] == ["extra"] and (row["kernels_a"], row["kernels_b"]) == (5, 6)

@@ -6,10 +6,13 @@ by stripping template arguments and parameter lists), aten ops added and removed
 ratios judged against noise, status changes, what ``sdpa_auto`` dispatched to, and the
 environment and config differences.
 
-Noise threshold for a time ratio: the larger relative spread ``(max - min) / median`` of the
-two runs' per-forward times, and never less than ``noise_floor`` (default 5 %). A ratio
-outside ``1 ± threshold`` is called faster/slower; inside, "within noise". A trace ratio that the
-independent timing (``timed_ms_*``, judged the same way) does not confirm is "inconsistent".
+Noise threshold for a time ratio: the larger robust relative spread of the two runs -- the
+inter-quartile range over the median, ``(q3 - q1) / median``, of the per-forward times (falling
+back to ``(max - min) / median`` for result sets written before quartiles were recorded) -- and
+never less than ``noise_floor`` (default 5 %). The inter-quartile range ignores the one slow
+forward that a min-max spread would let hide a real change. A ratio outside ``1 ± threshold``
+is called faster/slower; inside, "within noise". A trace ratio that the independent timing
+(``timed_ms_*``, judged the same way) does not confirm is "inconsistent".
 """
 
 from __future__ import annotations
@@ -51,7 +54,15 @@ def _time_columns(summary: pd.DataFrame) -> tuple[str, str, str, str]:
 
 
 def _spread(row: pd.Series, med: str, lo: str, hi: str) -> float:
-    if lo not in row or pd.isna(row.get(lo)) or pd.isna(row.get(hi)) or not row[med]:
+    """Relative spread of one timing: (q3 - q1) / median where the quartile columns exist
+    (``<prefix>_q1``/``_q3`` beside ``lo``), else (max - min) / median; 0 when unknown."""
+    prefix = lo.removesuffix("_min")
+    q1, q3 = row.get(f"{prefix}_q1"), row.get(f"{prefix}_q3")
+    if not row.get(med):
+        return 0.0
+    if q1 is not None and q3 is not None and not (pd.isna(q1) or pd.isna(q3)):
+        return float((q3 - q1) / row[med])
+    if lo not in row or pd.isna(row.get(lo)) or pd.isna(row.get(hi)):
         return 0.0
     return float((row[hi] - row[lo]) / row[med])
 

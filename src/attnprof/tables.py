@@ -27,8 +27,9 @@ FORWARD_COLUMNS = [
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
     "kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
-    "device_ms_per_forward", "device_ms_min", "device_ms_max", "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max",
-    "timed_ms_median", "timed_ms_min", "timed_ms_max", "timing_method",
+    "device_ms_per_forward", "device_ms_min", "device_ms_max", "device_ms_q1", "device_ms_q3",
+    "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "cpu_ms_q1", "cpu_ms_q3",
+    "timed_ms_median", "timed_ms_min", "timed_ms_max", "timed_ms_q1", "timed_ms_q3", "timing_method",
     "graph_ms_median", "graph_ms_min", "graph_ms_max", "graph_error",
     "forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed", "incomplete_forwards",
     "bad_time_events", "forward_groups", "trace_note",
@@ -350,7 +351,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         # a capture that did not run has no trace to describe: its status and reason say why
         "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else "",
         "timed_ms_median": timing.get("median_ms"), "timed_ms_min": timing.get("min_ms"),
-        "timed_ms_max": timing.get("max_ms"), "timing_method": timing.get("method"),
+        "timed_ms_max": timing.get("max_ms"), "timed_ms_q1": timing.get("q1_ms"), "timed_ms_q3": timing.get("q3_ms"),
+        "timing_method": timing.get("method"),
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
         "checks_missing": "; ".join(status.get("checks_missing") or []),
         "peak_memory_mb": (status["peak_memory_bytes"] / 2**20) if status.get("peak_memory_bytes") else None,
@@ -371,13 +373,15 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
             row["forward_groups"] = json.dumps(groups)
         complete = forwards[forwards["complete"].astype(bool)]
         cpu_ms = complete["cpu_us"] / 1e3
-        row.update(cpu_ms_per_forward=cpu_ms.median(), cpu_ms_min=cpu_ms.min(), cpu_ms_max=cpu_ms.max())
+        row.update(cpu_ms_per_forward=cpu_ms.median(), cpu_ms_min=cpu_ms.min(), cpu_ms_max=cpu_ms.max(),
+                   cpu_ms_q1=cpu_ms.quantile(0.25), cpu_ms_q3=cpu_ms.quantile(0.75))
         if status.get("device") == "cuda" and len(groups) == 1:  # a CPU run has no device events
             g = groups[0]
             row.update(kernels_per_forward=g["kernels"], memcpy_per_forward=g["memcpy"], memset_per_forward=g["memset"])
             if verdict["forwards_timed"] >= minimum:
                 device_ms = complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3
-                row.update(device_ms_per_forward=device_ms.median(), device_ms_min=device_ms.min(), device_ms_max=device_ms.max())
+                row.update(device_ms_per_forward=device_ms.median(), device_ms_min=device_ms.min(), device_ms_max=device_ms.max(),
+                           device_ms_q1=device_ms.quantile(0.25), device_ms_q3=device_ms.quantile(0.75))
                 # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
                 if row.get("forward_gflop") and row["device_ms_per_forward"]:
                     row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
