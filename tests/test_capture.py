@@ -327,10 +327,3 @@ def test_crash_of_the_capture_is_a_recorded_failure(tmp_path, crash, signame):
     assert "stderr_tail" in rec and json.loads((tmp_path / "s.json").read_text())["status"] == "failed"
     assert load_trace(tmp_path / "t.json.gz")["traceEvents"] == []  # placeholder
 
-
-def test_quartiles_of_timed_calls():
-    from attnprof.capture import quartiles_ms
-
-    # inclusive method: q1 = value at position 0.25 * (n - 1) = 1 of [1, 2, 3, 4, 5]
-    assert quartiles_ms([5.0, 1.0, 4.0, 2.0, 3.0]) == {"q1_ms": 2.0, "q3_ms": 4.0}
-    assert quartiles_ms([1.0, 2.0]) == {"q1_ms": 1.25, "q3_ms": 1.75} and quartiles_ms([7.0]) == {"q1_ms": 7.0, "q3_ms": 7.0}

@@ -67,8 +67,7 @@ def _result_set(name, forward_ms, extra_kernel=False, timed=None):
                        "timing_complete": True})
     timed = timed or forward_ms
     status = {"variant": "naive", "shape_key": "s", "status": "ok", "device": "cuda", "schedule": {"active": n},
-              "timing": {"median_ms": float(pd.Series(timed).median()), "min_ms": min(timed), "max_ms": max(timed),
-                         "q1_ms": float(pd.Series(timed).quantile(0.25)), "q3_ms": float(pd.Series(timed).quantile(0.75))}}
+              "timing": {"median_ms": float(pd.Series(timed).median()), "min_ms": min(timed), "max_ms": max(timed)}}
     summary = pd.DataFrame([summary_row(status, fw)])
     names = ["gemm", "softmax", "mul", "fill", "gemm2"] + (["extra"] if extra_kernel else [])
     kern = pd.DataFrame([{"variant": "naive", "shape_key": "s", "kernel": k} for k in names])

@@ -226,17 +226,7 @@ def _time_calls(forward, input_sets, device: str, repeats: int) -> dict:
         "min_ms": min(times),
         "median_ms": statistics.median(times),
         "max_ms": max(times),
-        **quartiles_ms(times),
     }
-
-
-def quartiles_ms(times: list[float]) -> dict:
-    """First and third quartiles of ``times`` (ms; statistics.quantiles, 'inclusive' method:
-    linear interpolation between order statistics, as numpy's default), for a robust spread."""
-    if len(times) < 2:
-        return {"q1_ms": times[0], "q3_ms": times[0]} if times else {}
-    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
-    return {"q1_ms": q1, "q3_ms": q3}
 
 
 def _time_graph(forward, q, k, v, repeats: int) -> dict:
@@ -267,7 +257,7 @@ def _time_graph(forward, q, k, v, repeats: int) -> dict:
         times.append(start.elapsed_time(end))
     del graph
     return {"method": "cuda_graph_replay", "repeats": repeats, "min_ms": min(times),
-            "median_ms": statistics.median(times), "max_ms": max(times), **quartiles_ms(times)}
+            "median_ms": statistics.median(times), "max_ms": max(times)}
 
 
 def oom_bytes(message: str) -> int | None:

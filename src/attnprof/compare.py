@@ -11,8 +11,9 @@ inter-quartile range over the median, ``(q3 - q1) / median``, of the per-forward
 back to ``(max - min) / median`` for result sets written before quartiles were recorded) -- and
 never less than ``noise_floor`` (default 5 %). The inter-quartile range ignores the one slow
 forward that a min-max spread would let hide a real change. A ratio outside ``1 ± threshold``
-is called faster/slower; inside, "within noise". A trace ratio that the independent timing
-(``timed_ms_*``, judged the same way) does not confirm is "inconsistent".
+is called faster/slower; inside, "within noise". A trace ratio that the independent timing does
+not confirm (its median ratio, ``timed_ms_median``, judged against the same threshold) is
+"inconsistent".
 """
 
 from __future__ import annotations
@@ -111,10 +112,10 @@ def compare_pair(a: dict, b: dict, noise_floor: float = 0.05) -> dict:
             verdict = _judge(ratio, threshold)
             ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
             timed_ratio = ib / ia if ia and ib else None
+            # the independent timing confirms a change when its median ratio lies beyond the same threshold
+            # (its own min-max spread over single calls is not robust; its quartiles are not recorded)
             if timed_ratio is not None and verdict != "within noise":
-                timed_threshold = max(noise_floor, _spread(ra, "timed_ms_median", "timed_ms_min", "timed_ms_max"),
-                                      _spread(rb, "timed_ms_median", "timed_ms_min", "timed_ms_max"))
-                if _judge(timed_ratio, timed_threshold) != verdict:
+                if _judge(timed_ratio, threshold) != verdict:
                     verdict = "inconsistent"  # the independent timing does not confirm the trace
             row.update(ratio=ratio, noise_threshold=threshold, timed_ratio=timed_ratio, verdict=verdict)
         else:

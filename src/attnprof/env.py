@@ -7,6 +7,7 @@ the Snakefile calls them on every invocation, dry runs included.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import re
 import shutil
@@ -84,6 +85,28 @@ def default_run_id(device: str, gpu_name: str | None, build: dict) -> str:
     return run
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor() or the
+    machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_load() -> dict:
+    """What else the host was doing when a capture started: 1-minute load average (None where
+    os.getloadavg is missing) and the logical CPU count."""
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        load = None
+    return {"load_avg_1m": load, "cpu_count": os.cpu_count()}
+
+
 def capture_environment() -> dict:
     """Versions and hardware the captures ran with: GPU name and count, driver, torch,
     CUDA (torch build), cuDNN, Python, Snakemake, platform. Imports torch."""
@@ -93,6 +116,9 @@ def capture_environment() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cuda_build": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
