@@ -34,7 +34,8 @@ def test_summary_row_recomputed_from_the_trace(shape, variant):
     row = SUMMARY[(SUMMARY["shape_key"] == shape) & (SUMMARY["variant"] == variant)].iloc[0]
     assert row["status"] == again["status"] == status["status"] or (row["status"] == again["status"] == "incomplete_trace")
     for col in ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward", "device_ms_per_forward",
-                "device_ms_min", "device_ms_max", "cpu_ms_per_forward", "forwards_complete", "forwards_timed"):
+                "device_ms_min", "device_ms_max", "device_ms_q1", "device_ms_q3", "cpu_ms_per_forward", "cpu_ms_q1", "cpu_ms_q3",
+                "forwards_complete", "forwards_timed"):
         if again[col] is None or again[col] != again[col]:
             assert pd.isna(row[col]), col
         else:
@@ -46,7 +47,10 @@ def test_summary_row_recomputed_from_the_trace(shape, variant):
         hand = independent_forwards(trace, status["range_name"])
         assert len(hand) == status["schedule"]["active"] and not any(f["lost"] or f["bad"] for f in hand)
         assert {f["kernels"] for f in hand} == {row["kernels_per_forward"]}
-        assert row["device_ms_per_forward"] == pytest.approx(statistics.median(f["device_us"] for f in hand) / 1e3)
+        device_ms = [f["device_us"] / 1e3 for f in hand]
+        assert row["device_ms_per_forward"] == pytest.approx(statistics.median(device_ms))
+        q1, _, q3 = statistics.quantiles(device_ms, n=4, method="inclusive")  # pandas' linear quantiles
+        assert (row["device_ms_q1"], row["device_ms_q3"]) == (pytest.approx(q1), pytest.approx(q3))
     else:
         assert status["phases"]["correctness"]["status"] == "skipped"
 
@@ -71,3 +75,26 @@ def test_study_shape_counts_in_the_readme():
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert cells[1] == str(int(row["kernels_per_forward"])), v
         assert cells[5].startswith(f"{row['device_ms_per_forward']:.3f}"), v
+
+
+def test_kernel_shares_of_the_study_shape_from_the_traces():
+    """share_pct of each GPU event name = its device time over the variant's, counted by hand."""
+    import gzip
+    from collections import Counter
+
+    from attnprof.tables import kernel_table
+
+    committed = pd.read_csv(EXAMPLE / "kernels.csv")
+    for variant in ("naive", "sdpa_math"):
+        path = EXAMPLE / "captures" / STUDY / variant / "trace.json.gz"
+        with gzip.open(path, "rt") as fh:
+            events = [e for e in json.load(fh)["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        fresh = kernel_table(analyse_trace(load_trace(path), "attn_fwd", expect_gpu=True), variant, STUDY).set_index("kernel")
+        per_name = Counter()
+        for e in events:
+            per_name[e["name"]] += e["dur"]
+        k = committed[(committed["variant"] == variant) & (committed["shape_key"] == STUDY)].set_index("kernel")
+        total = sum(per_name.values())
+        for name, us in per_name.items():
+            assert k.loc[name, "share_pct"] == pytest.approx(100 * us / total), name
+            assert fresh.loc[name, "share_pct"] == pytest.approx(100 * us / total), name

@@ -489,7 +489,7 @@ def test_own_other_enqueueing_apis_must_find_their_gpu_event(api):
     assert (fw["launches_without_gpu_event"] == 1).all() and row["status"] == "incomplete_trace"
 
 
-@pytest.mark.parametrize("defect", ["inf_dur", "huge_dur", "huge_ts", "starts_before_launch"])
+@pytest.mark.parametrize("defect", ["inf_dur", "huge_dur", "huge_ts", "starts_before_launch", "zero_dur"])
 def test_own_implausible_times_are_flagged_not_summed(defect):
     trace = naive()
     call, g = launch_and_gpu(trace, 2)[2]
@@ -499,6 +499,8 @@ def test_own_implausible_times_are_flagged_not_summed(defect):
         g["dur"] = 1e9
     elif defect == "huge_ts":
         g["ts"] = 1e18
+    elif defect == "zero_dur":
+        g["dur"] = 0.0
     else:
         end = g["ts"] + g["dur"]
         g["ts"], g["dur"] = call["ts"] - 1000, end - (call["ts"] - 1000)
@@ -507,6 +509,22 @@ def test_own_implausible_times_are_flagged_not_summed(defect):
     kept = [f["device_us"] / 1e3 for i, f in enumerate(independent_forwards(naive())) if i != 2]
     assert row["device_ms_per_forward"] == pytest.approx(statistics.median(kept))
     assert row["device_ms_max"] == pytest.approx(max(kept)) and (fw["device_span_us"] < 1e4).all()
+    # the kernel table's per-forward times average over the 9 timed forwards, not the 10 counted
+    kt = kernel_table(analyse_trace(trace, "attn_fwd", expect_gpu=True), "naive", "s")
+    assert kt["us_per_forward"].sum() == pytest.approx(statistics.mean(kept) * 1e3)
+
+
+def test_own_too_few_timed_forwards_publish_no_device_time():
+    """8 of 10 forwards lose one event's times: 2 timed forwards, fewer than the minimum of 3."""
+    trace = naive()
+    for i in range(8):
+        launch_and_gpu(trace, i)[2][1]["ts"] = 0
+    _, fw, row = run(trace)
+    assert row["forwards_timed"] == 2 and row["kernels_per_forward"] == 5
+    assert row["device_ms_per_forward"] is None and "device time not published: 2 forwards" in row["trace_note"]
+    _, _, row2 = run(trace, minimum=2)
+    kept = [f["device_us"] / 1e3 for f in independent_forwards(naive())[8:]]
+    assert row2["device_ms_per_forward"] == pytest.approx(statistics.median(kept))
 
 
 def test_own_same_counts_different_kernels_is_a_difference():
