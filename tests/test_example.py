@@ -98,3 +98,27 @@ def test_kernel_shares_of_the_study_shape_from_the_traces():
         for name, us in per_name.items():
             assert k.loc[name, "share_pct"] == pytest.approx(100 * us / total), name
             assert fresh.loc[name, "share_pct"] == pytest.approx(100 * us / total), name
+
+
+UNSUPPORTED = EXAMPLE.parent / "h200_unsupported_backends"
+
+
+def test_unsupported_backends_carry_pytorchs_reasons():
+    """The H200 run at shapes where fused backends refuse: each refusal says why, in PyTorch's words."""
+    summary = pd.read_csv(UNSUPPORTED / "summary.csv").set_index(["variant", "shape_key"])
+    expected = {  # (variant, shape) -> the reason PyTorch's dispatcher gives (its warning text)
+        ("sdpa_flash", "b1_h2_s128_d512_bf16_causal"): "less than or equal to 256. Got Query.size(-1): 512",
+        ("sdpa_cudnn", "b1_h2_s128_d512_bf16_causal"): "head_dim should be no more than 256",
+        ("sdpa_flash", "b1_h2_s128_d64_fp32_causal"): "Expected query, key and value to all be of dtype: {Half, BFloat16}",
+        ("sdpa_cudnn", "b1_h2_s128_d64_fp32_causal"): "Expected query, key and value to all be of dtype: {Half, BFloat16}",
+        ("sdpa_cudnn", "b1_h2_s1_d64_bf16_causal"): "does not support key/value sequence length 1",
+    }
+    unsupported = summary[summary["status"] == "unsupported"]
+    assert set(unsupported.index) == set(expected)
+    for key, words in expected.items():
+        reason = unsupported.loc[key, "reason"]
+        assert reason.startswith("RuntimeError: No available kernel.") and "not used because" in reason and words in reason
+        status = json.loads((UNSUPPORTED / "captures" / key[1] / key[0] / "status.json").read_text())
+        assert any(words in r for r in status["unsupported_reasons"])
+    assert (summary[summary["status"] == "ok"]["forwards_complete"] == 10).all()
+    assert "head_dim should be no more than 256" in (UNSUPPORTED / "report.html").read_text()
