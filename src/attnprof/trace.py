@@ -218,18 +218,14 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
                       & ~(gpu["ts"] < gpu["launch_ts"]) & ~(gpu["end"] > latest))
     gpu["duplicate"] = gpu["correlation"].notna() & gpu.duplicated("correlation", keep=False)
     # a GPU event whose launch record is missing: its own External id names the aten op that issued it
-    own_ext = integer_ids(gpu["args"].apply(lambda a: a.get("External id")))
-    op_forward = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id")
-    op_forward = op_forward.set_index("external_id")["ts"]
+    ops = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id").set_index("external_id")
     gpu["orphan_forward"] = -1
     orphan = gpu["launch_api"].isna()
-    if orphan.any() and len(op_forward):
-        fwd = assign_forward(own_ext[orphan].map(op_forward).astype(float), pd.Series(
-            own_ext[orphan].map(events[events["cat"] == "cpu_op"].dropna(subset=["external_id"])
-                                .drop_duplicates("external_id").set_index("external_id")["tid"]), index=gpu.index[orphan]), ranges)
+    if orphan.any() and len(ops):
+        own_ext = integer_ids(gpu.loc[orphan, "args"].apply(lambda a: a.get("External id")))
+        fwd = assign_forward(own_ext.map(ops["ts"]).astype(float), own_ext.map(ops["tid"]), ranges)
         gpu.loc[orphan, "orphan_forward"] = fwd.values
-    ops = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id")
-    op_by_id = ops.set_index("external_id")["name"]
+    op_by_id = ops["name"]
     gpu["op"] = gpu["launch_external_id"].map(op_by_id)
     gpu["forward"] = gpu["forward"].fillna(-1).astype("int64")
     cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation", "device",
