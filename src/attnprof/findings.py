@@ -19,6 +19,7 @@ from typing import Callable
 
 import pandas as pd
 
+from .fmt import format_number
 from .tables import concat_tables
 from .trace import kernel_label, properties_of, short_kernel_name
 
@@ -143,7 +144,7 @@ def _fmt(ref: dict, digits: int = 3) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
-        text = f"{v:.0f}" if float(v).is_integer() or abs(v) >= 10 ** digits else f"{v:.{digits}g}"
+        text = format_number(v, digits)
     else:
         text = str(v)
     unit = ref.get("unit", "")

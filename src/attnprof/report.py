@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from .fmt import format_number
 from .plots import CAPTIONS, CPU_CAPTIONS, FULL_WIDTH
 from .trace import kernel_label
 
@@ -136,9 +137,7 @@ def _fmt(value, digits: int = 3) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
-        if float(value).is_integer() and abs(value) < 1e6 or abs(value) >= 10 ** digits:
-            return f"{value:.0f}"  # no scientific notation for large values (MiB, µs)
-        return f"{value:.{digits}g}"
+        return format_number(value, digits)
     return str(value)
 
 

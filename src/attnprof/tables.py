@@ -304,8 +304,9 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
                      f"{_ranges_text(incomplete)}: {', '.join(why) or 'no GPU activity recorded'}), left out of every statistic")
     if bad:
         bad_fwd = [int(f) for f in forwards.loc[forwards["bad_time_events"] > 0, "forward"]]
-        notes.append(f"{bad} GPU event{'s' if bad > 1 else ''} with impossible times (ts 0, duration <= 0, or ending "
-                     f"before its launch) in forward{'s' if len(bad_fwd) > 1 else ''} {_ranges_text(bad_fwd)}: "
+        notes.append(f"{bad} GPU event{'s' if bad > 1 else ''} with impossible times (ts or duration missing, <= 0 or not "
+                     f"finite, starting before its launch, or ending long after the trace) in forward{'s' if len(bad_fwd) > 1 else ''} "
+                     f"{_ranges_text(bad_fwd)}: "
                      "counted, but those forwards are left out of device times")
     if len(groups) > 1:
         notes.append("forwards differ: " + describe_groups(groups))
@@ -324,6 +325,13 @@ def incomplete_reason(trace_path, verdict: dict) -> str:
     n = verdict["forwards_complete"]
     return (f"{trace_path}: {n} complete forward{'s' if n != 1 else ''} of {verdict['forwards_expected']} profiled, "
             f"fewer than the minimum of {verdict['minimum']} (profiler.min_complete_forwards); {verdict['note']}")
+
+
+def per_forward_stats(prefix: str, ms: pd.Series) -> dict:
+    """Summary columns of per-forward times ``ms``: <prefix>_per_forward (median), _min, _max,
+    _q1 and _q3 (pandas' linear quantiles: the inter-quartile range)."""
+    return {f"{prefix}_per_forward": ms.median(), f"{prefix}_min": ms.min(), f"{prefix}_max": ms.max(),
+            f"{prefix}_q1": ms.quantile(0.25), f"{prefix}_q3": ms.quantile(0.75)}
 
 
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:
@@ -372,15 +380,13 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
             row["forward_groups"] = json.dumps(groups)
         complete = forwards[forwards["complete"].astype(bool)]
         cpu_ms = complete["cpu_us"] / 1e3
-        row.update(cpu_ms_per_forward=cpu_ms.median(), cpu_ms_min=cpu_ms.min(), cpu_ms_max=cpu_ms.max(),
-                   cpu_ms_q1=cpu_ms.quantile(0.25), cpu_ms_q3=cpu_ms.quantile(0.75))
+        row.update(per_forward_stats("cpu_ms", cpu_ms))
         if status.get("device") == "cuda" and len(groups) == 1:  # a CPU run has no device events
             g = groups[0]
             row.update(kernels_per_forward=g["kernels"], memcpy_per_forward=g["memcpy"], memset_per_forward=g["memset"])
             if verdict["forwards_timed"] >= minimum:
                 device_ms = complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3
-                row.update(device_ms_per_forward=device_ms.median(), device_ms_min=device_ms.min(), device_ms_max=device_ms.max(),
-                           device_ms_q1=device_ms.quantile(0.25), device_ms_q3=device_ms.quantile(0.75))
+                row.update(per_forward_stats("device_ms", device_ms))
                 # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
                 if row.get("forward_gflop") and row["device_ms_per_forward"]:
                     row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s

@@ -20,7 +20,7 @@ every forward launches the same work, unlike dividing totals by the step count.
 
 Completeness (see :func:`attnprof.tables.forward_table`): Kineto can lose GPU records (a
 launch whose correlation id has no kernel/memcpy/memset event) and can write GPU events
-with impossible times (``ts`` 0, ``dur`` <= 0, or an end before the launch call started).
+with impossible times (``ts`` 0, ``dur`` <= 0, a start before the launch call, an end long after the trace).
 Every launch is therefore matched to its GPU event, and every GPU event's times are
 checked (:data:`GPU_CATEGORIES`, :func:`gpu_events` column ``time_ok``).
 """

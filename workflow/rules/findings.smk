@@ -3,7 +3,7 @@
 
 rule findings:
     input:
-        code("findings", "trace", "variants"),
+        code("findings", "fmt", "trace", "variants"),
         expectations=EXPECTATIONS,
         schema=str(
             Path(workflow.basedir) / "workflow" / "schemas" / "findings.schema.json"
