@@ -1,11 +1,20 @@
 """Snakemake script: calibration.json (rule calibrate). Logic: attnprof.calibrate."""
+import contextlib
 import json
-
-from attnprof.calibrate import calibrate
+from pathlib import Path
 
 sm = snakemake  # noqa: F821
-result = calibrate(sm.params.device)
-with open(sm.output[0], "w") as fh:
-    json.dump(result, fh, indent=2, sort_keys=True)
-with open(sm.log[0], "w") as log:
+p = sm.params
+with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
+    if p.mode == "worker":  # on the device the captures use, in the same warm process
+        from attnprof.worker import call_in_worker
+
+        result = call_in_worker(p.device, "attnprof.calibrate:calibrate", [p.device], idle_s=p.worker_idle_s,
+                                worker_log=Path(sm.log[0]).parent / "capture_worker.log")
+    else:
+        from attnprof.calibrate import calibrate
+
+        result = calibrate(p.device)
+    with open(sm.output[0], "w") as fh:
+        json.dump(result, fh, indent=2, sort_keys=True)
     print(json.dumps(result), file=log)

@@ -1,5 +1,6 @@
-"""Snakemake script: one capture (rule capture). Logic: attnprof.capture."""
+"""Snakemake script: one capture (rule capture). Logic: attnprof.capture, attnprof.worker."""
 import contextlib
+from pathlib import Path
 
 from attnprof.capture import CaptureInterrupted, run_isolated
 from attnprof.variants import Shape
@@ -20,7 +21,13 @@ with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
         "tolerance": dict(p.tolerance),
     }
     try:
-        run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s)
+        if p.mode == "worker":
+            from attnprof.worker import run_in_worker
+
+            worker_log = Path(sm.log[0]).parents[2] / "capture_worker.log"  # results/<run>/logs/
+            run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, p.worker_idle_s, worker_log)
+        else:
+            run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s)
     except CaptureInterrupted as exc:
         # no result: the job fails, Snakemake removes its outputs, the next run captures again
         print(f"attnprof: {exc}", file=log)

@@ -1,9 +1,20 @@
 """Snakemake script: env.json (rule environment). Logic: attnprof.env."""
+import contextlib
 import json
-
-from attnprof.env import capture_environment
+from pathlib import Path
 
 sm = snakemake  # noqa: F821
-env = {"run": sm.params.run, "device": sm.params.device, **capture_environment(), "config": sm.params.config}
-with open(sm.output[0], "w") as fh:
-    json.dump(env, fh, indent=2, sort_keys=True, default=str)
+p = sm.params
+with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
+    if p.mode == "worker":  # torch is imported and the device is up there already
+        from attnprof.worker import call_in_worker
+
+        recorded = call_in_worker(p.device, "attnprof.env:capture_environment", idle_s=p.worker_idle_s,
+                                  worker_log=Path(sm.log[0]).parent / "capture_worker.log")
+    else:
+        from attnprof.env import capture_environment
+
+        recorded = capture_environment()
+    env = {"run": p.run, "device": p.device, **recorded, "config": p.config}
+    with open(sm.output[0], "w") as fh:
+        json.dump(env, fh, indent=2, sort_keys=True, default=str)

@@ -86,6 +86,7 @@ import types
 import warnings
 from pathlib import Path
 
+from .env import host_load
 from .variants import Shape, make_forward, relative_error, torch_dtype
 
 STATUSES = ("ok", "unsupported", "out_of_memory", "failed", "incomplete_trace")
@@ -198,15 +199,37 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _time_calls(forward, input_sets, device: str, repeats: int) -> dict:
-    """Time ``repeats`` single calls, rotating through ``input_sets`` so consecutive calls
-    read different buffers (with enough sets, L2 cannot serve the inputs). On CUDA each call
-    is bracketed by CUDA events on the current stream (device elapsed time, launch gaps
-    between its kernels included); on CPU by ``time.perf_counter``. Returns ms statistics."""
+def _ms_stats(times: list[float]) -> dict:
+    """min, first quartile, median, third quartile and max of ``times`` (ms); quartiles by
+    linear interpolation between order statistics (``statistics.quantiles(method="inclusive")``,
+    numpy's and pandas' default), equal to the median for fewer than two times."""
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else (times[0],) * 3
+    return {"min_ms": min(times), "q1_ms": q1, "median_ms": statistics.median(times), "q3_ms": q3, "max_ms": max(times)}
+
+
+def _timed_loop(call, repeats: int, budget_s: float | None, min_repeats: int) -> list[float]:
+    """Run ``call(i)`` (returns one time in ms) ``repeats`` times, or stop earlier once
+    ``budget_s`` seconds of wall time have passed and at least ``min_repeats`` calls ran
+    (a 250 ms forward needs 10 calls, not 50, for a median and quartiles)."""
+    times, t0 = [], time.perf_counter()
+    for i in range(repeats):
+        times.append(call(i))
+        if budget_s is not None and len(times) >= min_repeats and time.perf_counter() - t0 > budget_s:
+            break
+    return times
+
+
+def _time_calls(forward, input_sets, device: str, repeats: int, budget_s: float | None = None,
+                min_repeats: int = 10) -> dict:
+    """Time up to ``repeats`` single calls (fewer once ``budget_s`` is spent, never fewer than
+    ``min_repeats``), rotating through ``input_sets`` so consecutive calls read different
+    buffers (with enough sets, L2 cannot serve the inputs). On CUDA each call is bracketed by
+    CUDA events on the current stream (device elapsed time, launch gaps between its kernels
+    included); on CPU by ``time.perf_counter``. Returns ms statistics (:func:`_ms_stats`), the
+    method, ``repeats`` (calls made) and ``repeats_asked``."""
     import torch
 
-    times = []
-    for i in range(repeats):
+    def one(i: int) -> float:
         q, k, v = input_sets[i % len(input_sets)]
         if device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -214,26 +237,22 @@ def _time_calls(forward, input_sets, device: str, repeats: int) -> dict:
             forward(q, k, v)
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            forward(q, k, v)
-            times.append((time.perf_counter() - t0) * 1e3)
-    return {
-        "method": "cuda_events" if device == "cuda" else "perf_counter",
-        "repeats": repeats,
-        "input_sets": len(input_sets),
-        "min_ms": min(times),
-        "median_ms": statistics.median(times),
-        "max_ms": max(times),
-    }
+            return start.elapsed_time(end)
+        t0 = time.perf_counter()
+        forward(q, k, v)
+        return (time.perf_counter() - t0) * 1e3
+
+    times = _timed_loop(one, repeats, budget_s, min_repeats)
+    return {"method": "cuda_events" if device == "cuda" else "perf_counter", "repeats": len(times),
+            "repeats_asked": repeats, "input_sets": len(input_sets), **_ms_stats(times)}
 
 
-def _time_graph(forward, q, k, v, repeats: int) -> dict:
-    """Capture one forward in a CUDA graph and time ``repeats`` replays, each between CUDA
-    events: the device time of the forward without launch gaps. Returns ms statistics.
-    Raises whatever the capture raises when the variant cannot be captured (a CPU sync, an
-    unsupported op); the graph_timing phase records it."""
+def _time_graph(forward, q, k, v, repeats: int, budget_s: float | None = None, min_repeats: int = 10) -> dict:
+    """Capture one forward in a CUDA graph and time up to ``repeats`` replays (budget as in
+    :func:`_time_calls`), each between CUDA events: the device time of the forward without
+    launch gaps. Returns ms statistics (:func:`_ms_stats`). Raises whatever the capture raises
+    when the variant cannot be captured (a CPU sync, an unsupported op); the graph_timing
+    phase records it."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -247,17 +266,18 @@ def _time_graph(forward, q, k, v, repeats: int) -> dict:
         forward(q, k, v)
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
+
+    def one(_i: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        return start.elapsed_time(end)
+
+    times = _timed_loop(one, repeats, budget_s, min_repeats)
     del graph
-    return {"method": "cuda_graph_replay", "repeats": repeats, "min_ms": min(times),
-            "median_ms": statistics.median(times), "max_ms": max(times)}
+    return {"method": "cuda_graph_replay", "repeats": len(times), "repeats_asked": repeats, **_ms_stats(times)}
 
 
 def oom_bytes(message: str) -> int | None:
@@ -400,7 +420,7 @@ def capture(spec: dict, trace_path: Path) -> dict:
     trace to ``trace_path`` and return the status record (never raises for a variant's
     own failure; phases and statuses: module docstring). ``spec`` keys: variant, shape
     (Shape fields), device ('cuda'|'cpu'), schedule {wait, warmup, active}, warmup_calls,
-    timing {repeats, input_sets}, seed, tolerance {dtype: float}, range_name; and the
+    timing {repeats, input_sets[, budget_s, min_repeats]}, seed, tolerance {dtype: float}, range_name; and the
     test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
     shape = Shape(**spec["shape"])
@@ -417,11 +437,14 @@ def capture(spec: dict, trace_path: Path) -> dict:
         "range_name": spec["range_name"],
         "min_complete_forwards": _min_complete(spec),
         "phases": {},
+        # what else the host was doing when this capture started (1-minute load average)
+        "host": host_load(),
     }
     import torch
 
     record["torch_import_s"] = round(time.perf_counter() - t_start, 3)
     record["torch_version"] = torch.__version__
+    record["torch_threads"] = torch.get_num_threads()
     record["forward_flops"] = shape.forward_flops()
     record["min_bytes"] = shape.min_bytes()
     record["device_name"] = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else platform.processor() or platform.machine()
@@ -434,10 +457,11 @@ def capture(spec: dict, trace_path: Path) -> dict:
         return record
 
     st = types.SimpleNamespace(forward=None, sets=None, out=None)  # what the phases share
+    budget = (spec["timing"]["repeats"], spec["timing"].get("budget_s"), spec["timing"].get("min_repeats", 10))
     later = {
         "correctness": lambda: _correctness_phase(spec, shape, st),
-        "timing": lambda: {"timing": _time_calls(st.forward, st.sets, device, spec["timing"]["repeats"])},
-        "graph_timing": lambda: {"graph_timing": _time_graph(st.forward, *st.sets[0], spec["timing"]["repeats"])},
+        "timing": lambda: {"timing": _time_calls(st.forward, st.sets, device, *budget)},
+        "graph_timing": lambda: {"graph_timing": _time_graph(st.forward, *st.sets[0], *budget)},
         "input_types": lambda: {"op_input_types": _op_input_types(st.forward, *st.sets[0])},
     }
     with warnings.catch_warnings(record=True) as caught, contextlib.ExitStack() as stack:
@@ -606,27 +630,45 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     stderr_tail = "".join(tail)[-4000:]
     if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
         discard()
-        raise CaptureInterrupted(
-            f"capture of {spec['variant']} at {Shape(**spec['shape']).key} interrupted: its process was killed by "
-            f"{_signal_name(-returncode)} from outside (a user, Snakemake, a scheduler or the host OOM killer); "
-            "no status written, the next run captures it again")
-    if tmp_status.exists() and returncode == 0:
-        record = json.loads(tmp_status.read_text())
-    else:
-        if returncode is None:
-            why = f"capture timed out after {timeout_s} s"
-        elif returncode < 0:
-            why = f"capture process killed by {_signal_name(-returncode)}"
-        elif returncode:
-            why = f"capture process exited with code {returncode}"
-        else:
-            why = "capture process exited with code 0 but wrote no status"
-        record = {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, **spec["shape"], "device": spec["device"],
-                  "status": "failed", "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
-                  "stderr_tail": stderr_tail}
-    record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
+        raise CaptureInterrupted(interrupted_message(spec, -returncode))
+    record = json.loads(tmp_status.read_text()) if tmp_status.exists() and returncode == 0 else None
     tmp_status.unlink(missing_ok=True)
     spec_path.unlink(missing_ok=True)
+    if record is None:
+        record = crash_record(spec, returncode, timeout_s, stderr_tail)
+    return finish_capture(record, trace_path, status_path, started)
+
+
+def interrupted_message(spec: dict, signum: int) -> str:
+    """The CaptureInterrupted text for a capture process killed by ``signum`` from outside."""
+    return (f"capture of {spec['variant']} at {Shape(**spec['shape']).key} interrupted: its process was killed by "
+            f"{_signal_name(signum)} from outside (a user, Snakemake, a scheduler or the host OOM killer); "
+            "no status written, the next run captures it again")
+
+
+def crash_record(spec: dict, returncode: int | None, timeout_s: float, stderr_tail: str) -> dict:
+    """The ``failed`` status record of a capture process that ended without a record of its
+    own: ``returncode`` None (killed at ``timeout_s``), negative (killed by that signal, one
+    not in :data:`INTERRUPT_SIGNALS`) or a non-zero exit code; ``stderr_tail``: its last output."""
+    if returncode is None:
+        why = f"capture timed out after {timeout_s} s"
+    elif returncode < 0:
+        why = f"capture process killed by {_signal_name(-returncode)}"
+    elif returncode:
+        why = f"capture process exited with code {returncode}"
+    else:
+        why = "capture process exited with code 0 but wrote no status"
+    return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, **spec["shape"], "device": spec["device"],
+            "status": "failed", "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
+            "stderr_tail": stderr_tail}
+
+
+def finish_capture(record: dict, trace_path: Path, status_path: Path, started: float) -> dict:
+    """Write a finished capture's outputs: ``status_path`` (the record, with ``started_at`` and
+    ``finished_at``, epoch seconds) and, when the capture left no usable trace, a placeholder
+    trace naming the status (:func:`write_placeholder_trace`). Returns the record."""
+    trace_path, status_path = Path(trace_path), Path(status_path)
+    record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
     if record["status"] not in ("ok", "incomplete_trace") or not trace_path.exists():
         if record["status"] in ("ok", "incomplete_trace"):
             record.update(status="failed", reason="profiler wrote no trace")

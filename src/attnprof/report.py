@@ -88,7 +88,17 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     return {"run": run, "env": env, "config": cfg, "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS, "cpu_captions": CPU_CAPTIONS, "brief": in_brief(study, shapes, summary),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
-            "calibration": calibration or {}, "multi_shape": summary["shape_key"].nunique() > 1}
+            "calibration": calibration or {}, "multi_shape": summary["shape_key"].nunique() > 1,
+            "host_load": _load_range(summary)}
+
+
+def _load_range(summary: pd.DataFrame) -> str:
+    """'min–max' (or one value) of the captures' 1-minute host load average; '' when not recorded."""
+    load = pd.to_numeric(summary.get("host_load_1m", pd.Series(dtype=float)), errors="coerce").dropna()
+    if load.empty:
+        return ""
+    lo, hi = format_number(load.min(), 2), format_number(load.max(), 2)
+    return lo if lo == hi else f"{lo}\u2013{hi}"
 
 
 def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> list[str]:

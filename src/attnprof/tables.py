@@ -29,8 +29,8 @@ SUMMARY_COLUMNS = [
     "kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
     "device_ms_per_forward", "device_ms_min", "device_ms_max", "device_ms_q1", "device_ms_q3",
     "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "cpu_ms_q1", "cpu_ms_q3",
-    "timed_ms_median", "timed_ms_min", "timed_ms_max", "timing_method",
-    "graph_ms_median", "graph_ms_min", "graph_ms_max", "graph_error",
+    "timed_ms_median", "timed_ms_q1", "timed_ms_q3", "timed_ms_min", "timed_ms_max", "timed_repeats", "timing_method", "host_load_1m",
+    "graph_ms_median", "graph_ms_q1", "graph_ms_q3", "graph_ms_min", "graph_ms_max", "graph_error",
     "forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed", "incomplete_forwards",
     "bad_time_events", "forward_groups", "trace_note",
     "rel_error", "rel_error_ok", "checks_missing", "peak_memory_mb",
@@ -358,8 +358,9 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
                                    "incomplete_forwards", "bad_time_events")},
         # a capture that did not run has no trace to describe: its status and reason say why
         "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else "",
-        "timed_ms_median": timing.get("median_ms"), "timed_ms_min": timing.get("min_ms"),
-        "timed_ms_max": timing.get("max_ms"), "timing_method": timing.get("method"),
+        "timed_ms_median": timing.get("median_ms"), "timed_ms_q1": timing.get("q1_ms"), "timed_ms_q3": timing.get("q3_ms"),
+        "timed_ms_min": timing.get("min_ms"), "timed_ms_max": timing.get("max_ms"), "timed_repeats": timing.get("repeats"),
+        "timing_method": timing.get("method"), "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
         "checks_missing": "; ".join(status.get("checks_missing") or []),
         "peak_memory_mb": (status["peak_memory_bytes"] / 2**20) if status.get("peak_memory_bytes") else None,
@@ -367,8 +368,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "oom_bytes": status.get("oom_bytes"),
     }
     graph = status.get("graph_timing") or {}
-    row.update(graph_ms_median=graph.get("median_ms"), graph_ms_min=graph.get("min_ms"), graph_ms_max=graph.get("max_ms"),
-               graph_error=graph.get("error"))
+    row.update(graph_ms_median=graph.get("median_ms"), graph_ms_q1=graph.get("q1_ms"), graph_ms_q3=graph.get("q3_ms"),
+               graph_ms_min=graph.get("min_ms"), graph_ms_max=graph.get("max_ms"), graph_error=graph.get("error"))
     if status.get("forward_flops"):
         row["forward_gflop"] = status["forward_flops"] / 1e9
         row["flop_per_byte"] = status["forward_flops"] / status["min_bytes"]

@@ -1,10 +1,12 @@
-# Stage 1: one torch.profiler capture per (shape, variant), each in its own process.
+# Stage 1: one torch.profiler capture per (shape, variant): by default in the run's warm
+# capture process (attnprof.worker), restarted after any capture that did not fully succeed;
+# capture_mode: process runs each in a fresh process.
 
 
 rule capture:
     """Warm up, trace the forwards with torch.profiler, check against float64, time."""
     input:
-        code("capture"),
+        code("capture", "worker"),
     output:
         trace="results/{run}/captures/{shape}/{variant}/trace.json.gz",
         status="results/{run}/captures/{shape}/{variant}/status.json",
@@ -27,6 +29,8 @@ rule capture:
         seed=config["seed"],
         tolerance=config["tolerance"],
         timeout_s=config["capture_timeout_s"],
+        mode=config["capture_mode"],
+        worker_idle_s=config["capture_worker_idle_s"],
     script:
         "../../scripts/capture.py"
 
@@ -34,18 +38,23 @@ rule capture:
 rule environment:
     """GPU, driver, torch, CUDA, cuDNN, Python and Snakemake versions, and the config."""
     input:
-        code("env"),
+        code("env", "worker"),
     output:
         "results/{run}/env.json",
     log:
         "results/{run}/logs/environment.log",
     conda:
         "../envs/attnprof.yaml"
+    # the threads of a capture: Snakemake sets OMP_NUM_THREADS and friends from them, so the
+    # recorded torch_threads are the captures' own (and the same capture worker serves both)
+    threads: workflow.cores if DEVICE == "cpu" else 1
     params:
         config=config,
         device=DEVICE,
         run=RUN,
         torch_version=TORCH_VERSION,
+        mode=config["capture_mode"],
+        worker_idle_s=config["capture_worker_idle_s"],
     script:
         "../../scripts/environment.py"
 
@@ -53,18 +62,21 @@ rule environment:
 rule calibrate:
     """Measured GEMM TFLOP/s and copy bandwidth of the device, once per run."""
     input:
-        code("calibrate"),
+        code("calibrate", "worker"),
     output:
         "results/{run}/calibration.json",
     log:
         "results/{run}/logs/calibrate.log",
     conda:
         "../envs/attnprof.yaml"
+    threads: workflow.cores if DEVICE == "cpu" else 1  # as a capture's: the same worker serves it
     resources:
         capture=1,
         gpu=1 if DEVICE == "cuda" else 0,
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
+        mode=config["capture_mode"],
+        worker_idle_s=config["capture_worker_idle_s"],
     script:
         "../../scripts/calibrate.py"

@@ -1,0 +1,463 @@
+"""Capture worker: one warm capture process serves the capture jobs of a run.
+
+Why. A capture's GPU work takes milliseconds; a fresh process per capture pays the torch
+import (3-5 s on the H200 machine), CUDA context creation and the profiler's CUPTI start-up
+(most of the 4-6 s its first profiling step took) every time. The worker pays them once.
+
+Design (three processes; only the last one imports torch):
+
+* the **client** -- the Snakemake capture job (:func:`run_in_worker`): connects to the
+  supervisor's Unix socket, starting the supervisor if none listens, sends one capture
+  request, copies the progress lines it gets back to its log, and writes the status and
+  (placeholder) trace like :func:`attnprof.capture.run_isolated`;
+* the **supervisor** (``python -m attnprof.worker serve``, detached): serves one request at a
+  time, so two captures never overlap, and owns the capture process as its child, so that it
+  reads the child's exit exactly (signal or code) and classifies it as
+  :func:`~attnprof.capture.run_isolated` does. It exits after ``idle_s`` seconds without a
+  request, killing the child;
+* the **capture process** (``python -m attnprof.worker child``): imports torch, creates the
+  CUDA context once, then runs :func:`attnprof.capture.capture` for each request it reads.
+  Each capture is a fresh ``torch.profiler`` session whose trace holds only its own forwards.
+
+Isolation. The capture process is never reused after a capture that did not fully succeed
+(:func:`reusable`: out of memory, failed, incomplete trace, any later phase not ``ok``,
+any check missing): the next request gets a fresh one, so a failure cannot leave state
+behind for another variant. The one exception is a refusal: ``unsupported`` raised by
+PyTorch's dispatcher before any kernel ran leaves nothing behind, so the process serves on.
+A crash (signal other than :data:`~attnprof.capture.INTERRUPT_SIGNALS`) or a timeout is a
+``failed`` record; a capture process killed from outside, a supervisor killed from outside,
+or a client that disappears (its Snakemake job killed) is an interruption: no status, the
+trace is removed, the job fails and the next run captures again. Between captures the
+capture process returns its cached GPU memory (``torch.cuda.empty_cache``).
+
+Which worker. A supervisor is keyed (:func:`worker_key`) by the Python executable, the
+installed torch build, the device, the working directory, the environment variables that
+steer CUDA, PyTorch and the thread pools, and the content of the capture code: after an
+upgrade or a code edit a new worker starts, never an old one. Its address is a Linux
+abstract Unix socket (no file to clean up; the supervisor serves only connections from its
+own user id, checked with SO_PEERCRED), so the worker mode is Linux-only; elsewhere set
+``capture_mode: process``. Besides captures it serves two calls that need torch and the
+device as the captures do (:data:`CALLS`: the environment record and the calibration).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .capture import (
+    INTERRUPT_SIGNALS,
+    PARENT_PID_ENV,
+    CaptureInterrupted,
+    _die_with_parent,
+    _signals_raise_exit,
+    crash_record,
+    finish_capture,
+    interrupted_message,
+    log,
+)
+from .env import torch_build
+from .variants import Shape
+
+#: Modules whose code runs inside the capture process: an edit starts a new worker.
+CODE_MODULES = ("capture", "variants", "tables", "trace", "env", "worker")
+#: Environment variables that change what the capture process measures.
+_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "CUBLAS_", "CUDNN_", "NCCL_", "KINETO_")
+#: What :func:`call_in_worker` may run besides captures.
+CALLS = frozenset({"attnprof.env:capture_environment", "attnprof.calibrate:calibrate"})
+#: Seconds a client waits for a supervisor it started to listen.
+START_TIMEOUT_S = 30.0
+
+
+def worker_key(device: str) -> str:
+    """Hex digest that names the worker able to serve this process's captures on ``device``
+    ('cuda' | 'cpu'): see the module docstring for what it covers."""
+    h = hashlib.sha256()
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
+    h.update(json.dumps([sys.executable, device, os.getcwd(), sorted(torch_build().items()), env]).encode())
+    pkg = Path(__file__).parent
+    for name in CODE_MODULES:
+        h.update((pkg / f"{name}.py").read_bytes())
+    return h.hexdigest()[:20]
+
+
+def address(key: str) -> str:
+    """Abstract-namespace Unix socket address of the worker ``key`` (Linux)."""
+    return f"\0attnprof-worker-{os.getuid()}-{key}"
+
+
+def reusable(record: dict) -> bool:
+    """True when the capture process that produced ``record`` may serve another capture:
+    status ``ok`` with every phase ``ok`` or ``skipped`` and no check missing; or status
+    ``unsupported`` from the profile phase with every later phase skipped -- PyTorch's
+    dispatcher refused the variant before any kernel ran (a refusal, not a failure: nothing
+    ran that could leave state behind). Anything else (out of memory, failed, incomplete
+    trace, a failed later phase) ends the process."""
+    phases = record.get("phases") or {}
+    if record.get("status") == "unsupported":
+        return (phases.get("profile", {}).get("status") == "unsupported"
+                and all(p.get("status") == "skipped" for n, p in phases.items() if n != "profile"))
+    return (record.get("status") == "ok" and not record.get("checks_missing")
+            and all(p.get("status") in ("ok", "skipped") for p in phases.values()))
+
+
+# --- wire format: one JSON object per line ---------------------------------------------------
+
+def _send(sock: socket.socket, obj: dict) -> None:
+    sock.sendall((json.dumps(obj) + "\n").encode())
+
+
+class _Lines:
+    """Reads newline-terminated JSON objects from a socket; ``None`` at end of stream."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buf = sock, b""
+
+    def next(self) -> dict | None:
+        while b"\n" not in self.buf:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionError:
+                return None
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+
+# --- client ----------------------------------------------------------------------------------
+
+def _connect(addr: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(addr)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | None) -> None:
+    out = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "attnprof.worker", "serve", key, device, str(idle_s)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    finally:
+        if log_path:
+            out.close()
+
+
+def connect_or_start(device: str, idle_s: float, log_path: Path | None = None) -> socket.socket:
+    """A connection to the supervisor for this process's :func:`worker_key`, started (detached,
+    its output appended to ``log_path``) when none listens. Raises RuntimeError naming the log
+    when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds."""
+    key = worker_key(device)
+    addr = address(key)
+    sock = _connect(addr)
+    if sock:
+        return sock
+    lock_path = Path(tempfile.gettempdir()) / f"attnprof-worker-{os.getuid()}-{key}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time
+        sock = _connect(addr)
+        if sock:
+            return sock
+        log(f"starting capture worker {key} (idle exit after {idle_s:g} s)")
+        _start_supervisor(key, device, idle_s, log_path)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            sock = _connect(addr)
+            if sock:
+                return sock
+    raise RuntimeError(f"capture worker {key} did not start within {START_TIMEOUT_S:g} s; see {log_path or 'its output'}")
+
+
+def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
+                  worker_log: Path | None = None) -> dict:
+    """Run one capture in the warm capture process and write ``status_path`` and
+    ``trace_path`` as :func:`attnprof.capture.run_isolated` does (same records, same
+    statuses, plus ``record["worker"]``: the capture process's pid, how many captures it had
+    served before this one and its start-up seconds). ``timeout_s``: seconds before the
+    capture process is killed (a ``failed`` record); ``idle_s``: how long a supervisor this
+    call starts waits for the next request; ``worker_log``: where that supervisor writes.
+
+    Raises :class:`~attnprof.capture.CaptureInterrupted` when the capture process or the
+    supervisor was killed from outside, and SystemExit(128 + signal) when this process gets
+    SIGTERM or SIGINT meanwhile (the supervisor then kills the capture); in these cases no
+    status and no trace are left behind."""
+    trace_path, status_path = Path(trace_path), Path(status_path)
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    status_path.parent.mkdir(parents=True, exist_ok=True)
+    trace_path.unlink(missing_ok=True)
+    started = time.time()
+    request = {"spec": spec, "trace": str(trace_path.resolve()), "timeout_s": timeout_s}
+    what = f"capture of {spec['variant']} at {Shape(**spec['shape']).key}"
+    try:
+        msg = _request(spec["device"], request, idle_s, worker_log, what)
+    except BaseException:
+        trace_path.unlink(missing_ok=True)
+        raise
+    return finish_capture(msg["record"], trace_path, status_path, started)
+
+
+def call_in_worker(device: str, target: str, args: list | None = None, timeout_s: float = 600.0, idle_s: float = 60.0,
+                   worker_log: Path | None = None):
+    """Call ``target`` ("module:function", e.g. "attnprof.env:capture_environment") with
+    ``args`` (JSON values) in the warm capture process for ``device`` and return its result
+    (a JSON value): the environment record and the device calibration need torch and the
+    device as the captures do, and run where they already are. Raises RuntimeError with the
+    traceback when the call raised (the capture process is then replaced), and
+    :class:`~attnprof.capture.CaptureInterrupted` when it was killed from outside."""
+    msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target)
+    if "error" in msg:
+        raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
+    return msg["result"]
+
+
+def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str) -> dict:
+    """Send one request to the supervisor (starting it when needed), copy its progress lines
+    to stderr, and return its final message. Raises CaptureInterrupted when the work was
+    killed from outside or the supervisor ended without an answer."""
+    with _signals_raise_exit():
+        for _attempt in range(3):  # a supervisor exiting for idleness as we connect: start another
+            with contextlib.closing(connect_or_start(device, idle_s, worker_log)) as sock:
+                _send(sock, request)
+                lines = _Lines(sock)
+                if lines.next() is None:  # not accepted
+                    continue
+                msg = lines.next()
+                while msg is not None and "log" in msg:
+                    sys.stderr.write(msg["log"])
+                    sys.stderr.flush()
+                    msg = lines.next()
+                break
+        else:
+            raise RuntimeError("capture worker closed the connection before accepting the request, three times")
+    if msg is None:
+        raise CaptureInterrupted(f"{what} interrupted: the capture worker ended without a result (killed from outside); "
+                                 "the next run does it again")
+    if "interrupted" in msg:
+        raise CaptureInterrupted(msg["interrupted"])
+    return msg
+
+
+# --- supervisor ------------------------------------------------------------------------------
+
+class _Child:
+    """The capture process: protocol on its stdin/stdout, progress on its stderr."""
+
+    def __init__(self, device: str):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
+        self.proc = subprocess.Popen([sys.executable, "-m", "attnprof.worker", "child", device],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.out, self.err = b"", b""
+        self.served = 0
+
+    def kill(self) -> int:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        return self.proc.wait()
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Ask the capture process to exit (end of its input), kill it if it does not."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def _serve_one(conn: socket.socket, child: _Child | None, device: str) -> _Child | None:
+    """Serve one request on ``conn``; returns the capture process to keep (None: ended)."""
+    lines = _Lines(conn)
+    request = lines.next()
+    if request is None:
+        return child
+    spec = request.get("spec")
+    if child is None or child.proc.poll() is not None:
+        child = _Child(device)
+    with contextlib.suppress(OSError):
+        _send(conn, {"accepted": child.proc.pid})
+    deadline = time.monotonic() + float(request["timeout_s"])
+    stderr_tail = b""
+
+    def send(obj: dict) -> bool:
+        try:
+            _send(conn, obj)
+            return True
+        except OSError:
+            return False
+
+    def ended(returncode: int | None, tail: str) -> None:
+        """The capture process ended (or was killed at the deadline) without a reply."""
+        if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
+            send({"interrupted": interrupted_message(spec, -returncode) if spec else
+                  f"{request['call']} interrupted: the capture process was killed by signal {-returncode} from outside"})
+        elif spec:
+            send({"record": crash_record(spec, returncode, request["timeout_s"], tail)})
+        else:
+            send({"error": crash_record({"variant": request["call"], "shape": {}, "device": device}, returncode,
+                                        request["timeout_s"], tail)["reason"]})
+
+    try:
+        child.proc.stdin.write((json.dumps({k: v for k, v in request.items() if k != "timeout_s"}) + "\n").encode())
+        child.proc.stdin.flush()
+    except OSError:
+        pass  # it died already: its exit status is read below
+    out_fd, err_fd = child.proc.stdout.fileno(), child.proc.stderr.fileno()
+    reply, open_fds = None, {out_fd, err_fd}
+    while reply is None:
+        left = deadline - time.monotonic()
+        if left <= 0:  # ours: a result ("timed out"), not an interruption
+            child.kill()
+            ended(None, stderr_tail.decode(errors="replace"))
+            return None
+        readable, _, _ = select.select(list(open_fds) + [conn.fileno()], [], [], min(left, 1.0))
+        if conn.fileno() in readable and not conn.recv(1, socket.MSG_PEEK):
+            child.kill()  # the job is gone (killed): stop its work now, so captures never overlap
+            log(f"{(spec or {}).get('variant') or request.get('call')}: client left, capture process killed")
+            return None
+        if err_fd in readable:
+            data = os.read(err_fd, 65536)
+            if not data:
+                open_fds.discard(err_fd)
+            stderr_tail = (stderr_tail + data)[-4000:]
+            child.err += data
+            *done, child.err = child.err.split(b"\n")
+            for line in done:
+                send({"log": line.decode(errors="replace") + "\n"})
+        if out_fd in readable:
+            data = os.read(out_fd, 1 << 20)
+            if not data:
+                open_fds.discard(out_fd)
+            child.out += data
+            if b"\n" in child.out:
+                line, child.out = child.out.split(b"\n", 1)
+                reply = json.loads(line)
+                break
+        if out_fd not in open_fds:  # the capture process ended without a reply
+            ended(child.proc.wait(), (stderr_tail + child.err).decode(errors="replace"))
+            return None
+    send(reply)
+    child.served += 1
+    if reusable(reply["record"]) if "record" in reply else "result" in reply:
+        return child
+    child.close()  # work that did not fully succeed: the next request gets a fresh process
+    return None
+
+
+def serve(key: str, device: str, idle_s: float) -> int:
+    """Supervisor main loop (module docstring). Exits 0 after ``idle_s`` s without a request,
+    or on SIGTERM/SIGINT, killing its capture process."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(address(key))
+    except OSError:  # another supervisor for this key won the race
+        return 0
+    listener.listen(16)
+    child: _Child | None = None
+    log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
+    try:
+        with _signals_raise_exit():
+            while True:
+                listener.settimeout(idle_s)
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    break
+                with conn:
+                    conn.settimeout(None)
+                    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                          struct.calcsize("3i")))
+                    if uid != os.getuid():  # an abstract socket has no file permissions: check the peer
+                        log(f"refused a connection from uid {uid}")
+                        continue
+                    child = _serve_one(conn, child, device)
+    finally:
+        listener.close()
+        if child is not None:
+            child.close(wait_s=5.0)
+        log(f"capture worker {key} exits")
+    return 0
+
+
+# --- capture process -------------------------------------------------------------------------
+
+def child_main(device: str) -> int:
+    """Capture process main loop: start torch (and CUDA) once, then one capture per request
+    line on stdin, one ``{"record": ...}`` line on the protocol stream per capture. Anything
+    printed to stdout by a library goes to stderr (the progress stream) instead."""
+    _die_with_parent(int(os.environ.get(PARENT_PID_ENV) or os.getppid()))
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    t0 = time.perf_counter()
+    import torch
+
+    from .capture import capture
+
+    if device == "cuda" and torch.cuda.is_available():
+        torch.zeros(1, device="cuda")  # create the CUDA context now, not inside the first capture
+        torch.cuda.synchronize()
+    startup_s = round(time.perf_counter() - t0, 3)
+    log(f"capture process {os.getpid()} ready in {startup_s} s")
+    captures = 0
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "call" in request:
+            reply = _call(request["call"], request["args"])
+        else:
+            record = capture(request["spec"], Path(request["trace"]))
+            record["worker"] = {"pid": os.getpid(), "captures_before": captures, "startup_s": startup_s}
+            captures += 1
+            reply = {"record": record}
+        if device == "cuda" and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        proto.write(json.dumps(reply, default=str) + "\n")
+        proto.flush()
+    return 0
+
+
+def _call(target: str, args: list) -> dict:
+    """``{"result": module.function(*args)}``, or ``{"error": traceback}`` if it raised."""
+    import importlib
+    import traceback
+
+    if target not in CALLS:
+        return {"error": f"{target} is not one of the calls the capture worker serves: {sorted(CALLS)}"}
+    module, _, name = target.partition(":")
+    try:
+        return {"result": getattr(importlib.import_module(module), name)(*args)}
+    except Exception:
+        return {"error": traceback.format_exc(limit=8)}
+
+
+def main(argv: list[str]) -> int:
+    if argv[1] == "serve":
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        return serve(argv[2], argv[3], float(argv[4]))
+    if argv[1] == "child":
+        return child_main(argv[2])
+    raise SystemExit(f"usage: python -m attnprof.worker serve KEY DEVICE IDLE_S | child DEVICE (got {argv[1:]})")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,140 @@
+"""The capture worker (attnprof.worker) on the CPU: reuse, restart after any failure,
+crashes, timeouts, killed captures and killed jobs, and the same numbers as a fresh process."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from attnprof.capture import CaptureInterrupted, run_isolated
+from attnprof.tables import analyse_trace, kernel_table, op_table
+from attnprof.trace import load_trace
+from attnprof.worker import reusable, run_in_worker
+from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
+
+IDLE_S = 20
+
+
+def in_worker(tmp_path, sp, name="c", timeout_s=300):
+    return run_in_worker(sp, tmp_path / f"{name}.json.gz", tmp_path / f"{name}.status.json", timeout_s, IDLE_S,
+                         tmp_path / "worker.log")
+
+
+def test_reusable_needs_every_phase_ok():
+    ok = {"status": "ok", "phases": {"profile": {"status": "ok"}, "graph_timing": {"status": "skipped"}}}
+    assert reusable(ok)
+    assert not reusable({**ok, "status": "out_of_memory"})
+    assert not reusable({**ok, "status": "failed"})
+    assert not reusable({**ok, "checks_missing": ["timing: failed: x"]})
+    assert not reusable({**ok, "phases": {**ok["phases"], "timing": {"status": "out_of_memory"}}})
+    refused = {"status": "unsupported", "phases": {"profile": {"status": "unsupported"}, "timing": {"status": "skipped"}}}
+    assert reusable(refused)  # the dispatcher refused before any kernel ran
+    assert not reusable({**refused, "phases": {**refused["phases"], "timing": {"status": "unsupported"}}})
+
+
+def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tmp_path):
+    a = in_worker(tmp_path, spec("naive"), "a")
+    b = in_worker(tmp_path, spec("sdpa_math"), "b")
+    assert a["status"] == b["status"] == "ok"
+    assert b["worker"]["pid"] == a["worker"]["pid"] and b["worker"]["captures_before"] == a["worker"]["captures_before"] + 1
+    assert json.loads((tmp_path / "b.status.json").read_text())["worker"] == b["worker"]
+    # the same capture in a fresh process (the other design) profiles the same aten ops, as often per forward
+    fresh = run_isolated(spec("sdpa_math"), tmp_path / "f.json.gz", tmp_path / "f.status.json", timeout_s=300)
+    ops = [op_table(analyse_trace(load_trace(tmp_path / f"{n}.json.gz"), "attn_fwd"), "sdpa_math", SHAPE.key)
+           for n in ("b", "f")]
+    assert len(ops[0]) > 3
+    assert ops[0][["op", "calls_per_forward"]].equals(ops[1][["op", "calls_per_forward"]])
+    assert b["trace_check"]["forwards_complete"] == fresh["trace_check"]["forwards_complete"] == 2
+    # each capture is its own profiler session: its trace holds its own forwards only
+    for n in ("a", "b"):
+        frames = analyse_trace(load_trace(tmp_path / f"{n}.json.gz"), "attn_fwd")
+        assert len(frames["ranges"]) == 2
+    assert kernel_table(frames, "sdpa_math", SHAPE.key).empty  # CPU run: no GPU events
+
+
+def test_timing_quartiles_and_budget(tmp_path):
+    rec = in_worker(tmp_path, spec("naive", timing={"repeats": 40, "input_sets": 2, "budget_s": 1e-9, "min_repeats": 4}))
+    t = rec["timing"]
+    assert t["repeats"] == 4 and t["repeats_asked"] == 40  # stopped at min_repeats: the budget was spent
+    assert t["min_ms"] <= t["q1_ms"] <= t["median_ms"] <= t["q3_ms"] <= t["max_ms"]
+    assert rec["host"]["cpu_count"] == os.cpu_count()
+
+
+def test_any_failure_ends_the_capture_process(tmp_path):
+    first = in_worker(tmp_path, spec("naive"), "a")
+    failed = in_worker(tmp_path, spec("naive", _test_fail_phase="timing"), "b")
+    assert failed["status"] == "ok" and failed["checks_missing"]  # the trace stands, a check is missing
+    assert failed["worker"]["pid"] == first["worker"]["pid"]
+    after = in_worker(tmp_path, spec("naive"), "c")
+    assert after["status"] == "ok" and after["worker"]["pid"] != failed["worker"]["pid"]
+    assert after["worker"]["captures_before"] == 0
+    assert not alive(failed["worker"]["pid"])
+
+
+def test_unsupported_backends_are_recorded_alike_in_a_reused_process(tmp_path):
+    fresh = run_isolated(spec("sdpa_cudnn"), tmp_path / "f.json.gz", tmp_path / "f.status.json", timeout_s=300)
+    a = in_worker(tmp_path, spec("sdpa_efficient"), "a")
+    b = in_worker(tmp_path, spec("sdpa_cudnn"), "b")
+    assert a["status"] == b["status"] == "unsupported" and "FLASH_ATTENTION and MATH" in a["reason"]
+    assert b["reason"] == fresh["reason"] and b.get("unsupported_reasons") == fresh.get("unsupported_reasons")
+    c = in_worker(tmp_path, spec("naive"), "c")
+    assert c["status"] == "ok" and c["worker"]["pid"] == b["worker"]["pid"] == a["worker"]["pid"]
+
+
+@pytest.mark.parametrize("crash,signame", [("abort", "SIGABRT")])
+def test_crash_in_the_worker_is_a_recorded_failure(tmp_path, crash, signame):
+    rec = in_worker(tmp_path, spec("naive", _test_crash=crash))
+    assert rec["status"] == "failed" and rec["reason"].startswith(f"capture process killed by {signame}")
+    assert load_trace(tmp_path / "c.json.gz")["traceEvents"] == []  # placeholder
+    assert in_worker(tmp_path, spec("naive"), "d")["status"] == "ok"  # a fresh process serves the next one
+
+
+def test_timeout_in_the_worker_is_a_recorded_failure(tmp_path):
+    rec = in_worker(tmp_path, spec("naive", _test_sleep_s=60), timeout_s=2)
+    assert rec["status"] == "failed" and rec["reason"].startswith("capture timed out after 2 s")
+
+
+def test_capture_process_killed_from_outside_is_interrupted(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    killer = threading.Thread(target=lambda: os.kill(wait_for_pid(pid_file), signal.SIGKILL), daemon=True)
+    killer.start()
+    with pytest.raises(CaptureInterrupted) as info:
+        in_worker(tmp_path, spec("naive", _test_sleep_s=120, _test_pid_file=str(pid_file)))
+    killer.join()
+    assert "SIGKILL" in str(info.value) and SHAPE.key in str(info.value)
+    assert not (tmp_path / "c.status.json").exists() and not (tmp_path / "c.json.gz").exists()
+
+
+CLIENT = ("import json, sys; from pathlib import Path; from attnprof.worker import run_in_worker; "
+          "run_in_worker(json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), 600, 20)")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_job_stops_its_capture(tmp_path, sig):
+    """A Snakemake job killed mid-capture: the capture stops with it, so the next job's capture
+    never overlaps it, and no status is left behind."""
+    pid_file = tmp_path / "child.pid"
+    sp = spec("naive", _test_sleep_s=120, _test_pid_file=str(pid_file))
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, json.dumps(sp), str(tmp_path / "t.json.gz"), str(tmp_path / "s.json")])
+    capture_pid = None
+    try:
+        capture_pid = wait_for_pid(pid_file)
+        client.send_signal(sig)
+        client.wait(timeout=10)
+        assert wait_gone(capture_pid, timeout=5), f"capture {capture_pid} outlived its job killed by {sig.name}"
+        assert not (tmp_path / "s.json").exists() and not (tmp_path / "t.json.gz").exists()
+        t0 = time.monotonic()
+        assert in_worker(tmp_path, spec("naive"))["status"] == "ok"  # the worker serves the next job
+        assert time.monotonic() - t0 < 120
+    finally:
+        for pid in (client.pid, capture_pid):
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        client.wait()
