@@ -37,13 +37,16 @@ MODES = ("process", "worker")
 COUNTS = ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward")
 
 
-def run_snakemake(config: str, mode: str, cores: int, target: str) -> dict:
-    """One from-scratch run of ``target`` for shape config ``config`` in design ``mode``."""
-    run = f"design_{config}_{mode}"
+def run_snakemake(config: str, mode: str, cores: int, target: str, rep: int = 0, variants: list[str] | None = None) -> dict:
+    """One from-scratch run of ``target`` for shape config ``config`` in design ``mode``
+    (repetition ``rep``: result set ``design_<config>_<mode>[_<rep>]``), optionally of
+    ``variants`` only."""
+    run = f"design_{config}_{mode}" + (f"_{rep}" if rep else "")
     shutil.rmtree(ROOT / "results" / run, ignore_errors=True)
     cmd = [sys.executable, "-m", "snakemake", "--cores", str(cores), target,
            "--configfile", str(ROOT / "benchmarks" / "configs" / f"{config}.yaml"),
-           "--config", f"run={run}", f"capture_mode={mode}"]
+           "--config", f"run={run}", f"capture_mode={mode}"] + (
+               [f"variants=[{','.join(variants)}]"] if variants else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -51,7 +54,7 @@ def run_snakemake(config: str, mode: str, cores: int, target: str) -> dict:
     (ROOT / "results" / run / "snakemake.log").write_text(proc.stdout + proc.stderr)
     print(f"[capture_design] {config} {mode}: {wall:.1f} s (exit {proc.returncode})", file=sys.stderr, flush=True)
     statuses = [json.loads(p.read_text()) for p in (ROOT / "results" / run).glob("captures/*/*/status.json")]
-    return {"config": config, "mode": mode, "run": run, "target": target, "cores": cores, "wall_s": round(wall, 2),
+    return {"config": config, "mode": mode, "rep": rep, "run": run, "target": target, "cores": cores, "wall_s": round(wall, 2),
             "exit": proc.returncode, "captures": len(statuses),
             "capture_spans_s": round(sum(s["finished_at"] - s["started_at"] for s in statuses if "finished_at" in s), 2)}
 
@@ -84,6 +87,29 @@ def compare(config: str) -> list[dict]:
     return rows
 
 
+def between_runs(config: str, reps: int) -> list[dict]:
+    """Per (shape, variant): the median device time per forward of every run of each design,
+    and the largest relative difference between two runs of the same design and between the
+    two designs (is a design difference larger than a rerun's?)."""
+    medians: dict[tuple, dict[str, list[float]]] = {}
+    for mode in MODES:
+        for rep in range(reps):
+            run = f"design_{config}_{mode}" + (f"_{rep}" if rep else "")
+            for r in pd.read_csv(ROOT / "results" / run / "summary.csv").to_dict("records"):
+                if not pd.isna(r.get("device_ms_per_forward")):
+                    medians.setdefault((r["shape_key"], r["variant"]), {}).setdefault(mode, []).append(
+                        float(r["device_ms_per_forward"]))
+    rows = []
+    for (shape, variant), by in medians.items():
+        def rel(a, b):
+            return abs(a - b) / min(a, b)
+        within = max((rel(a, b) for m in MODES for i, a in enumerate(by.get(m, [])) for b in by[m][i + 1:]), default=None)
+        across = max((rel(a, b) for a in by.get("process", []) for b in by.get("worker", [])), default=None)
+        rows.append({"shape_key": shape, "variant": variant, "device_ms": by,
+                     "max_rel_diff_same_design": within, "max_rel_diff_across_designs": across})
+    return rows
+
+
 def machine() -> dict:
     out = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count()}
     try:
@@ -107,14 +133,19 @@ def main() -> int:
     ap.add_argument("--target", default="html")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
                     help="designs to run; the numbers are compared only when both run")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per design, alternating (ABAB...)")
+    ap.add_argument("--variants", nargs="+", help="only these variants (default: the config's)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     runs, comparisons = [], {}
     for config in args.configs:
-        for mode in args.modes:
-            runs.append(run_snakemake(config, mode, args.cores, args.target))
+        for rep in range(args.repeat):
+            for mode in args.modes:
+                runs.append(run_snakemake(config, mode, args.cores, args.target, rep, args.variants))
         if len(args.modes) == len(MODES):
             comparisons[config] = compare(config)
+            if args.repeat > 1:
+                comparisons[f"{config}_between_runs"] = between_runs(config, args.repeat)
         result = summarise(runs, comparisons)
         args.out.write_text(json.dumps(result, indent=1) + "\n")  # after each config: a cut-short run keeps what it measured
     print(json.dumps({k: result[k] for k in ("runs", "process_over_worker_wall", "numbers_agree")}, indent=1))
@@ -125,9 +156,10 @@ def summarise(runs: list[dict], comparisons: dict) -> dict:
     configs = list(comparisons)  # those run in both designs
     speedups = {c: round(next(r["wall_s"] for r in runs if r["config"] == c and r["mode"] == "process")
                          / next(r["wall_s"] for r in runs if r["config"] == c and r["mode"] == "worker"), 2)
-                for c in configs}
+                for c in configs if not c.endswith("_between_runs")}
     agree = all(r["counts_identical"] and r.get("worker_median_in_process_spread", True)
-                and r.get("process_median_in_worker_spread", True) for rows in comparisons.values() for r in rows)
+                and r.get("process_median_in_worker_spread", True)
+                for c, rows in comparisons.items() if not c.endswith("_between_runs") for r in rows)
     return {"machine": machine(), "runs": runs, "process_over_worker_wall": speedups, "numbers_agree": agree,
             "comparison": comparisons}
 

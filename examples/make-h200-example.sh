@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # How examples/nvidia-h200_* was made: the default config on one H200 in one go (the capture
 # worker makes the 63 captures + calibration fit well inside a 10-minute machine lease), then
-# a tarball of the result set in $OUT. Before it, the study shape alone from scratch in the
-# worker design (issue 10's "study shape" row), into benchmarks/.
+# a tarball of the result set in $OUT. After it, the study shape alone from scratch in the
+# worker design (issue 10's "study shape" row).
 #
 #   bash examples/make-h200-example.sh
 #
@@ -18,7 +18,6 @@ fi
 run=$(python3 -c "import sys; sys.path.insert(0, 'src'); from attnprof.env import default_run_id, detect_gpu, torch_build; print(default_run_id('cuda', detect_gpu(), torch_build()))")
 echo "result set: results/$run"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-python3 benchmarks/capture_design.py --configs study --modes worker --cores 1 --out "$OUT/study_worker_h200.json" || true
 rm -rf "results/$run"
 start=$(date +%s.%N)
 set +e
@@ -30,4 +29,6 @@ python3 -c "import json, sys; json.dump({'target': 'html', 'cores': 16, 'wall_s'
 echo "snakemake exit: $rc, wall $(python3 -c "print(round($end - $start, 1))") s"
 tar czf "$OUT/sweep.tgz" "results/$run"
 gzip -f "$OUT/snakemake.log"
+# then the study shape alone from scratch in the worker design (issue 10's "study shape" row)
+python3 benchmarks/capture_design.py --configs study --modes worker --cores 1 --out "$OUT/study_worker_h200.json" || true
 ls -la "$OUT"
