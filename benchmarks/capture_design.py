@@ -53,6 +53,8 @@ def run_snakemake(config: str, mode: str, cores: int, target: str, rep: int = 0,
     (ROOT / "results" / run).mkdir(parents=True, exist_ok=True)
     (ROOT / "results" / run / "snakemake.log").write_text(proc.stdout + proc.stderr)
     print(f"[capture_design] {config} {mode}: {wall:.1f} s (exit {proc.returncode})", file=sys.stderr, flush=True)
+    if proc.returncode:
+        print((proc.stdout + proc.stderr)[-3000:], file=sys.stderr, flush=True)
     statuses = [json.loads(p.read_text()) for p in (ROOT / "results" / run).glob("captures/*/*/status.json")]
     return {"config": config, "mode": mode, "rep": rep, "run": run, "target": target, "cores": cores, "wall_s": round(wall, 2),
             "exit": proc.returncode, "captures": len(statuses),
