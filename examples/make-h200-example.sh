@@ -6,6 +6,11 @@
 #
 #   bash examples/make-h200-example.sh
 #
+# .whl/ holds the wheels Snakemake needs there (bash ../shared/device/make-wheels.sh) plus
+# msgspec, attnprof's trace reader, for Python 3.12:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 -d .whl msgspec
+#
 # The PDF is rendered elsewhere (no Pango on the GPU machine):
 #   snakemake --profile workflow/profiles/render results/<run>/report.pdf
 set -euo pipefail

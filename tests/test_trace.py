@@ -106,3 +106,145 @@ def test_unreadable_trace_raises(tmp_path):
     (tmp_path / "u.json").write_text("[]")
     with pytest.raises(TraceError):
         load_trace(tmp_path / "u.json")
+
+
+# --- the fast reader (issue 10): the same events, frames and errors as json.loads ---------------
+
+import copy  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import pickle  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from attnprof.tables import launch_api_table, op_table  # noqa: E402
+from attnprof.trace import GPU_ARG_KEYS, Trace, events_frame  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES_H200 = ROOT / "tests" / "fixtures" / "h200"
+H200_TRACES = sorted(FIXTURES_H200.glob("*/trace.json.gz"))
+CASE_TRACES = [p for p in sorted((ROOT / "tests" / "fixtures" / "cases").glob("*.json.gz")) if not p.name.startswith("b12")]
+EXAMPLE_TRACES = sorted(ROOT.glob("examples/*/captures/*/*/trace.json.gz"))
+
+
+def _json(path):
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _frames_and_tables(trace):
+    out = {}
+    for expect in (True, False):
+        frames = analyse_trace(trace, "attn_fwd", expect_gpu=expect)
+        out.update({(name, expect): f for name, f in frames.items()})
+        for table in (kernel_table, forward_table, launch_api_table, op_table):
+            out[(table.__name__, expect)] = table(frames, "v", "s")
+    return out
+
+
+def _assert_same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        pd.testing.assert_frame_equal(a[key], b[key], check_exact=True, obj=str(key))
+
+
+@pytest.mark.parametrize("path", H200_TRACES + CASE_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fast_reader_holds_every_complete_event_as_the_json_has_it(path):
+    """The columns against a plain-Python reading of the JSON, sharing no code with attnprof."""
+    trace = load_trace(path)
+    assert isinstance(trace, Trace)  # the fast reader took the file
+    frame = events_frame(trace)
+    want = []
+    for e in _json(path)["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        gpu = tuple(args.get(k) for k in GPU_ARG_KEYS) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") else None
+        want.append((e["name"], e["cat"], float(e["ts"]), float(e["dur"]), e["pid"], e["tid"], args.get("correlation"),
+                     args.get("External id"), gpu))
+    got = [(r.name, r.cat, r.ts, r.dur, r.pid, r.tid, None if pd.isna(r.correlation) else int(r.correlation),
+            None if pd.isna(r.external_id) else int(r.external_id), r.gpu_args) for r in frame.itertuples(index=False)]
+    assert got == want
+    assert [type(v) for row in got for v in row[4:6]] == [type(v) for row in want for v in row[4:6]]
+
+
+@pytest.mark.parametrize("path", H200_TRACES + CASE_TRACES + EXAMPLE_TRACES,
+                         ids=lambda p: "/".join(p.parts[-3:-1]) if p.name == "trace.json.gz" else p.name)
+def test_fast_reader_gives_the_frames_and_tables_of_json_loads(path):
+    """Every frame of analyse_trace and every table, from load_trace's columns and from the
+    dicts json.load gives (dtypes, values, order, index): identical."""
+    fast = load_trace(path)
+    assert isinstance(fast, Trace)
+    _assert_same(_frames_and_tables(fast), _frames_and_tables(_json(path)))
+
+
+def test_loaded_trace_is_the_json_object():
+    path = FIXTURES_H200 / "naive" / "trace.json.gz"
+    ref = _json(path)
+    trace = load_trace(path)
+    assert list(trace) == list(ref) and len(trace) == len(ref) and "traceEvents" in trace
+    assert trace.get("deviceProperties") == ref["deviceProperties"] and trace["schemaVersion"] == ref["schemaVersion"]
+    assert trace == ref and ref == trace and not (trace != ref)
+    assert json.dumps(trace) == json.dumps(ref) and dict(trace) == ref and {**trace} == ref
+    assert pickle.loads(pickle.dumps(load_trace(path))) == ref and copy.deepcopy(load_trace(path)) == ref
+    assert load_trace(path).get("traceEvents") == ref["traceEvents"] and dict(load_trace(path).items()) == ref
+    # once the list has been handed out it is what counts: a change to it shows in the tables
+    trace = load_trace(path)
+    before = forward_table(analyse_trace(trace, "attn_fwd", expect_gpu=True), "v", "s")
+    memset = next(e for e in trace["traceEvents"] if e.get("cat") == "gpu_memset")
+    trace["traceEvents"].remove(memset)
+    after = forward_table(analyse_trace(trace, "attn_fwd", expect_gpu=True), "v", "s")
+    assert before["complete"].all() and after["complete"].sum() == len(after) - 1
+    replaced = load_trace(path)
+    replaced["traceEvents"] = []
+    assert analyse_trace(replaced, "attn_fwd")["ranges"].empty
+
+
+def _naive_text(cat="kernel", **edits) -> str:
+    """The naive fixture's JSON with fields of its first event of category ``cat`` replaced
+    (``args_<key>``: a key of its args), as json.dumps writes it."""
+    trace = _json(FIXTURES_H200 / "naive" / "trace.json.gz")
+    event = next(e for e in trace["traceEvents"] if e.get("cat") == cat)
+    for key, value in edits.items():
+        if key.startswith("args_"):
+            event["args"][key[5:].replace("_", " ")] = value
+        else:
+            event[key] = value
+    return json.dumps(trace)
+
+
+@pytest.mark.parametrize("text", [
+    _naive_text(dur=float("nan")),                     # NaN literal: not JSON, but json.loads reads it
+    _naive_text(ts="5103853337216.943"),               # a number as a string
+    _naive_text(note="k\ud800"),                       # a lone surrogate, in a field the tables do not read
+    _naive_text(name=7),                               # a name that is not a string
+    _naive_text(args_correlation=175.0),               # a fractional-looking id
+    _naive_text(args_correlation=2**60),               # an id beyond float64's exact integers
+    _naive_text(args_correlation=True),
+    _naive_text("cpu_op", args=[1, 2]),                # args that are not an object
+], ids=["nan", "string_ts", "lone_surrogate", "int_name", "float_id", "huge_id", "bool_id", "list_args"])
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_files_the_fast_reader_does_not_take_read_as_json_loads_reads_them(tmp_path, text, suffix):
+    path = tmp_path / f"trace{suffix}"
+    path.write_bytes(gzip.compress(text.encode()) if suffix == ".json.gz" else text.encode())
+    trace = load_trace(path)
+    assert not isinstance(trace, Trace) and trace == json.loads(text)
+    _assert_same(_frames_and_tables(trace), _frames_and_tables(json.loads(text)))
+
+
+@pytest.mark.parametrize("content,cause", [
+    (b'{"traceEvents": [{"ph": "X", "skipped": "caf\xe9"}]}', "not UTF-8"),  # in a field the fast reader skips
+    (b'{"traceEvents": [{"ph": "X", "skipped": "a\x01b"}]}', "not valid JSON"),  # raw control character
+    (b'\xef\xbb\xbf{"traceEvents": []}', "not valid JSON"),  # a byte-order mark
+    (b'{"traceEvents": [{"ph": "X", "args": {"x": ' + b"[" * 100000 + b"]" * 100000 + b"}}]}", "JSON nested too deeply"),
+    (b'{"traceEvents": [{"ph": "X"}, 3, "x"]}', "2 of 3 events are not JSON objects"),
+    (b'{"traceEvents": {"ph": "X"}}', "no traceEvents list"),
+    (b'[{"traceEvents": []}]', "no traceEvents list"),
+    (b'{"traceEvents": [{"ph": "X"}]', "truncated trace: the JSON ends early"),
+], ids=["utf8_in_skipped_field", "control_char", "bom", "deep", "not_objects", "events_not_list", "top_not_object", "cut"])
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_unreadable_text_is_a_trace_error_naming_file_and_cause(tmp_path, content, cause, suffix):
+    path = tmp_path / f"trace{suffix}"
+    path.write_bytes(gzip.compress(content) if suffix == ".json.gz" else content)
+    with pytest.raises(TraceError, match=cause) as err:
+        load_trace(path)
+    assert str(err.value).startswith(f"{path}: ")

@@ -20,6 +20,8 @@ from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
 
 IDLE_S = 20
+# this session's own worker: another test session in the same checkout must not share it
+os.environ["ATTNPROF_WORKER_TAG"] = f"tests-{os.getpid()}"
 
 
 def in_worker(tmp_path, sp, name="c", timeout_s=300):

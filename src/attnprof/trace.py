@@ -23,16 +23,29 @@ launch whose correlation id has no kernel/memcpy/memset event) and can write GPU
 with impossible times (``ts`` 0, ``dur`` <= 0, a start before the launch call, an end long after the trace).
 Every launch is therefore matched to its GPU event, and every GPU event's times are
 checked (:data:`GPU_CATEGORIES`, :func:`gpu_events` column ``time_ok``).
+
+Reading (issue 10: a 311 MB trace in seconds and well under 1 GB): :func:`load_trace` decodes
+only the fields the tables read -- ph, name, cat, ts, dur, pid, tid and, of ``args``, the
+correlation and External ids, the device and the launch metadata -- with msgspec into typed
+structs, a batch of events at a time, and keeps them as columns, never as one dict per event;
+whatever that reader does not take as it is goes to the standard library's json, which gives
+the same tables (or the same :class:`TraceError`).
 """
 
 from __future__ import annotations
 
+import codecs
+import gc
 import gzip
+import io
 import json
+import operator
 import re
 import zlib
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -67,27 +80,70 @@ class TraceError(ValueError):
     """The file is not a readable torch.profiler Chrome trace."""
 
 
+#: Keys of a GPU event's ``args`` that :func:`gpu_events` reads, in the order of the
+#: ``gpu_args`` tuples of :func:`events_frame`.
+GPU_ARG_KEYS = ("device", "External id", *METADATA_ARGS)
+#: The columns of :func:`events_frame` that :func:`launches` and :func:`cpu_ops` keep.
+EVENT_COLUMNS = ["name", "cat", "ts", "dur", "pid", "tid", "end", "correlation", "external_id"]
+
+
 def load_trace(path: str | Path) -> dict:
-    """Load a Chrome trace, gzipped (``.gz``) or plain JSON, and return it as a dict.
+    """Load a Chrome trace, gzipped (``.gz``) or plain JSON, and return it as a dict: the
+    file's top-level JSON object, as :func:`json.loads` gives it.
 
     Raises :class:`TraceError`, whose message names the file and the cause, for every way
     the file can be unreadable: missing or unreadable file, a gzip stream cut short (an
     interrupted write), a corrupt gzip stream, JSON that ends early or is not JSON, text that
-    is not UTF-8, and JSON without a ``traceEvents`` list."""
+    is not UTF-8, JSON nested too deeply, JSON without a ``traceEvents`` list, and events that
+    are not JSON objects.
+
+    Two readers (issue 10). The fast one decodes the text with msgspec, a batch of events at
+    a time, into typed structs holding only the fields :func:`events_frame` reads, and keeps
+    them as columns; it returns a :class:`Trace`, which builds its ``traceEvents`` list only
+    when asked for it. A file the fast reader does not take as it is goes to the reference
+    reader (the standard library's json, every event a dict), which gives the same tables or
+    raises the TraceError: anything msgspec refuses (malformed JSON, NaN/Infinity, lone
+    surrogates, deep nesting), text that is not UTF-8, and fields whose types the columns do
+    not hold as they are (a string ``ts``, a non-string name, a fractional or boolean id, an id
+    of 2**53 or more...)."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    source, data = _read_file(path)
+    decoded = _decode_fast(data)
+    if decoded is None:
+        return _load_reference(data, path)
+    del data  # the text is freed before its columns become a frame
+    top, columns = decoded
+    return Trace(top, _frame_from_columns(columns), source, path.suffix == ".gz")
+
+
+def _read_file(path: Path) -> tuple[bytes, bytes | bytearray]:
+    """The file's bytes and its text's bytes (the gzip stream decompressed a chunk at a time
+    into one buffer; the same object for plain JSON)."""
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            text = fh.read()
+        source = path.read_bytes()
+        if path.suffix != ".gz":
+            return source, source
+        data = bytearray()
+        with gzip.GzipFile(fileobj=io.BytesIO(source), mode="rb") as fh:
+            while chunk := fh.read(1 << 24):
+                data += chunk
+        return source, data
     except EOFError as exc:
         raise TraceError(f"{path}: truncated trace: the gzip stream ends before its end-of-stream marker "
                          f"(an interrupted write?) ({exc})") from exc
     except (gzip.BadGzipFile, zlib.error) as exc:
         raise TraceError(f"{path}: corrupt gzip stream ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text ({exc})") from exc
     except OSError as exc:
         raise TraceError(f"{path}: cannot read the trace ({exc})") from exc
+
+
+def _load_reference(data: bytes | bytearray, path: Path) -> dict:
+    """The reference reader: the text as ``open(path, "rt", encoding="utf-8")`` reads it, then
+    :func:`json.loads`; a plain dict, every event a dict."""
+    try:
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc})") from exc
     try:
         trace = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -103,22 +159,257 @@ def load_trace(path: str | Path) -> dict:
     return trace
 
 
-def events_frame(trace: dict) -> pd.DataFrame:
-    """Complete (``ph == "X"``) events as a DataFrame with columns name, cat, ts, dur
-    (microseconds; NaN where missing or not a number), end, pid, tid, correlation,
-    external_id, args. Empty frame (same columns) when the trace holds none."""
-    rows = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+# --- the fast reader --------------------------------------------------------------------------
+
+#: What the fast reader keeps of an event's ``args``: ids (JSON integers, else the reference
+#: reader takes the file) and, as they are, the device and the launch metadata.
+_Args = msgspec.defstruct("_Args", [
+    ("correlation", int | None, None),
+    ("external_id", int | None, msgspec.field(default=None, name="External id")),
+    ("device", Any, None),
+    *((col, Any, msgspec.field(default=None, name=key)) for key, col in METADATA_ARGS.items()),
+], gc=False)
+_NO_ARGS = _Args()
+_gpu_arg_tuple = operator.attrgetter("device", "external_id", *METADATA_ARGS.values())  # GPU_ARG_KEYS order
+
+
+class _Event(msgspec.Struct, gc=False):
+    """What the fast reader keeps of an event (every other field is skipped unread)."""
+    ph: str | None = None
+    name: str | None = None
+    cat: str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    args: _Args | None = None
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENT = msgspec.json.Decoder(_Event)
+_BATCH = 1024  # events decoded at a time: few enough to stay in the CPU cache while their fields are read
+_EXACT_IDS = 2.0**53  # ids travel as float64 on their way to Int64: exact below this
+
+
+class _NotFast(Exception):
+    """The fast reader does not take this file as it is; the reference reader will."""
+
+
+def _is_utf8(data: bytes | bytearray) -> bool:
+    """Whether ``data`` is UTF-8 text, checked 16 MiB at a time."""
+    if data.isascii():
+        return True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    try:
+        for i in range(0, len(view), 1 << 24):
+            decoder.decode(view[i : i + (1 << 24)])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _decode_fast(data: bytes | bytearray) -> tuple[dict, dict] | None:
+    """The top-level object (every value but ``traceEvents`` decoded by :func:`json.loads`) and
+    the complete events' columns; None where the fast reader does not take the file."""
+    if not _is_utf8(data):  # msgspec checks the strings it decodes, not the ones it skips
+        return None
+    try:
+        top = _TOP.decode(data)
+        if "traceEvents" not in top:
+            return None
+        columns = _event_columns(_RAW_LIST.decode(top["traceEvents"]))
+        doc = {key: _LAZY if key == "traceEvents" else json.loads(bytes(raw).decode("utf-8")) for key, raw in top.items()}
+    except (msgspec.MsgspecError, ValueError, RecursionError, OverflowError, _NotFast):
+        return None
+    return doc, columns
+
+
+def _event_columns(raws: list) -> dict:
+    """Columns of the complete (``ph == "X"``) events among ``raws`` (each one event's JSON
+    text), decoded a batch at a time: name, cat, pid, tid as lists (equal strings and ids
+    shared; None where missing), ts, dur, correlation, external_id as float64 arrays (NaN
+    where missing), gpu as (row, tuple of the GPU_ARG_KEYS values) for kernel, memcpy and
+    memset events. The cyclic garbage collector is paused meanwhile: it would otherwise walk
+    the growing lists again and again, and nothing made here forms a cycle."""
+    decode = _EVENT.decode
+    share = {None: None}.setdefault
+    name, cat, pid, tid, gpu = [], [], [], [], []
+    ts, dur, corr, ext = [], [], [], []
+    rows = 0
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for start in range(0, len(raws), _BATCH):
+            xs = [e for e in map(decode, raws[start : start + _BATCH]) if e.ph == "X"]
+            cats = [share(e.cat, e.cat) for e in xs]
+            name += [share(e.name, e.name) for e in xs]
+            cat += cats
+            pid += [share(e.pid, e.pid) for e in xs]
+            tid += [share(e.tid, e.tid) for e in xs]
+            ts.append(np.array([e.ts for e in xs], dtype=float))
+            dur.append(np.array([e.dur for e in xs], dtype=float))
+            args = [_NO_ARGS if e.args is None else e.args for e in xs]
+            for out, ids in ((corr, [a.correlation for a in args]), (ext, [a.external_id for a in args])):
+                ids = np.array(ids, dtype=float)
+                if (np.abs(ids) >= _EXACT_IDS).any():
+                    raise _NotFast("an id too large for float64")
+                out.append(ids)
+            gpu += [(rows + i, _gpu_arg_tuple(args[i])) for i, c in enumerate(cats) if c in GPU_CATEGORIES]
+            rows += len(xs)
+    finally:
+        if collecting:
+            gc.enable()
+    return {"rows": rows, "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "correlation": corr, "external_id": ext, "gpu": gpu}
+
+
+def _frame_from_columns(columns: dict) -> pd.DataFrame:
+    """:func:`events_frame` of the fast reader's columns: the same frame as from the events'
+    dicts (:func:`_frame_from_dicts`)."""
+    if not columns["rows"]:
+        return _frame_from_dicts([])
+    df = pd.DataFrame({"name": columns["name"], "cat": columns["cat"], "ts": np.concatenate(columns["ts"]),
+                       "dur": np.concatenate(columns["dur"]), "pid": columns["pid"], "tid": columns["tid"]})
+    gpu_args = np.full(len(df), None, dtype=object)
+    for row, values in columns["gpu"]:
+        gpu_args[row] = values
+    return _finish_frame(df, pd.Series(np.concatenate(columns["correlation"])),
+                         pd.Series(np.concatenate(columns["external_id"])), gpu_args,
+                         names_as_read=None in columns["name"] or None in columns["cat"])
+
+
+def _frame_from_dicts(events: list) -> pd.DataFrame:
+    """:func:`events_frame` of a list of event dicts (the reference reader's, or anyone's)."""
+    rows = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
     cols = ["name", "cat", "ts", "dur", "pid", "tid", "args"]
     df = pd.DataFrame([{c: e.get(c) for c in cols} for e in rows], columns=cols)
-    df["name"] = df["name"].map(lambda n: n if isinstance(n, str) else "(no name)" if n is None else str(n))
-    df["cat"] = df["cat"].map(lambda c: c if isinstance(c, str) else None)
-    df["args"] = df["args"].apply(lambda a: a if isinstance(a, dict) else {})
+    args = df.pop("args").apply(lambda a: a if isinstance(a, dict) else {})
+    gpu_args = np.full(len(df), None, dtype=object)
+    for row, (c, a) in enumerate(zip((e.get("cat") for e in rows), args)):
+        if isinstance(c, str) and c in GPU_CATEGORIES:
+            gpu_args[row] = tuple(a.get(k) for k in GPU_ARG_KEYS)
+    return _finish_frame(df, args.apply(lambda a: a.get("correlation")), args.apply(lambda a: a.get("External id")),
+                         gpu_args)
+
+
+def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, gpu_args: np.ndarray,
+                  names_as_read: bool = True) -> pd.DataFrame:
+    """Both readers' last step: ``df`` holds the events' name, cat, ts, dur, pid, tid as read.
+    ``names_as_read`` False: every name and cat is a string (the fast reader's, when none is
+    missing), which the name and cat rules leave as they are."""
+    if names_as_read:
+        df["name"] = df["name"].map(lambda n: n if isinstance(n, str) else "(no name)" if n is None else str(n))
+        df["cat"] = df["cat"].map(lambda c: c if isinstance(c, str) else None)
     df["ts"] = pd.to_numeric(df["ts"], errors="coerce").astype(float)
     df["dur"] = pd.to_numeric(df["dur"], errors="coerce").astype(float)
     df["end"] = df["ts"] + df["dur"]
-    df["correlation"] = integer_ids(df["args"].apply(lambda a: a.get("correlation")))
-    df["external_id"] = integer_ids(df["args"].apply(lambda a: a.get("External id")))
+    df["correlation"] = integer_ids(correlation)
+    df["external_id"] = integer_ids(external_id)
+    df["gpu_args"] = gpu_args
     return df
+
+
+_LAZY = object()  # a Trace's "traceEvents" value until something asks for the list
+
+
+class Trace(dict):
+    """What :func:`load_trace`'s fast reader returns: the trace's top-level JSON object as a
+    dict, equal to what :func:`json.loads` gives, that also holds the complete events as
+    columns (:func:`events_frame` reads them). Its ``traceEvents`` list -- every event a dict,
+    as json.loads gives it -- is built from the file's bytes (kept, compressed as read) the
+    first time something reads it (``trace["traceEvents"]``, ``get``, ``items``, ``values``,
+    ``copy``, comparisons, pickling, ``json.dump``...); from then on the list is what counts
+    (the caller may change it) and events_frame reads it, like a plain dict's."""
+
+    __slots__ = ("_frame", "_source", "_gzipped")
+
+    def __init__(self, top: dict, frame: pd.DataFrame, source: bytes, gzipped: bool):
+        """``top``: the top-level object with :data:`_LAZY` for ``traceEvents``; ``frame``: its
+        events_frame; ``source``: the file's bytes, gzip-compressed when ``gzipped``."""
+        super().__init__(top)
+        self._frame, self._source, self._gzipped = frame, source, gzipped
+
+    def events_frame(self) -> pd.DataFrame | None:
+        """The columns read from the file while ``traceEvents`` has not been built; else None."""
+        return self._frame if dict.get(self, "traceEvents") is _LAZY else None
+
+    def _build(self) -> None:
+        if dict.get(self, "traceEvents") is _LAZY:
+            text = gzip.decompress(self._source) if self._gzipped else self._source
+            dict.__setitem__(self, "traceEvents", json.loads(text.decode("utf-8"))["traceEvents"])
+            self._frame = self._source = None
+
+    def __getitem__(self, key):
+        if key == "traceEvents":
+            self._build()
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def __iter__(self):  # defined so that dict(trace) and {**trace} go through __getitem__
+        return dict.__iter__(self)
+
+    def _built(self) -> Trace:
+        self._build()
+        return self
+
+    def items(self):
+        return dict.items(self._built())
+
+    def values(self):
+        return dict.values(self._built())
+
+    def copy(self) -> dict:
+        return dict(self._built())
+
+    def pop(self, *args):
+        return dict.pop(self._built(), *args)
+
+    def popitem(self):
+        return dict.popitem(self._built())
+
+    def setdefault(self, key, default=None):
+        return dict.setdefault(self._built(), key, default)
+
+    def __eq__(self, other):
+        if isinstance(other, Trace):
+            other._build()
+        return dict.__eq__(self._built(), other)
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __or__(self, other):
+        return dict.__or__(self._built(), other)
+
+    def __ror__(self, other):
+        return dict.__ror__(self._built(), other)
+
+    def __repr__(self) -> str:
+        return dict.__repr__(self._built())
+
+    def __reduce_ex__(self, protocol):
+        self._build()
+        return dict, (dict(self),)
+
+
+def events_frame(trace: dict) -> pd.DataFrame:
+    """Complete (``ph == "X"``) events as a DataFrame with columns name, cat, ts, dur
+    (microseconds; NaN where missing or not a number), pid, tid, end, correlation,
+    external_id and gpu_args: for kernel, memcpy and memset events the tuple of their
+    ``args`` values of :data:`GPU_ARG_KEYS` (None where missing), None for the other events
+    (the events' other ``args`` are not kept). Empty frame (same columns) when the trace holds
+    none. A :class:`Trace` gives the columns its fast reader read; any other dict, its
+    ``traceEvents`` dicts."""
+    frame = trace.events_frame() if isinstance(trace, Trace) else None
+    if frame is not None:
+        return frame.copy(deep=False)
+    return _frame_from_dicts(trace["traceEvents"])
 
 
 def integer_ids(values: pd.Series) -> pd.Series:
@@ -171,14 +462,14 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
 
 def launches(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """CUDA runtime and driver API calls with the forward they ran in (-1: outside any)."""
-    api = events[events["cat"].isin(LAUNCH_CATEGORIES)].copy()
+    api = events.loc[events["cat"].isin(LAUNCH_CATEGORIES), EVENT_COLUMNS].copy()
     api["forward"] = assign_forward(api["ts"], api["tid"], ranges)
     return api
 
 
 def cpu_ops(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """aten ops (``cpu_op``) with the forward they ran in (-1: outside any)."""
-    ops = events[events["cat"] == "cpu_op"].copy()
+    ops = events.loc[events["cat"] == "cpu_op", EVENT_COLUMNS].copy()
     ops["forward"] = assign_forward(ops["ts"], ops["tid"], ranges)
     return ops
 
@@ -200,9 +491,10 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     carries none)."""
     gpu = events[events["cat"].isin(GPU_CATEGORIES)].copy()
     gpu["category"] = gpu["cat"].map(GPU_CATEGORIES)
-    gpu["device"] = integer_ids(gpu["args"].apply(lambda a: a.get("device")))
+    arg = {key: i for i, key in enumerate(GPU_ARG_KEYS)}  # position in the gpu_args tuples
+    gpu["device"] = integer_ids(gpu["gpu_args"].apply(lambda a: a[arg["device"]]))
     for key, col in METADATA_ARGS.items():
-        gpu[col] = gpu["args"].apply(lambda a, k=key: a.get(k))
+        gpu[col] = gpu["gpu_args"].apply(lambda a, i=arg[key]: a[i])
     for col in ("grid", "block"):
         gpu[col] = gpu[col].apply(lambda g: "x".join(str(int(x)) for x in g) if isinstance(g, list) else None)
     api = launches(events, ranges)[["correlation", "name", "forward", "external_id", "ts"]]
@@ -222,7 +514,7 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     gpu["orphan_forward"] = -1
     orphan = gpu["launch_api"].isna()
     if orphan.any() and len(ops):
-        own_ext = integer_ids(gpu.loc[orphan, "args"].apply(lambda a: a.get("External id")))
+        own_ext = integer_ids(gpu.loc[orphan, "gpu_args"].apply(lambda a: a[arg["External id"]]))
         fwd = assign_forward(own_ext.map(ops["ts"]).astype(float), own_ext.map(ops["tid"]), ranges)
         gpu.loc[orphan, "orphan_forward"] = fwd.values
     op_by_id = ops["name"]

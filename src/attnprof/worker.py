@@ -74,7 +74,8 @@ from .variants import Shape
 #: Modules whose code runs inside the capture process: an edit starts a new worker.
 CODE_MODULES = ("capture", "variants", "tables", "trace", "env", "worker")
 #: Environment variables that change what the capture process measures.
-_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "CUBLAS_", "CUDNN_", "NCCL_", "KINETO_")
+#: (ATTNPROF_WORKER_TAG, unused otherwise, keeps workers apart, e.g. two test sessions in one checkout.)
+_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "CUBLAS_", "CUDNN_", "NCCL_", "KINETO_", "ATTNPROF_WORKER_TAG")
 #: What :func:`call_in_worker` may run besides captures.
 CALLS = frozenset({"attnprof.env:capture_environment", "attnprof.calibrate:calibrate"})
 #: Seconds a client waits for a supervisor it started to listen.
