@@ -12,7 +12,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2
 PAGE_NUMBER = re.compile(r"^\d+ / \d+$")
 
 
-def pdf_problems(pdf_path: Path, html_path: Path, dpi: int) -> list[str]:
+def pdf_problems(pdf_path: Path, html_path: Path, dpi: int, document: bool = True) -> list[str]:
     """Everything a reader would stumble on that can be read from the PDF itself; [] when none.
 
     - a page whose only content is a heading (one text line besides the page number, no image), or
@@ -21,7 +21,8 @@ def pdf_problems(pdf_path: Path, html_path: Path, dpi: int) -> list[str]:
     - text under 7 pt;
     - fewer images than the HTML has figures; a figure printed at under 90 % of the size it was drawn
       for (its text would shrink under matplotlib's 7.5 pt);
-    - no outline (PDF bookmarks) or a table of contents without page numbers."""
+    - (``document``: a report with contents) no outline (PDF bookmarks) or a table of contents
+      without page numbers."""
     problems = []
     html = html_path.read_text()
     n_figures = html.count("<img ")
@@ -58,9 +59,9 @@ def pdf_problems(pdf_path: Path, html_path: Path, dpi: int) -> list[str]:
         toc_text = pdf.pages[0].extract_text() or ""
     if n_images < n_figures:
         problems.append(f"{n_images} images in the PDF, {n_figures} figures in the HTML")
-    if not outline:
+    if document and not outline:
         problems.append("no PDF outline (bookmarks)")
-    if not re.search(r"(At the study's shape|Summary).*\d+\s*$", toc_text, re.M):
+    if document and not re.search(r"(At the study's shape|Summary).*\d+\s*$", toc_text, re.M):
         problems.append("table of contents without page numbers")
     return sorted(set(problems))
 
@@ -81,3 +82,12 @@ def test_committed_h200_pdf_has_every_shape_and_the_timeline():
         assert f"Shape {shape}" in text, shape
     assert "Kernel timeline" in text and "In brief" in first and "Contents" in first
     assert "report.html" in text  # the PDF says where the per-shape detail it leaves out is
+
+
+COMPARE = EXAMPLE.parent / "compare_h200_process_vs_worker"
+
+
+@pytest.mark.skipif(not (COMPARE / "compare.pdf").exists(), reason="no committed compare example")
+def test_committed_compare_pdf_reads_cleanly():
+    """No text running into the next cell (the ratio under the verdict badge), nothing under 7 pt."""
+    assert pdf_problems(COMPARE / "compare.pdf", COMPARE / "compare.html", 110, document=False) == []
