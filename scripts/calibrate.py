@@ -1,11 +1,12 @@
 """Snakemake script: calibration.json (rule calibrate). Logic: attnprof.calibrate."""
-import contextlib
-import json
-from pathlib import Path
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-p = sm.params
-with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
+with script_log(sm.log[0]) as log:
+    import json
+    from pathlib import Path
+
+    p = sm.params
     if p.mode == "worker":  # on the device the captures use, in the same warm process
         from attnprof.worker import call_in_worker
 

@@ -1,13 +1,13 @@
 """Snakemake script: one capture (rule capture). Logic: attnprof.capture, attnprof.worker."""
-import contextlib
-from pathlib import Path
-
-from attnprof.capture import CaptureInterrupted, run_isolated
-from attnprof.variants import Shape
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-p = sm.params
-with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
+with script_log(sm.log[0]) as log:
+    from pathlib import Path
+    from attnprof.capture import CaptureInterrupted, run_isolated
+    from attnprof.variants import Shape
+
+    p = sm.params
     spec = {
         "variant": sm.wildcards.variant,
         "shape": Shape.from_key(sm.wildcards.shape).as_dict(),

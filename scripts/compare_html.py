@@ -1,12 +1,13 @@
 """Snakemake script: compare.html (rule compare_html). Logic: attnprof.report."""
-import json
-from pathlib import Path
-
-from attnprof.report import render_html
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-doc = json.loads(Path(sm.input.json).read_text())
-html = render_html({"cmp": doc, "css": Path(sm.input.css).read_text()}, Path(sm.input.template).parent, Path(sm.input.template).name)
-Path(sm.output[0]).write_text(html)
-with open(sm.log[0], "w") as log:
+with script_log(sm.log[0]) as log:
+    import json
+    from pathlib import Path
+    from attnprof.report import render_html
+
+    doc = json.loads(Path(sm.input.json).read_text())
+    html = render_html({"cmp": doc, "css": Path(sm.input.css).read_text()}, Path(sm.input.template).parent, Path(sm.input.template).name)
+    Path(sm.output[0]).write_text(html)
     print(f"{len(doc['pairs'])} comparisons rendered", file=log)

@@ -1,11 +1,12 @@
 """Snakemake script: env.json (rule environment). Logic: attnprof.env."""
-import contextlib
-import json
-from pathlib import Path
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-p = sm.params
-with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
+with script_log(sm.log[0]) as log:
+    import json
+    from pathlib import Path
+
+    p = sm.params
     if p.mode == "worker":  # torch is imported and the device is up there already
         from attnprof.worker import call_in_worker
 

@@ -2,24 +2,26 @@
 
 The trace is read first: an unreadable trace raises TraceError (naming the file and the
 cause) before any table is written."""
-import json
-
-from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
-from attnprof.trace import device_properties, load_trace
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-variant, shape = sm.wildcards.variant, sm.wildcards.shape
-status = json.loads(open(sm.input.status).read())
-trace = load_trace(sm.input.trace)
-frames = analyse_trace(trace, sm.params.range_name, expect_gpu=status.get("device") == "cuda")
-comp = frames["completeness"]
-with open(sm.log[0], "w") as log:
+with script_log(sm.log[0]) as log:
+    import json
+    from pathlib import Path
+    from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
+    from attnprof.trace import device_properties, load_trace
+
+    variant, shape = sm.wildcards.variant, sm.wildcards.shape
+    status = json.loads(Path(sm.input.status).read_text())
+    trace = load_trace(sm.input.trace)
+    frames = analyse_trace(trace, sm.params.range_name, expect_gpu=status.get("device") == "cuda")
+    comp = frames["completeness"]
     print(f"{variant} {shape}: status {status['status']}, {len(frames['ranges'])} forwards "
           f"({int(comp['complete'].sum())} complete, {int(comp['timing_complete'].sum())} with valid GPU times), "
           f"{len(frames['gpu'])} GPU events", file=log)
-kernel_table(frames, variant, shape).to_csv(sm.output.kernels, index=False)
-forward_table(frames, variant, shape).to_csv(sm.output.forwards, index=False)
-launch_api_table(frames, variant, shape).to_csv(sm.output.launches, index=False)
-op_table(frames, variant, shape).to_csv(sm.output.ops, index=False)
-with open(sm.output.device, "w") as fh:
-    json.dump(device_properties(trace), fh, indent=2, sort_keys=True)
+    kernel_table(frames, variant, shape).to_csv(sm.output.kernels, index=False)
+    forward_table(frames, variant, shape).to_csv(sm.output.forwards, index=False)
+    launch_api_table(frames, variant, shape).to_csv(sm.output.launches, index=False)
+    op_table(frames, variant, shape).to_csv(sm.output.ops, index=False)
+    with open(sm.output.device, "w") as fh:
+        json.dump(device_properties(trace), fh, indent=2, sort_keys=True)

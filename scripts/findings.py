@@ -1,29 +1,30 @@
 """Snakemake script: findings.json (rule findings). Logic: attnprof.findings."""
-import json
-
-import jsonschema
-import pandas as pd
-import yaml
-
-from attnprof.findings import compute, load_run_data
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-summary = pd.read_csv(sm.input.summary)
-kernels = pd.read_csv(sm.input.kernels)
-launches = [pd.read_csv(p) for p in sm.input.launches]
-ops = [pd.read_csv(p) for p in sm.input.ops]
-statuses = [json.loads(open(p).read()) for p in sm.input.status]
-# every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
-devices = list({p["id"]: p for f in sm.input.device for p in json.loads(open(f).read()) or [] if "id" in p}.values())
-expectations = yaml.safe_load(open(sm.input.expectations))
-shapes = []
-for shape_key in dict.fromkeys(summary["shape_key"]):
-    data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, devices)
-    shapes.append(compute(data, expectations))
-doc = json.loads(json.dumps({"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}, default=str))
-jsonschema.validate(doc, json.loads(open(sm.input.schema).read()))
-with open(sm.output[0], "w") as fh:
-    json.dump(doc, fh, indent=2, default=str)
-with open(sm.log[0], "w") as log:
+with script_log(sm.log[0]) as log:
+    import json
+    from pathlib import Path
+    import jsonschema
+    import pandas as pd
+    import yaml
+    from attnprof.findings import compute, load_run_data
+
+    summary = pd.read_csv(sm.input.summary)
+    kernels = pd.read_csv(sm.input.kernels)
+    launches = [pd.read_csv(p) for p in sm.input.launches]
+    ops = [pd.read_csv(p) for p in sm.input.ops]
+    statuses = [json.loads(Path(p).read_text()) for p in sm.input.status]
+    # every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
+    devices = list({p["id"]: p for f in sm.input.device for p in json.loads(Path(f).read_text()) or [] if "id" in p}.values())
+    expectations = yaml.safe_load(Path(sm.input.expectations).read_text())
+    shapes = []
+    for shape_key in dict.fromkeys(summary["shape_key"]):
+        data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, devices)
+        shapes.append(compute(data, expectations))
+    doc = json.loads(json.dumps({"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}, default=str))
+    jsonschema.validate(doc, json.loads(Path(sm.input.schema).read_text()))
+    with open(sm.output[0], "w") as fh:
+        json.dump(doc, fh, indent=2, default=str)
     for s in shapes:
         print(f"{s['shape_key']}: {len(s['findings'])} findings, {len(s['expectations'])} expectation checks", file=log)

@@ -1,36 +1,36 @@
 """Snakemake script: report.html (rule report_html). Logic: attnprof.report."""
-import json
-from pathlib import Path
-
-import pandas as pd
-import yaml
-
-from attnprof.report import build_context, render_html
-from attnprof.tables import concat_tables
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-plots: dict = {}
-run_plots = {}
-for p in map(Path, sm.input.plots):
-    if p.parent.name == "plots":  # run-wide: scaling and roofline
-        run_plots[p.stem] = p
-    else:
-        plots.setdefault(p.parent.name, {})[p.stem] = p
-launches = [pd.read_csv(p) for p in sm.input.launches]
-launches = concat_tables(launches)
-context = build_context(
-    run=sm.wildcards.run,
-    summary=pd.read_csv(sm.input.summary),
-    kernels=pd.read_csv(sm.input.kernels),
-    launches=launches,
-    findings=json.loads(Path(sm.input.findings).read_text()),
-    env=json.loads(Path(sm.input.env).read_text()),
-    expectations=yaml.safe_load(Path(sm.input.expectations).read_text()),
-    plots=plots,
-    run_plots=run_plots,
-    calibration=json.loads(Path(sm.input.calibration).read_text()),
-    css=Path(sm.input.css).read_text(),
-)
-Path(sm.output[0]).write_text(render_html(context, Path(sm.input.template).parent, Path(sm.input.template).name))
-with open(sm.log[0], "w") as log:
+with script_log(sm.log[0]) as log:
+    import json
+    from pathlib import Path
+    import pandas as pd
+    import yaml
+    from attnprof.report import build_context, render_html
+    from attnprof.tables import concat_tables
+
+    plots: dict = {}
+    run_plots = {}
+    for p in map(Path, sm.input.plots):
+        if p.parent.name == "plots":  # run-wide: scaling and roofline
+            run_plots[p.stem] = p
+        else:
+            plots.setdefault(p.parent.name, {})[p.stem] = p
+    launches = [pd.read_csv(p) for p in sm.input.launches]
+    launches = concat_tables(launches)
+    context = build_context(
+        run=sm.wildcards.run,
+        summary=pd.read_csv(sm.input.summary),
+        kernels=pd.read_csv(sm.input.kernels),
+        launches=launches,
+        findings=json.loads(Path(sm.input.findings).read_text()),
+        env=json.loads(Path(sm.input.env).read_text()),
+        expectations=yaml.safe_load(Path(sm.input.expectations).read_text()),
+        plots=plots,
+        run_plots=run_plots,
+        calibration=json.loads(Path(sm.input.calibration).read_text()),
+        css=Path(sm.input.css).read_text(),
+    )
+    Path(sm.output[0]).write_text(render_html(context, Path(sm.input.template).parent, Path(sm.input.template).name))
     print(f"{len(context['shapes'])} shapes rendered", file=log)

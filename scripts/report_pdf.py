@@ -1,7 +1,9 @@
 """Snakemake script: report.pdf from report.html (rule report_pdf). Logic: attnprof.report."""
-from attnprof.report import render_pdf
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-render_pdf(sm.input.html, sm.output[0])
-with open(sm.log[0], "w") as log:
+with script_log(sm.log[0]) as log:
+    from attnprof.report import render_pdf
+
+    render_pdf(sm.input.html, sm.output[0])
     print(f"wrote {sm.output[0]}", file=log)

@@ -1,15 +1,17 @@
 """Snakemake script: the kernel timeline of one shape (rule timeline). Logic: attnprof.plots.timeline."""
-import json
-
-from attnprof.plots import timeline
-from attnprof.tables import analyse_trace, forward_table
-from attnprof.trace import load_trace
+from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
-captures = []
-with open(sm.log[0], "w") as log:
+with script_log(sm.log[0]) as log:
+    import json
+    from pathlib import Path
+    from attnprof.plots import timeline
+    from attnprof.tables import analyse_trace, forward_table
+    from attnprof.trace import load_trace
+
+    captures = []
     for status_path, trace_path in zip(sm.input.status, sm.input.traces):
-        status = json.loads(open(status_path).read())
+        status = json.loads(Path(status_path).read_text())
         cap = {"variant": status["variant"], "status": status["status"]}
         if status["status"] == "ok":
             frames = analyse_trace(load_trace(trace_path), sm.params.range_name, expect_gpu=status.get("device") == "cuda")

@@ -286,7 +286,8 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title("Roofline (marker size grows with seq_len)" + ("" if drew else ": no calibration"))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    if ax.get_legend_handles_labels()[0]:  # a CPU run draws no points
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     _save(fig, path, dpi)
 
 

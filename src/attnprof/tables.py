@@ -248,7 +248,7 @@ def forward_groups(forwards: pd.DataFrame) -> list[dict]:
     fw = forwards[forwards["complete"].astype(bool)]
     if "signature" not in fw:
         fw = fw.assign(signature="")
-    fw = fw.assign(signature=fw["signature"].fillna("").astype(str))
+    fw = fw.assign(signature=fw["signature"].astype(object).fillna("").astype(str))  # all-NaN on a CPU run
     groups = []
     for (kern, mcp, mst, sig), g in fw.groupby(["kernels", "memcpy", "memset", "signature"]):
         timed = g[g["timing_complete"].astype(bool)]["device_us"]
