@@ -11,7 +11,22 @@ min_version("9.11")
 configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# --config hands nested values over as text ('plots={dpi: 150}' gives dpi '150'): read them as
+# the schema's types before validating; say how to use --configfile when validation fails.
+import sys
+
+import yaml
+from snakemake.exceptions import WorkflowError
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from attnprof.config import CONFIGFILE_HINT, coerce_to_schema
+
+_SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+config.update(coerce_to_schema(dict(config), yaml.safe_load(_SCHEMA.read_text())))
+try:
+    validate(config, str(_SCHEMA))
+except WorkflowError as exc:
+    raise WorkflowError(f"{exc}\n{CONFIGFILE_HINT}") from None
 
 
 include: "workflow/rules/common.smk"

@@ -7,6 +7,7 @@ from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
+from attnprof.config import subset_message
 from attnprof.env import default_run_id, detect_gpu, torch_build
 from attnprof.variants import expand_shapes, variant_fingerprint
 
@@ -35,6 +36,21 @@ RUN = (
 RUN_DIR = f"results/{RUN}"
 SHAPES = [s.key for s in expand_shapes(config["shapes"][DEVICE])]
 VARIANTS = list(config["variants"])
+# A config with fewer shapes or variants than the result set it would write into must not
+# silently replace that result set's report with a partial one.
+if Path(RUN_DIR, "env.json").exists():
+    _recorded = json.loads(Path(RUN_DIR, "env.json").read_text())
+    _cfg = _recorded.get("config", {})
+    if _recorded.get("device") == DEVICE and "variants" in _cfg and "shapes" in _cfg:
+        _why = subset_message(
+            RUN_DIR,
+            SHAPES,
+            VARIANTS,
+            [s.key for s in expand_shapes(_cfg["shapes"][DEVICE])],
+            list(_cfg["variants"]),
+        )
+        if _why:
+            raise WorkflowError(_why)
 PKG = Path(workflow.basedir) / "src" / "attnprof"
 REPORT_DIR = Path(workflow.basedir) / "report"
 PLOT_NAMES = ["device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device"]

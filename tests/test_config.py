@@ -1,0 +1,60 @@
+"""Configuration read at parse time: --config's text values typed by the schema, partial configs refused."""
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from attnprof.config import coerce_to_schema, subset_message
+
+SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
+DEFAULTS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/config.yaml").read_text())
+
+
+def test_nested_command_line_values_get_the_schemas_types():
+    # what Snakemake makes of --config 'plots={dpi: 150, top_kernels: 6}' run=2024 'timing={repeats: 7, input_sets: 2}'
+    given = {**DEFAULTS, "run": "2024", "plots": {"dpi": "150", "top_kernels": "6"},
+             "timing": {"repeats": "7", "input_sets": "2"}, "capture_timeout_s": "12.5",
+             "shapes": {**DEFAULTS["shapes"], "cpu": {"batch": ["1"], "heads": [2], "seq_len": "[64, 128]", "head_dim": [8],
+                                                       "dtype": ["fp32"], "causal": ["true"]}}}
+    typed = coerce_to_schema(given, SCHEMA)
+    assert typed["plots"] == {"dpi": 150, "top_kernels": 6} and typed["timing"] == {"repeats": 7, "input_sets": 2}
+    assert typed["capture_timeout_s"] == 12.5
+    assert typed["run"] == "2024"  # a string where the schema wants one stays a string
+    assert typed["shapes"]["cpu"]["seq_len"] == [64, 128] and typed["shapes"]["cpu"]["batch"] == [1]
+    assert typed["shapes"]["cpu"]["causal"] == [True] and typed["shapes"]["cpu"]["dtype"] == ["fp32"]
+    jsonschema.validate(typed, SCHEMA)
+    assert given["plots"]["dpi"] == "150"  # the input is not changed in place
+
+
+def test_text_that_is_not_a_number_is_left_for_the_validator():
+    typed = coerce_to_schema({**DEFAULTS, "plots": {"dpi": "abc", "top_kernels": 6}}, SCHEMA)
+    assert typed["plots"]["dpi"] == "abc"
+
+
+def test_a_partial_config_may_not_replace_a_fuller_result_set():
+    assert subset_message("results/r", ["s1", "s2"], ["a", "b"], ["s1"], ["a", "b"]) is None  # a point added
+    why = subset_message("results/r", ["s1"], ["b"], ["s1", "s2"], ["a", "b"])
+    assert "variants ['a']" in why and "shapes ['s2']" in why and "--config run=" in why
+
+
+def test_configuration_doc_is_generated_from_the_schema():
+    """docs/configuration.md is what `python -m attnprof.config` writes now: every schema key, with its
+    description and the shipped default (regenerate it after a schema or default change)."""
+    from attnprof.config import configuration_markdown
+
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "docs/configuration.md").read_text() == configuration_markdown(SCHEMA, DEFAULTS)
+    doc = (root / "docs/configuration.md").read_text()
+    for key in ("plots.dpi", "timing.budget_s", "capture_mode", "profiler.schedule.active", "compare.noise_floor"):
+        assert f"| `{key}` |" in doc
+    assert "| `plots.dpi` | integer | 110 |" in doc  # the shipped default, from config/config.yaml
+
+
+def test_a_key_without_description_is_an_error():
+    import pytest
+
+    from attnprof.config import configuration_markdown
+
+    bare = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    with pytest.raises(ValueError, match="'x' has no description"):
+        configuration_markdown(bare, {"x": 1})
