@@ -14,7 +14,9 @@ with script_log(sm.log[0]) as log:
     variant, shape = sm.wildcards.variant, sm.wildcards.shape
     status = json.loads(Path(sm.input.status).read_text())
     trace = load_trace(sm.input.trace)
-    frames = analyse_trace(trace, sm.params.range_name, expect_gpu=status.get("device") == "cuda")
+    # the range name the capture used (its own record), else the config's
+    range_name = status.get("range_name") or sm.params.range_name
+    frames = analyse_trace(trace, range_name, expect_gpu=status.get("device") == "cuda")
     comp = frames["completeness"]
     print(f"{variant} {shape}: status {status['status']}, {len(frames['ranges'])} forwards "
           f"({int(comp['complete'].sum())} complete, {int(comp['timing_complete'].sum())} with valid GPU times), "

@@ -14,7 +14,8 @@ with script_log(sm.log[0]) as log:
         status = json.loads(Path(status_path).read_text())
         cap = {"variant": status["variant"], "status": status["status"]}
         if status["status"] == "ok":
-            frames = analyse_trace(load_trace(trace_path), sm.params.range_name, expect_gpu=status.get("device") == "cuda")
+            range_name = status.get("range_name") or sm.params.range_name  # the capture's own record first
+            frames = analyse_trace(load_trace(trace_path), range_name, expect_gpu=status.get("device") == "cuda")
             cap.update(frames=frames, forwards=forward_table(frames, status["variant"], status["shape_key"]))
         captures.append(cap)
         print(f"{status['variant']}: {status['status']}", file=log)

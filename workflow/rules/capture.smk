@@ -4,6 +4,8 @@
 
 
 rule capture:
+    wildcard_constraints:
+        run=THIS_RUN,
     """Warm up, trace the forwards with torch.profiler, check against float64, time."""
     input:
         code("capture", "worker"),
@@ -36,6 +38,8 @@ rule capture:
 
 
 rule environment:
+    wildcard_constraints:
+        run=THIS_RUN,
     """GPU, driver, torch, CUDA, cuDNN, Python and Snakemake versions, and the config."""
     input:
         code("env", "worker"),
@@ -60,6 +64,8 @@ rule environment:
 
 
 rule calibrate:
+    wildcard_constraints:
+        run=THIS_RUN,
     """Measured GEMM TFLOP/s and copy bandwidth of the device, once per run."""
     input:
         code("calibrate", "worker"),
@@ -80,3 +86,33 @@ rule calibrate:
         worker_idle_s=config["capture_worker_idle_s"],
     script:
         "../../scripts/calibrate.py"
+
+
+# A result set that is not the current one is never captured into here (see common.smk).
+# Its output is the status only: Snakemake deletes a job's outputs before running it, and the
+# trace of a result set captured elsewhere is primary data that must survive the refusal.
+rule capture_elsewhere:
+    wildcard_constraints:
+        run=OTHER_RUN,
+    output:
+        status="results/{run}/captures/{shape}/{variant}/status.json",
+    run:
+        raise WorkflowError(captured_elsewhere(wildcards.run))
+
+
+rule environment_elsewhere:
+    wildcard_constraints:
+        run=OTHER_RUN,
+    output:
+        "results/{run}/env.json",
+    run:
+        raise WorkflowError(captured_elsewhere(wildcards.run))
+
+
+rule calibrate_elsewhere:
+    wildcard_constraints:
+        run=OTHER_RUN,
+    output:
+        "results/{run}/calibration.json",
+    run:
+        raise WorkflowError(captured_elsewhere(wildcards.run))

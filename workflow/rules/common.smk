@@ -1,5 +1,6 @@
 # Shared names: device, run id, shapes and the code/template files each stage depends on.
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -51,11 +52,24 @@ if Path(RUN_DIR, "env.json").exists():
         )
         if _why:
             raise WorkflowError(_why)
-PKG = Path(workflow.basedir) / "src" / "attnprof"
-REPORT_DIR = Path(workflow.basedir) / "report"
+
+
+def rel(path) -> str:
+    """``path`` relative to the working directory when it lies inside it (the usual case: the
+    repository is the working directory), so that recorded inputs do not name this checkout's
+    location and a copied workspace is up to date where it lands; else absolute."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+PKG = Path(rel(Path(workflow.basedir) / "src" / "attnprof"))
+REPORT_DIR = Path(rel(Path(workflow.basedir) / "report"))
 PLOT_NAMES = ["device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device"]
 SCALING_PLOT_NAMES = ["scaling_time", "scaling_tflops", "scaling_memory", "roofline"]
-EXPECTATIONS = str(Path(workflow.basedir) / "config" / "expectations.yaml")
+EXPECTATIONS = rel(Path(workflow.basedir) / "config" / "expectations.yaml")
 
 # GPU captures never overlap, whatever --cores says: every capture job takes one unit
 # of the global 'capture' resource (and of 'gpu' on CUDA), and there is one of each
@@ -74,6 +88,25 @@ wildcard_constraints:
 def code(*modules):
     """Package modules a stage runs: declared as inputs so that a code change reruns it."""
     return [str(PKG / f"{m}.py") for m in modules]
+
+
+# Only the current result set is captured here: the capture stages match results/<RUN>/ only,
+# and a capture-stage output of any other result set (copied from a GPU node, an example,
+# another config's run) is never recaptured or relabelled with this machine's environment;
+# if it is missing, the *_elsewhere rules fail with captured_elsewhere()'s message.
+THIS_RUN = re.escape(RUN)
+OTHER_RUN = rf"(?!{re.escape(RUN)}/)[^/]+"
+
+
+def captured_elsewhere(run) -> str:
+    """Why a capture-stage output of result set ``run`` (not the current one) cannot be made
+    here, and the command that re-renders that result set instead."""
+    return (
+        f"results/{run} is not this configuration's result set (results/{RUN}); it was captured elsewhere "
+        f"or with another config, and this machine must not add captures to it or relabel it. Re-render it "
+        f"from its traces: snakemake --profile workflow/profiles/render results/{run}/report.pdf "
+        f"(or pass --config run={run} with that result set's own config to capture into it here)."
+    )
 
 
 def grid(run):

@@ -1,0 +1,71 @@
+"""Result sets travel: a result set captured elsewhere (the committed H200 example, on a machine
+without its GPU) is re-rendered, never recaptured or relabelled, by any target."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
+EXAMPLE = ROOT / "examples" / RUN
+SHAPE, VARIANT = "b8_h16_s1024_d64_bf16_causal", "naive"
+
+pytestmark = pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed H200 example")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A fresh checkout's workflow files (newer than the example's traces, as after a clone) with
+    the example copied into results/."""
+    dest = tmp_path_factory.mktemp("travel") / "repo"
+    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "examples",
+                                                              "tests", ".whl", "benchmarks", "docs"))
+    shutil.copytree(EXAMPLE, dest / "results" / RUN, ignore=shutil.ignore_patterns("report.*"))
+    for path in dest.rglob("*"):  # the checkout is newer than any result
+        if "results" not in path.parts and path.is_file():
+            path.touch()
+    return dest
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", *args, "--cores", "1", "--directory", str(workdir),
+                           "--snakefile", str(workdir / "Snakefile"), "--config", "device=cpu"],
+                          capture_output=True, text=True, timeout=600)
+
+
+def jobs(out: str) -> dict[str, int]:
+    if "Job stats:" not in out:
+        return {}
+    table = out.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def test_report_of_a_result_set_captured_elsewhere_plans_no_capture(workspace):
+    proc = snakemake(workspace, "-n", f"results/{RUN}/report.html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = jobs(proc.stdout)
+    assert planned.get("extract") == 63 and planned.get("report_html") == 1  # the derived tables, re-made here
+    assert not {"capture", "environment", "calibrate"} & set(planned), planned
+
+
+def test_a_missing_capture_of_a_result_set_captured_elsewhere_fails_with_the_render_command(workspace):
+    status = workspace / "results" / RUN / "captures" / SHAPE / VARIANT / "status.json"
+    recorded = status.read_text()
+    status.unlink()
+    try:
+        proc = snakemake(workspace, str(status.relative_to(workspace)))
+        assert proc.returncode != 0
+        out = proc.stdout + proc.stderr
+        assert "capture_elsewhere" in out  # the capture rule itself does not match another result set
+        for text in (f"results/{RUN} is not this configuration's result set", "--profile workflow/profiles/render"):
+            assert text in out, out[-3000:]
+        assert not status.exists()  # nothing recorded with this machine's environment
+        assert (status.parent / "trace.json.gz").stat().st_size > 1000  # and the primary data is untouched
+        env = json.loads((workspace / "results" / RUN / "env.json").read_text())
+        assert env["gpu_name"] == "NVIDIA H200"  # and nothing relabelled
+    finally:
+        status.write_text(recorded)
