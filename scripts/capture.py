@@ -10,6 +10,7 @@ with script_log(sm.log[0]) as log:
     p = sm.params
     spec = {
         "variant": sm.wildcards.variant,
+        **({"custom": dict(p.custom)} if p.custom else {}),
         "shape": Shape.from_key(sm.wildcards.shape).as_dict(),
         "device": p.device,
         "schedule": dict(p.profiler["schedule"]),

@@ -199,7 +199,7 @@ def test_unsupported_capture_names_pytorchs_reasons(tmp_path, monkeypatch):
     reasons are the warnings PyTorch really emits, not the profiler's."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def make_3d_forward(variant, shape, device):
+    def make_3d_forward(variant, shape, device, custom=None):
         def forward(q, k, v):
             warnings.warn(PROFILER)  # unrelated, must be left out
             return F.scaled_dot_product_attention(q[0], k[0], v[0], is_causal=shape.causal)

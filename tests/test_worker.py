@@ -36,6 +36,7 @@ def test_reusable_needs_every_phase_ok():
     assert not reusable({**ok, "status": "failed"})
     assert not reusable({**ok, "checks_missing": ["timing: failed: x"]})
     assert not reusable({**ok, "phases": {**ok["phases"], "timing": {"status": "out_of_memory"}}})
+    assert not reusable({**ok, "custom": {"function": "my_attention:forward"}})  # its module is imported for good
     refused = {"status": "unsupported", "phases": {"profile": {"status": "unsupported"}, "timing": {"status": "skipped"}}}
     assert reusable(refused)  # the dispatcher refused before any kernel ran
     assert not reusable({**refused, "phases": {**refused["phases"], "timing": {"status": "unsupported"}}})

@@ -377,7 +377,7 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     sched = spec["schedule"]
     steps = sched["wait"] + sched["warmup"] + sched["active"]
     torch.manual_seed(spec["seed"])
-    st.forward, backend_context = make_forward(spec["variant"], shape, device)
+    st.forward, backend_context = make_forward(spec["variant"], shape, device, spec.get("custom"))
     stack.enter_context(backend_context)
     st.sets = _inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
     q, k, v = st.sets[0]
@@ -418,8 +418,8 @@ def _correctness_phase(spec: dict, shape: Shape, st) -> dict:
 def capture(spec: dict, trace_path: Path) -> dict:
     """Run the capture described by ``spec`` in this process; write the gzipped Chrome
     trace to ``trace_path`` and return the status record (never raises for a variant's
-    own failure; phases and statuses: module docstring). ``spec`` keys: variant, shape
-    (Shape fields), device ('cuda'|'cpu'), schedule {wait, warmup, active}, warmup_calls,
+    own failure; phases and statuses: module docstring). ``spec`` keys: variant, custom (a
+    user variant's {function, setup}; absent for the built-in ones), shape (Shape fields), device ('cuda'|'cpu'), schedule {wait, warmup, active}, warmup_calls,
     timing {repeats, input_sets[, budget_s, min_repeats]}, seed, tolerance {dtype: float}, range_name; and the
     test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
@@ -427,6 +427,7 @@ def capture(spec: dict, trace_path: Path) -> dict:
     device = spec["device"]
     record = {
         "variant": spec["variant"],
+        **({"custom": spec["custom"]} if spec.get("custom") else {}),
         "shape_key": shape.key,
         **shape.as_dict(),
         "device": device,

@@ -72,7 +72,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             k = k.assign(label=[kernel_label(n) for n in k["kernel"]]) if len(k) else k
             la = launches[(launches["variant"] == v) & (launches["shape_key"] == shape_key)] if len(launches) else launches
             row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
-            table.append({**row, "change": CHANGES.get(v, v), "study_kernels": counts.get(v),
+            table.append({**row, "change": change_of(v, env), "study_kernels": counts.get(v),
                           "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la)})
         shapes.append({
             "key": shape_key, "rows": table, "findings": f["findings"], "expectations": f["expectations"],
@@ -99,6 +99,15 @@ def _load_range(summary: pd.DataFrame) -> str:
         return ""
     lo, hi = format_number(load.min(), 2), format_number(load.max(), 2)
     return lo if lo == hi else f"{lo}\u2013{hi}"
+
+
+def change_of(variant: str, env: dict) -> str:
+    """What a variant changes, in words: the built-in ones' from CHANGES, a user variant's from
+    its config entry (its description, else the function it names)."""
+    custom = ((env.get("config") or {}).get("custom_variants") or {}).get(variant)
+    if custom:
+        return custom.get("description") or f"your variant: {custom['function']}"
+    return CHANGES.get(variant, variant)
 
 
 def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> list[str]:

@@ -125,12 +125,47 @@ def _sdpa_forward(shape: Shape) -> Callable:
     return forward
 
 
-def make_forward(variant: str, shape: Shape, device: str) -> tuple[Callable, contextlib.AbstractContextManager]:
+def import_target(target: str):
+    """The object named by ``"module:attribute"`` (the module imported as ``import`` would:
+    from the working directory or an installed package). Raises ValueError for a target
+    without ':' and ImportError/AttributeError when it cannot be found."""
+    import importlib
+
+    module, sep, attr = target.partition(":")
+    if not (sep and module and attr):
+        raise ValueError(f"not a 'module:function' target: {target!r}")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _custom_forward(custom: dict, shape: Shape, device: str) -> Callable:
+    """A user variant (config ``custom_variants``): ``custom["function"]`` names
+    ``fn(q, k, v, *, causal, scale) -> out`` (q, k, v and out [batch, heads, seq_len,
+    head_dim]; ``scale`` = 1/sqrt(head_dim)); the optional ``custom["setup"]`` names
+    ``setup(shape: dict, device: str) -> dict`` of extra keyword arguments for ``fn``, called
+    once here, outside the profiled forwards (a mask or a compiled kernel built once)."""
+    fn = import_target(custom["function"])
+    extra = import_target(custom["setup"])(shape.as_dict(), device) if custom.get("setup") else {}
+    scale = 1.0 / math.sqrt(shape.head_dim)
+
+    def forward(q, k, v):
+        return fn(q, k, v, causal=shape.causal, scale=scale, **(extra or {}))
+
+    return forward
+
+
+def make_forward(variant: str, shape: Shape, device: str,
+                 custom: dict | None = None) -> tuple[Callable, contextlib.AbstractContextManager]:
     """Return ``(forward, context)``: ``forward(q, k, v) -> out`` for ``variant``, and the
     context to hold around every call -- ``sdpa_kernel(<backend>)`` for the pinned SDPA
     variants, a null context otherwise. The context is entered once, outside the profiled
     forwards, so that a forward's CPU time is the attention call alone (as in sdpa_auto).
-    Raises KeyError for an unknown variant."""
+    ``custom``: a user variant's {"function", "setup"} (:func:`_custom_forward`). Raises
+    KeyError for an unknown variant."""
+    if custom:
+        return _custom_forward(custom, shape, device), contextlib.nullcontext()
     backend = VARIANTS[variant]
     if variant in ("naive", "naive_inplace"):
         return _naive_forward(shape, device, inplace=variant == "naive_inplace"), contextlib.nullcontext()
@@ -141,16 +176,37 @@ def make_forward(variant: str, shape: Shape, device: str) -> tuple[Callable, con
     return _sdpa_forward(shape), sdpa_kernel(getattr(SDPBackend, backend))
 
 
-def variant_fingerprint(variant: str) -> str:
+def _module_source(target: str) -> str:
+    """The source text of the module of a ``"module:function"`` target, found without running
+    it (importlib.util.find_spec; a dotted module's parent packages are imported). Raises
+    ValueError naming the target when the module cannot be found."""
+    import importlib.util
+    from pathlib import Path
+
+    module = target.partition(":")[0]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        raise ValueError(f"custom variant {target!r}: module {module!r} not found (it must be importable from the "
+                         "working directory or installed)")
+    return Path(spec.origin).read_text()
+
+
+def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
     """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder,
-    make_forward, Shape and the float64 reference (_reference_blocks, relative_error). A
-    Snakemake param of the capture rule, so that editing one variant's code reruns that
-    variant's captures only."""
+    make_forward, Shape and the float64 reference (_reference_blocks, relative_error); for a
+    user variant (``custom``: {"function", "setup"}) also the whole source of the modules
+    those name, read without importing them. A Snakemake param of the capture rule, so that
+    editing one variant's code reruns that variant's captures only."""
     import hashlib
     import inspect
 
-    builder = _naive_forward if variant in ("naive", "naive_inplace") else _sdpa_forward
-    parts = [variant, str(VARIANTS[variant])] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error)]
+    if custom:
+        builder = _custom_forward
+        own = [repr(sorted(custom.items()))] + [_module_source(custom[k]) for k in ("function", "setup") if custom.get(k)]
+    else:
+        builder = _naive_forward if variant in ("naive", "naive_inplace") else _sdpa_forward
+        own = [str(VARIANTS[variant])]
+    parts = [variant, *own] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

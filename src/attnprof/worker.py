@@ -75,7 +75,8 @@ from .variants import Shape
 CODE_MODULES = ("capture", "variants", "tables", "trace", "env", "worker")
 #: Environment variables that change what the capture process measures.
 #: (ATTNPROF_WORKER_TAG, unused otherwise, keeps workers apart, e.g. two test sessions in one checkout.)
-_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "CUBLAS_", "CUDNN_", "NCCL_", "KINETO_", "ATTNPROF_WORKER_TAG")
+_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "CUBLAS_", "CUDNN_", "NCCL_", "KINETO_", "PYTHONPATH",
+                 "ATTNPROF_WORKER_TAG")
 #: What :func:`call_in_worker` may run besides captures.
 CALLS = frozenset({"attnprof.env:capture_environment", "attnprof.calibrate:calibrate"})
 #: Seconds a client waits for a supervisor it started to listen.
@@ -105,8 +106,11 @@ def reusable(record: dict) -> bool:
     ``unsupported`` from the profile phase with every later phase skipped -- PyTorch's
     dispatcher refused the variant before any kernel ran (a refusal, not a failure: nothing
     ran that could leave state behind). Anything else (out of memory, failed, incomplete
-    trace, a failed later phase) ends the process."""
+    trace, a failed later phase) ends the process, and so does a user variant's capture (its
+    module, imported once, would not see an edit before the next capture of it)."""
     phases = record.get("phases") or {}
+    if record.get("custom"):  # a user variant's module stays imported: an edit of it must reach the next capture
+        return False
     if record.get("status") == "unsupported":
         return (phases.get("profile", {}).get("status") == "unsupported"
                 and all(p.get("status") == "skipped" for n, p in phases.items() if n != "profile"))

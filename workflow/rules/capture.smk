@@ -25,7 +25,8 @@ rule capture:
         device=DEVICE,
         torch_version=TORCH_VERSION,
         # the code this variant runs (not all of variants.py): editing one variant reruns only it
-        variant_code=lambda wc: variant_fingerprint(wc.variant),
+        variant_code=lambda wc: variant_fingerprint(wc.variant, CUSTOM.get(wc.variant)),
+        custom=lambda wc: CUSTOM.get(wc.variant),
         profiler=config["profiler"],
         timing=config["timing"],
         seed=config["seed"],
