@@ -275,8 +275,7 @@ def _time_graph(forward, q, k, v, repeats: int, budget_s: float | None = None, m
         end.synchronize()
         return start.elapsed_time(end)
 
-    times = _timed_loop(one, repeats, budget_s, min_repeats)
-    del graph
+    times = _timed_loop(one, repeats, budget_s, min_repeats)  # the graph is freed when this returns
     return {"method": "cuda_graph_replay", "repeats": len(times), "repeats_asked": repeats, **_ms_stats(times)}
 
 

@@ -15,7 +15,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -569,7 +569,7 @@ def rule_speed(d: RunData) -> list[dict]:
         if fused_ok:
             for v in fused_ok:
                 nums[v] = ref_summary(d, v, col, "ms")
-            text += f"; fused backends by median: " + ", ".join(f"{v.removeprefix('sdpa_')} {_fmt(nums[v])}" for v in fused_ok)
+            text += "; fused backends by median: " + ", ".join(f"{v.removeprefix('sdpa_')} {_fmt(nums[v])}" for v in fused_ok)
         out.append(finding("speed", d, [fastest], text, nums, [{"kind": "metric", "name": col}], kind=kind, headline=headline))
     return out
 

@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable
+from collections.abc import Callable
 
 #: variant -> SDPA backend it pins (SDPBackend member name), or None (naive variants and
 #: sdpa_auto). SDPA = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...).
@@ -52,7 +52,7 @@ class Shape:
         return f"b{self.batch}_h{self.heads}_s{self.seq_len}_d{self.head_dim}_{self.dtype}_{mode}"
 
     @classmethod
-    def from_key(cls, key: str) -> "Shape":
+    def from_key(cls, key: str) -> Shape:
         """Inverse of :attr:`key`. Raises ValueError on a malformed key."""
         try:
             b, h, s, d, dtype, mode = key.split("_")
