@@ -69,3 +69,31 @@ def test_a_missing_capture_of_a_result_set_captured_elsewhere_fails_with_the_ren
         assert env["gpu_name"] == "NVIDIA H200"  # and nothing relabelled
     finally:
         status.write_text(recorded)
+
+
+SMALL = ROOT / "examples" / "h200_unsupported_backends"  # 9 captures on the H200, three shapes
+
+
+@pytest.mark.skipif(not SMALL.exists(), reason="no committed small H200 example")
+def test_render_profile_remakes_every_kind_of_derived_output(tmp_path):
+    """From a copied result set, delete a per-shape plot, a timeline, a scaling plot, the summary,
+    the kernel table, the findings and the report: the render profile re-makes each of them from
+    the traces, and never a capture, the environment or the calibration."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "examples", "tests",
+                                                              ".whl", "benchmarks", "docs"))
+    run = repo / "results" / "small"
+    shutil.copytree(SMALL, run)
+    shape = sorted(p.name for p in (run / "plots").iterdir() if p.is_dir())[0]
+    deleted = [run / "plots" / shape / "device_time.png", run / "plots" / shape / "timeline.png",
+               run / "plots" / "scaling_time.png", run / "summary.csv", run / "kernels.csv", run / "findings.json",
+               run / "report.html"]
+    for path in deleted:
+        path.unlink()
+    primary = {p: p.stat().st_mtime_ns for p in run.glob("captures/*/*/*")} | {run / "env.json": (run / "env.json").stat().st_mtime_ns}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/render", "results/small/report.html"],
+                          cwd=repo, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for path in deleted:
+        assert path.exists() and path.stat().st_size > 0, path
+    assert {p: p.stat().st_mtime_ns for p in primary} == primary  # traces, statuses and env.json untouched
