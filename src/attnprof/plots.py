@@ -14,7 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device")
+from .names import SCALING_PLOTS, SHAPE_PLOTS  # noqa: E402
+
+PLOTS = SHAPE_PLOTS
 COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": "#55A868", "device": "#4C72B0"}
 #: Figures are drawn at the size they are printed (A4 landscape, 10 mm margins: 10.8 in of text
 #: width), so that matplotlib's point sizes are the printed ones: no text under 7 pt.
@@ -187,7 +189,7 @@ def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: i
 SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median)", "scaling_time"),
            "tflops": ("TFLOP/s (trace device time)", "scaling_tflops"),
            "peak_memory_mb": ("peak device memory, MiB", "scaling_memory")}
-SCALING_PLOTS = tuple(name for _, name in SCALING.values()) + ("roofline",)
+assert tuple(name for _, name in SCALING.values()) + ("roofline",) == SCALING_PLOTS, "attnprof.names.SCALING_PLOTS"
 
 
 def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from attnprof.config import subset_message
 from attnprof.env import default_run_id, detect_gpu, torch_build
+from attnprof.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
 from attnprof.variants import VARIANTS as BUILT_IN_VARIANTS
 from attnprof.variants import expand_shapes, variant_fingerprint
 
@@ -74,8 +75,8 @@ def rel(path) -> str:
 
 PKG = Path(rel(Path(workflow.basedir) / "src" / "attnprof"))
 REPORT_DIR = Path(rel(Path(workflow.basedir) / "report"))
-PLOT_NAMES = ["device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device"]
-SCALING_PLOT_NAMES = ["scaling_time", "scaling_tflops", "scaling_memory", "roofline"]
+PLOT_NAMES = list(SHAPE_PLOTS)
+SCALING_PLOT_NAMES = list(SCALING_PLOTS)
 EXPECTATIONS = rel(Path(workflow.basedir) / "config" / "expectations.yaml")
 
 # GPU captures never overlap, whatever --cores says: every capture job takes one unit
@@ -149,7 +150,7 @@ def plot_files(wc):
     per_shape = expand(
         f"results/{wc.run}/plots/{{shape}}/{{name}}.png",
         shape=shapes,
-        name=PLOT_NAMES + ["timeline"],
+        name=PLOT_NAMES + [TIMELINE],
     )
     return per_shape + expand(
         f"results/{wc.run}/plots/{{name}}.png", name=SCALING_PLOT_NAMES

@@ -54,7 +54,7 @@ rule timeline:
             variant=grid(wc.run)[1],
         ),
     output:
-        "results/{run}/plots/{shape}/timeline.png",
+        f"results/{{run}}/plots/{{shape}}/{TIMELINE}.png",
     log:
         "results/{run}/logs/plots/{shape}_timeline.log",
     conda:

@@ -1,0 +1,13 @@
+"""Lists of names shared by the workflow, the code and the report, each kept here once.
+
+Snakemake reads this module at parse time, so it imports nothing heavy. The built-in variant
+names live in :data:`attnprof.variants.VARIANTS` (also light); the template and the plot
+module take the names from here.
+"""
+
+#: Per-shape figures of rule plots (attnprof.plots.plot_shape), by PNG file stem.
+SHAPE_PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device")
+#: The per-shape kernel timeline: its own rule (timeline), as it reads the traces.
+TIMELINE = "timeline"
+#: Run-wide figures of rule scaling_plots (attnprof.plots.scaling_plots), by PNG file stem.
+SCALING_PLOTS = ("scaling_time", "scaling_tflops", "scaling_memory", "roofline")
