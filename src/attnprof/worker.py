@@ -31,12 +31,20 @@ trace is removed, the job fails and the next run captures again. Between capture
 capture process returns its cached GPU memory (``torch.cuda.empty_cache``).
 
 Which worker. A supervisor is keyed (:func:`worker_key`) by the Python executable, the
-installed torch build, the device, the working directory, the environment variables that
-steer CUDA, PyTorch and the thread pools, and the content of the capture code: after an
-upgrade or a code edit a new worker starts, never an old one. Its address is a Linux
-abstract Unix socket (no file to clean up; the supervisor serves only connections from its
-own user id, checked with SO_PEERCRED), so the worker mode is Linux-only; elsewhere set
-``capture_mode: process``. Besides captures it serves two calls that need torch and the
+installed torch build, the device, the working directory, the whole environment (but the
+shell's bookkeeping, :data:`_ENV_IGNORED`) and the content of every module of this package:
+after an upgrade, a code edit or a changed variable a new worker starts, never an old one.
+Its address is a Linux abstract Unix socket (no file to clean up), so the worker mode is
+Linux-only; elsewhere set ``capture_mode: process``. An abstract address has no file
+permissions: the supervisor serves only connections from its own user id, and a client uses
+only a supervisor of its own user id (both checked with SO_PEERCRED).
+
+Robustness. A malformed request (not JSON, not a request object) is answered with an error
+and dropped; a peer gets :data:`REQUEST_TIMEOUT_S` to send its request line; a client waits
+at most the capture timeout plus :data:`ANSWER_GRACE_S` for an answer. SIGTERM or SIGINT to
+the supervisor kills the capture process before the client's connection closes.
+A supervisor started by one result set's job serves the others of the same key too; its
+output goes to the log of the result set that started it. Besides captures it serves two calls that need torch and the
 device as the captures do (:data:`CALLS`: the environment record and the calibration).
 """
 
@@ -71,12 +79,15 @@ from .capture import (
 from .env import torch_build
 from .variants import Shape
 
-#: Modules whose code runs inside the capture process: an edit starts a new worker.
-CODE_MODULES = ("capture", "variants", "tables", "trace", "env", "worker")
-#: Environment variables that change what the capture process measures.
+#: Environment variables left out of a worker's key: the shell's own bookkeeping, which says
+#: nothing about what a capture measures. Every other variable is in the key (ATEN_CPU_CAPABILITY,
+#: DNNL_MAX_CPU_ISA, LD_PRELOAD, MALLOC_*, KMP_*, CUDA_*, PYTHONPATH, ... all change the numbers).
 #: (ATTNPROF_WORKER_TAG, unused otherwise, keeps workers apart, e.g. two test sessions in one checkout.)
-_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "CUBLAS_", "CUDNN_", "NCCL_", "KINETO_", "PYTHONPATH",
-                 "ATTNPROF_WORKER_TAG")
+_ENV_IGNORED = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "PS1", "PS2", "PROMPT_COMMAND"})
+#: Seconds a client may take to send its request line before the supervisor drops it.
+REQUEST_TIMEOUT_S = 5.0
+#: Seconds a client waits beyond the capture timeout for the supervisor's answer.
+ANSWER_GRACE_S = 120.0
 #: What :func:`call_in_worker` may run besides captures.
 CALLS = frozenset({"attnprof.env:capture_environment", "attnprof.calibrate:calibrate"})
 #: Seconds a client waits for a supervisor it started to listen.
@@ -87,11 +98,10 @@ def worker_key(device: str) -> str:
     """Hex digest that names the worker able to serve this process's captures on ``device``
     ('cuda' | 'cpu'): see the module docstring for what it covers."""
     h = hashlib.sha256()
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
+    env = sorted((k, v) for k, v in os.environ.items() if k not in _ENV_IGNORED)
     h.update(json.dumps([sys.executable, device, os.getcwd(), sorted(torch_build().items()), env]).encode())
-    pkg = Path(__file__).parent
-    for name in CODE_MODULES:
-        h.update((pkg / f"{name}.py").read_bytes())
+    for path in sorted(Path(__file__).parent.glob("*.py")):  # every module of the package (calibrate, env, ...)
+        h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()[:20]
 
 
@@ -145,14 +155,28 @@ class _Lines:
 
 # --- client ----------------------------------------------------------------------------------
 
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
+
+
 def _connect(addr: str) -> socket.socket | None:
+    """A connection to ``addr``, None when nothing listens there. Raises RuntimeError when the
+    listener belongs to another user (an abstract address can be taken by anyone: its answers
+    must never be trusted)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(addr)
-        return sock
     except OSError:
         sock.close()
         return None
+    uid = peer_uid(sock)
+    if uid != os.getuid():
+        sock.close()
+        raise RuntimeError(f"the capture worker address {addr[1:]!r} is held by another user (uid {uid}); refusing to "
+                           "use it. Set capture_mode: process, or ATTNPROF_WORKER_TAG to use another address.")
+    return sock
 
 
 def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | None) -> None:
@@ -215,7 +239,7 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     request = {"spec": spec, "trace": str(trace_path.resolve()), "timeout_s": timeout_s}
     what = f"capture of {spec['variant']} at {Shape(**spec['shape']).key}"
     try:
-        msg = _request(spec["device"], request, idle_s, worker_log, what)
+        msg = _request(spec["device"], request, idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S)
     except BaseException:
         trace_path.unlink(missing_ok=True)
         raise
@@ -230,23 +254,29 @@ def call_in_worker(device: str, target: str, args: list | None = None, timeout_s
     device as the captures do, and run where they already are. Raises RuntimeError with the
     traceback when the call raised (the capture process is then replaced), and
     :class:`~attnprof.capture.CaptureInterrupted` when it was killed from outside."""
-    msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target)
+    msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target,
+                   timeout_s + ANSWER_GRACE_S)
     if "error" in msg:
         raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
     return msg["result"]
 
 
-def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str) -> dict:
+def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, answer_s: float) -> dict:
     """Send one request to the supervisor (starting it when needed), copy its progress lines
     to stderr, and return its final message. Raises CaptureInterrupted when the work was
-    killed from outside or the supervisor ended without an answer."""
+    killed from outside or the supervisor ended without an answer, and TimeoutError when no
+    message came for ``answer_s`` seconds (the job fails; nothing is recorded)."""
     with _signals_raise_exit():
         for _attempt in range(3):  # a supervisor exiting for idleness as we connect: start another
             with contextlib.closing(connect_or_start(device, idle_s, worker_log)) as sock:
+                sock.settimeout(answer_s)
                 _send(sock, request)
                 lines = _Lines(sock)
-                if lines.next() is None:  # not accepted
+                first = lines.next()
+                if first is None:  # not accepted
                     continue
+                if "error" in first:
+                    raise RuntimeError(f"the capture worker refused the request: {first['error']}")
                 msg = lines.next()
                 while msg is not None and "log" in msg:
                     sys.stderr.write(msg["log"])
@@ -290,17 +320,58 @@ class _Child:
             self.kill()
 
 
+def _read_request(conn: socket.socket) -> dict | None:
+    """The request line on ``conn`` if it is a well-formed request (a JSON object with a
+    positive ``timeout_s`` and either a ``spec`` with ``variant``/``shape``/``device`` and a
+    ``trace`` path, or a ``call``), else None -- after telling the peer why. A peer gets
+    :data:`REQUEST_TIMEOUT_S` seconds to send it."""
+    conn.settimeout(REQUEST_TIMEOUT_S)
+    try:
+        request = _Lines(conn).next()
+    except (TimeoutError, OSError, ValueError, UnicodeDecodeError) as exc:
+        request, why = None, f"unreadable request ({type(exc).__name__})"
+    else:
+        why = "empty request"
+    conn.settimeout(None)
+    if isinstance(request, dict):
+        spec = request.get("spec")
+        timeout = request.get("timeout_s")
+        ok_timeout = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
+        ok_spec = isinstance(spec, dict) and {"variant", "shape", "device"} <= set(spec) and isinstance(request.get("trace"), str)
+        if ok_timeout and (ok_spec or isinstance(request.get("call"), str)):
+            return request
+        why = "malformed request"
+    with contextlib.suppress(OSError):
+        _send(conn, {"error": why})
+    log(f"dropped a connection: {why}")
+    return None
+
+
 def _serve_one(conn: socket.socket, child: _Child | None, device: str) -> _Child | None:
-    """Serve one request on ``conn``; returns the capture process to keep (None: ended)."""
-    lines = _Lines(conn)
-    request = lines.next()
+    """Serve one request on ``conn``; returns the capture process to keep (None: ended). On
+    any exception (SIGTERM/SIGINT included) the capture process is killed before ``conn``
+    closes, so a capture never outlives the request it serves."""
+    request = _read_request(conn)
     if request is None:
         return child
+    try:
+        return _serve_request(conn, request, child, device)
+    except BaseException:
+        if child is not None:
+            child.kill()
+        raise
+
+
+def _serve_request(conn: socket.socket, request: dict, child: _Child | None, device: str) -> _Child | None:
     spec = request.get("spec")
     if child is None or child.proc.poll() is not None:
         child = _Child(device)
     with contextlib.suppress(OSError):
         _send(conn, {"accepted": child.proc.pid})
+    if "call" in request and request["call"] not in CALLS:
+        with contextlib.suppress(OSError):
+            _send(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
+        return child
     deadline = time.monotonic() + float(request["timeout_s"])
     stderr_tail = b""
 
@@ -375,8 +446,13 @@ def serve(key: str, device: str, idle_s: float) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(address(key))
-    except OSError:  # another supervisor for this key won the race
-        return 0
+    except OSError:  # another supervisor for this key won the race -- or another user holds the address
+        with contextlib.suppress(RuntimeError):
+            if (sock := _connect(address(key))) is not None:
+                sock.close()
+                return 0
+        log(f"capture worker {key}: its address is held by a process of another user; not starting")
+        return 1
     listener.listen(16)
     child: _Child | None = None
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
@@ -389,17 +465,15 @@ def serve(key: str, device: str, idle_s: float) -> int:
                 except TimeoutError:
                     break
                 with conn:
-                    conn.settimeout(None)
-                    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                          struct.calcsize("3i")))
+                    uid = peer_uid(conn)
                     if uid != os.getuid():  # an abstract socket has no file permissions: check the peer
                         log(f"refused a connection from uid {uid}")
                         continue
                     child = _serve_one(conn, child, device)
     finally:
         listener.close()
-        if child is not None:
-            child.close(wait_s=5.0)
+        if child is not None:  # idle (ours), or a signal mid-capture: either way it must not run on
+            child.kill()
         log(f"capture worker {key} exits")
     return 0
 

@@ -1,0 +1,109 @@
+"""The capture worker under abuse (found by an adversarial review): garbage and stalled peers,
+a supervisor stopped mid-capture, a changed environment or calibration code, a foreign owner."""
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import attnprof.worker as worker
+from attnprof.worker import address, run_in_worker, worker_key
+from test_capture import alive, spec, wait_for_pid, wait_gone
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
+
+
+@pytest.fixture
+def own_worker(monkeypatch, tmp_path):
+    """A worker of this test's own (its own tag), and a capture runner for it."""
+    monkeypatch.setenv("ATTNPROF_WORKER_TAG", f"abuse-{os.getpid()}-{tmp_path.name}")
+
+    def run(sp, name="c", timeout_s=300):
+        return run_in_worker(sp, tmp_path / f"{name}.json.gz", tmp_path / f"{name}.status.json", timeout_s, 20,
+                             tmp_path / "worker.log")
+    return run
+
+
+def connect():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(address(worker_key("cpu")))
+    return sock
+
+
+def test_garbage_and_malformed_requests_are_dropped_and_the_worker_serves_on(own_worker):
+    first = own_worker(spec("naive"), "a")
+    for junk in (b"hello\n", b"[1, 2]\n", b'{"spec": {"variant": "naive"}}\n', b'{"call": 5, "timeout_s": 1}\n'):
+        with connect() as sock:
+            sock.sendall(junk)
+            assert "error" in json.loads(sock.makefile().readline())
+    after = own_worker(spec("naive"), "b")
+    assert after["status"] == "ok" and after["worker"]["pid"] == first["worker"]["pid"]  # the warm process survived
+
+
+def test_a_stalled_peer_cannot_hold_up_a_capture(own_worker):
+    own_worker(spec("naive"), "a")  # the worker is up
+    staller = connect()
+    staller.sendall(b'{"spec"')  # and never a newline
+    try:
+        t0 = time.monotonic()
+        assert own_worker(spec("naive"), "b")["status"] == "ok"
+        assert time.monotonic() - t0 < worker.REQUEST_TIMEOUT_S + 30
+    finally:
+        staller.close()
+
+
+def test_supervisor_stopped_mid_capture_kills_the_capture_first(own_worker, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    own_worker(spec("naive"), "warm")
+    seen = {}
+
+    def stop_supervisor():
+        capture_pid = wait_for_pid(pid_file)
+        seen["capture"] = capture_pid
+        supervisor = int(Path(f"/proc/{capture_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(supervisor, signal.SIGTERM)
+
+    killer = threading.Thread(target=stop_supervisor, daemon=True)
+    killer.start()
+    with pytest.raises(Exception):  # the client learns that its capture was interrupted
+        own_worker(spec("naive", _test_sleep_s=3, _test_pid_file=str(pid_file)), "c")
+    killer.join()
+    assert not alive(seen["capture"]) or wait_gone(seen["capture"], timeout=0.5)  # gone when the client hears of it
+    time.sleep(3.5)  # past the moment the sleeping capture would have written its trace
+    assert not (tmp_path / "c.json.gz").exists() and not (tmp_path / "c.status.json").exists()
+
+
+def test_key_covers_the_environment_and_every_module(monkeypatch, tmp_path):
+    base = worker_key("cpu")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # changes the CPU kernels PyTorch runs
+    assert worker_key("cpu") != base
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv("PWD", "/elsewhere")  # shell bookkeeping does not count
+    assert worker_key("cpu") == base
+    # calibrate.py runs in the worker too (call_in_worker): its content is in the key
+    pkg = tmp_path / "attnprof"
+    pkg.mkdir()
+    for path in Path(worker.__file__).parent.glob("*.py"):
+        (pkg / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(worker, "__file__", str(pkg / "worker.py"))
+    copied = worker_key("cpu")
+    (pkg / "calibrate.py").write_text((pkg / "calibrate.py").read_text() + "\n# edited\n")
+    assert worker_key("cpu") != copied
+
+
+def test_a_listener_of_another_user_is_never_trusted(monkeypatch, tmp_path):
+    addr = f"\0attnprof-test-foreign-{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(addr)
+    listener.listen(1)
+    try:
+        monkeypatch.setattr(worker, "peer_uid", lambda sock: os.getuid() + 1)  # as if another user held it
+        with pytest.raises(RuntimeError, match="held by another user"):
+            worker._connect(addr)
+    finally:
+        listener.close()
