@@ -4,14 +4,12 @@
 
 
 rule capture:
-    wildcard_constraints:
-        run=THIS_RUN,
     """Warm up, trace the forwards with torch.profiler, check against float64, time."""
     input:
         code("capture", "worker"),
     output:
-        trace="results/{run}/captures/{shape}/{variant}/trace.json.gz",
-        status="results/{run}/captures/{shape}/{variant}/status.json",
+        trace=f"results/{{run,{THIS_RUN}}}/captures/{{shape}}/{{variant}}/trace.json.gz",
+        status=f"results/{{run,{THIS_RUN}}}/captures/{{shape}}/{{variant}}/status.json",
     log:
         "results/{run}/logs/capture/{shape}/{variant}.log",
     conda:
@@ -39,13 +37,11 @@ rule capture:
 
 
 rule environment:
-    wildcard_constraints:
-        run=THIS_RUN,
     """GPU, driver, torch, CUDA, cuDNN, Python and Snakemake versions, and the config."""
     input:
         code("env", "worker"),
     output:
-        "results/{run}/env.json",
+        f"results/{{run,{THIS_RUN}}}/env.json",
     log:
         "results/{run}/logs/environment.log",
     conda:
@@ -65,13 +61,11 @@ rule environment:
 
 
 rule calibrate:
-    wildcard_constraints:
-        run=THIS_RUN,
     """Measured GEMM TFLOP/s and copy bandwidth of the device, once per run."""
     input:
         code("calibrate", "worker"),
     output:
-        "results/{run}/calibration.json",
+        f"results/{{run,{THIS_RUN}}}/calibration.json",
     log:
         "results/{run}/logs/calibrate.log",
     conda:
@@ -93,27 +87,27 @@ rule calibrate:
 # Its output is the status only: Snakemake deletes a job's outputs before running it, and the
 # trace of a result set captured elsewhere is primary data that must survive the refusal.
 rule capture_elsewhere:
-    wildcard_constraints:
-        run=OTHER_RUN,
     output:
-        status="results/{run}/captures/{shape}/{variant}/status.json",
+        status=f"results/{{run,{OTHER_RUN}}}/captures/{{shape}}/{{variant}}/status.json",
+    log:
+        ".snakemake/attnprof/elsewhere/{run}/capture/{shape}/{variant}.log",
     run:
-        raise WorkflowError(captured_elsewhere(wildcards.run))
+        refuse_elsewhere(wildcards.run, log[0])
 
 
 rule environment_elsewhere:
-    wildcard_constraints:
-        run=OTHER_RUN,
     output:
-        "results/{run}/env.json",
+        f"results/{{run,{OTHER_RUN}}}/env.json",
+    log:
+        ".snakemake/attnprof/elsewhere/{run}/environment.log",
     run:
-        raise WorkflowError(captured_elsewhere(wildcards.run))
+        refuse_elsewhere(wildcards.run, log[0])
 
 
 rule calibrate_elsewhere:
-    wildcard_constraints:
-        run=OTHER_RUN,
     output:
-        "results/{run}/calibration.json",
+        f"results/{{run,{OTHER_RUN}}}/calibration.json",
+    log:
+        ".snakemake/attnprof/elsewhere/{run}/calibrate.log",
     run:
-        raise WorkflowError(captured_elsewhere(wildcards.run))
+        refuse_elsewhere(wildcards.run, log[0])

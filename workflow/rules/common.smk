@@ -106,6 +106,13 @@ THIS_RUN = re.escape(RUN)
 OTHER_RUN = rf"(?!{re.escape(RUN)}/)[^/]+"
 
 
+def refuse_elsewhere(run, log_path):
+    """Body of the *_elsewhere rules: write why to the job's log and fail the job."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(log_path).write_text(captured_elsewhere(run) + "\n")
+    raise WorkflowError(captured_elsewhere(run))
+
+
 def captured_elsewhere(run) -> str:
     """Why a capture-stage output of result set ``run`` (not the current one) cannot be made
     here, and the command that re-renders that result set instead."""
