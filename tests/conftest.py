@@ -1,3 +1,4 @@
+import copy
 import gzip
 import json
 from pathlib import Path
@@ -56,3 +57,72 @@ def h200_data(h200):
     shape = h200["statuses"]["naive"]["shape_key"]
     return load_run_data(shape, h200["summary"], h200["kernels"], h200["launches"], h200["ops"],
                          list(h200["statuses"].values()), h200["devices"])
+
+
+# --- captures in a fresh process, shared ----------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def fresh_capture(tmp_path_factory):
+    """``fresh_capture(variant)`` -> (record, trace path, status path) of
+    ``run_isolated(test_capture.spec(variant))``, run once per variant and session for the tests
+    that only read a capture (each run is a Python + torch start, 2-4 s); every call gets its own
+    copy of the record."""
+    from attnprof.capture import run_isolated
+    from test_capture import spec
+
+    done = {}
+
+    def get(variant: str):
+        if variant not in done:
+            out = tmp_path_factory.mktemp(f"fresh_{variant}")
+            rec = run_isolated(spec(variant), out / "t.json.gz", out / "s.json", timeout_s=300)
+            done[variant] = (rec, out / "t.json.gz", out / "s.json")
+        rec, trace, status = done[variant]
+        return copy.deepcopy(rec), trace, status
+
+    return get
+
+
+# --- pytest-xdist (addopts: -n 2 --dist loadgroup) ------------------------------------------------
+
+#: Module or session fixtures that are slow to build (a whole workflow run, a parsed 68-page PDF,
+#: fresh-process captures) -> xdist group: the tests that use one run in one worker, which builds
+#: it once. test_worker.py's tests share the session's warm capture worker (ATTNPROF_WORKER_TAG)
+#: and the fresh captures, so they join that group. Every other test is handed out on its own.
+SHARED_FIXTURES = {"run_dir": "run_dir", "workspace": "workspace", "h200_pdf": "h200_pdf", "fresh_capture": "captures"}
+SHARED_MODULES = {"test_worker.py": "captures"}
+#: Modules of slow tests (Snakemake runs, fresh Python + torch processes, waits), slowest first:
+#: an xdist worker takes these before the many quick ones, so that no long test starts last while
+#: the other worker has nothing left to do. Other modules follow in their own order.
+SLOW_MODULES = ("test_travel.py", "test_user_variant.py", "test_workflow.py", "test_worker.py", "test_worker_abuse.py",
+                "test_capture.py", "test_trust.py", "test_pdf.py", "test_report.py")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    # before the other hooks (xdist's among them): the order in an xdist worker, and the group marks
+    if hasattr(config, "workerinput"):
+        rank = {name: i for i, name in enumerate(SLOW_MODULES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module's own order stays
+    for item in items:
+        groups = [group for name, group in SHARED_FIXTURES.items() if name in item.fixturenames]
+        group = groups[0] if groups else SHARED_MODULES.get(item.path.name)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    result = yield
+    # after them: --dist loadgroup sends a group to one worker by the '@<group>' suffix that xdist
+    # (3.8) adds to each marked test's node id through item._nodeid, which pytest 9.2's structured
+    # node ids no longer read (pytest-dev/pytest-xdist#1386: every group silently falls apart and
+    # each worker builds the shared fixture itself). Add the suffix the way xdist means to, where
+    # its own did not take; nothing to do on a pytest or an xdist where it does.
+    if getattr(config.option, "loadgroup", False):
+        for item in items:
+            marks = item.iter_markers("xdist_group")
+            group = "_".join(sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks}))
+            if group and not item.nodeid.endswith(f"@{group}") and hasattr(item, "_id"):
+                try:
+                    from _pytest.nodeid import NodeId
+                except ImportError:  # another pytest: the tests still run, only slower
+                    break
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    return result

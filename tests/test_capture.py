@@ -40,12 +40,12 @@ def test_variants_match_float64_reference_on_cpu(variant):
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-5
 
 
-def test_run_isolated_ok_writes_trace_and_status(tmp_path):
-    rec = run_isolated(spec("naive_inplace"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
+def test_run_isolated_ok_writes_trace_and_status(fresh_capture):
+    rec, trace_path, status_path = fresh_capture("sdpa_math")  # run_isolated, once for the tests that read it
     assert rec["status"] == "ok" and rec["rel_error_ok"] and rec["timing"]["repeats"] == 3
-    trace = load_trace(tmp_path / "t.json.gz")
+    trace = load_trace(trace_path)
     assert sum(e.get("name") == "attn_fwd" and e.get("cat") == "user_annotation" for e in trace["traceEvents"]) == 2
-    assert json.loads((tmp_path / "s.json").read_text())["started_at"] <= rec["finished_at"]
+    assert json.loads(status_path.read_text())["started_at"] <= rec["finished_at"]
 
 
 def test_cuda_only_backend_is_unsupported_on_cpu_with_pytorchs_reason(tmp_path):
@@ -139,8 +139,8 @@ def test_a_failed_later_phase_keeps_the_trace_and_the_other_phases(tmp_path):
     assert sum(e.get("name") == "attn_fwd" and e.get("cat") == "user_annotation" for e in trace["traceEvents"]) == 2
 
 
-def test_every_phase_ok_on_a_plain_cpu_capture(tmp_path):
-    rec = run_isolated(spec("sdpa_math"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
+def test_every_phase_ok_on_a_plain_cpu_capture(fresh_capture):
+    rec, _, _ = fresh_capture("sdpa_math")
     assert {n: p["status"] for n, p in rec["phases"].items()} == {
         "profile": "ok", "correctness": "ok", "timing": "ok", "graph_timing": "skipped", "input_types": "ok"}
     assert rec["checks_missing"] == [] and all(p["seconds"] >= 0 for p in rec["phases"].values())
@@ -216,8 +216,8 @@ def test_unsupported_capture_names_pytorchs_reasons(tmp_path, monkeypatch):
     assert PROFILER not in rec["reason"] and PROFILER in rec["warnings"]
 
 
-def test_cpu_note_and_phases_for_a_cuda_only_backend(tmp_path):
-    rec = run_isolated(spec("sdpa_cudnn"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
+def test_cpu_note_and_phases_for_a_cuda_only_backend(fresh_capture):
+    rec, _, _ = fresh_capture("sdpa_cudnn")
     assert rec["status"] == "unsupported" and rec["reason"].endswith(capture_mod.CPU_BACKENDS_NOTE)
     assert rec["phases"]["profile"]["status"] == "unsupported" and isinstance(rec["unsupported_reasons"], list)
 

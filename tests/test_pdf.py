@@ -1,5 +1,6 @@
 """The PDF as a reader gets it: checked with pdfplumber (text, glyph positions, font sizes, images,
 outline), on the committed H200 example here and on the CPU run in test_workflow."""
+import contextlib
 import json
 import re
 from collections import defaultdict
@@ -12,8 +13,10 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2
 PAGE_NUMBER = re.compile(r"^\d+ / \d+$")
 
 
-def pdf_problems(pdf_path: Path, html_path: Path, dpi: int, document: bool = True) -> list[str]:
+def pdf_problems(pdf_path: Path | pdfplumber.PDF, html_path: Path, dpi: int, document: bool = True) -> list[str]:
     """Everything a reader would stumble on that can be read from the PDF itself; [] when none.
+    ``pdf_path``: the file, or a PDF already opened with pdfplumber (left open; its pages keep
+    what was parsed, so another test reads the same PDF without parsing it again).
 
     - a page whose only content is a heading (one text line besides the page number, no image), or
       whose last line is a heading (its content starts on the next page);
@@ -29,7 +32,8 @@ def pdf_problems(pdf_path: Path, html_path: Path, dpi: int, document: bool = Tru
     headings = {re.sub(r"<[^>]+>|\s+", " ", h).strip() for h in re.findall(r"<h[234][^>]*>(.*?)</h[234]>", html, re.S)}
     headings = {h.replace("&#39;", "'").replace("&amp;", "&") for h in headings if h}
     n_images = 0
-    with pdfplumber.open(pdf_path) as pdf:
+    opened = pdfplumber.open(pdf_path) if isinstance(pdf_path, (str, Path)) else contextlib.nullcontext(pdf_path)
+    with opened as pdf:
         for number, page in enumerate(pdf.pages, 1):
             lines = [ln for ln in (page.extract_text() or "").splitlines() if ln.strip() and not PAGE_NUMBER.match(ln.strip())]
             if len(lines) <= 1 and not page.images:
@@ -66,17 +70,24 @@ def pdf_problems(pdf_path: Path, html_path: Path, dpi: int, document: bool = Tru
     return sorted(set(problems))
 
 
-@pytest.mark.skipif(not (EXAMPLE / "report.pdf").exists(), reason="no committed H200 example")
-def test_committed_h200_pdf_reads_as_a_document():
-    env = json.loads((EXAMPLE / "env.json").read_text())
-    assert pdf_problems(EXAMPLE / "report.pdf", EXAMPLE / "report.html", env["config"]["plots"]["dpi"]) == []
-
-
-@pytest.mark.skipif(not (EXAMPLE / "report.pdf").exists(), reason="no committed H200 example")
-def test_committed_h200_pdf_has_every_shape_and_the_timeline():
+@pytest.fixture(scope="module")
+def h200_pdf():
+    """The committed H200 PDF, opened once for the tests that read it: pdfplumber keeps each page's
+    parsed layout, the bulk of the time of a test here (about 4 s for its 68 pages)."""
+    if not (EXAMPLE / "report.pdf").exists():
+        pytest.skip("no committed H200 example")
     with pdfplumber.open(EXAMPLE / "report.pdf") as pdf:
-        text = "\n".join(p.extract_text() or "" for p in pdf.pages)
-        first = pdf.pages[0].extract_text() or ""
+        yield pdf
+
+
+def test_committed_h200_pdf_reads_as_a_document(h200_pdf):
+    env = json.loads((EXAMPLE / "env.json").read_text())
+    assert pdf_problems(h200_pdf, EXAMPLE / "report.html", env["config"]["plots"]["dpi"]) == []
+
+
+def test_committed_h200_pdf_has_every_shape_and_the_timeline(h200_pdf):
+    text = "\n".join(p.extract_text() or "" for p in h200_pdf.pages)
+    first = h200_pdf.pages[0].extract_text() or ""
     shapes = sorted(p.name for p in (EXAMPLE / "captures").iterdir())
     for shape in shapes:
         assert f"Shape {shape}" in text, shape

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.capture import CaptureInterrupted, run_isolated
+from attnprof.capture import CaptureInterrupted
 from attnprof.tables import analyse_trace, kernel_table, op_table
 from attnprof.trace import load_trace
 from attnprof.worker import reusable, run_in_worker
@@ -42,16 +42,16 @@ def test_reusable_needs_every_phase_ok():
     assert not reusable({**refused, "phases": {**refused["phases"], "timing": {"status": "unsupported"}}})
 
 
-def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tmp_path):
+def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tmp_path, fresh_capture):
     a = in_worker(tmp_path, spec("naive"), "a")
     b = in_worker(tmp_path, spec("sdpa_math"), "b")
     assert a["status"] == b["status"] == "ok"
     assert b["worker"]["pid"] == a["worker"]["pid"] and b["worker"]["captures_before"] == a["worker"]["captures_before"] + 1
     assert json.loads((tmp_path / "b.status.json").read_text())["worker"] == b["worker"]
-    # the same capture in a fresh process (the other design) profiles the same aten ops, as often per forward
-    fresh = run_isolated(spec("sdpa_math"), tmp_path / "f.json.gz", tmp_path / "f.status.json", timeout_s=300)
-    ops = [op_table(analyse_trace(load_trace(tmp_path / f"{n}.json.gz"), "attn_fwd"), "sdpa_math", SHAPE.key)
-           for n in ("b", "f")]
+    # the same capture in a fresh process (the other design: run_isolated) profiles the same aten ops, as often per forward
+    fresh, fresh_trace, _ = fresh_capture("sdpa_math")
+    ops = [op_table(analyse_trace(load_trace(path), "attn_fwd"), "sdpa_math", SHAPE.key)
+           for path in (tmp_path / "b.json.gz", fresh_trace)]
     assert len(ops[0]) > 3
     assert ops[0][["op", "calls_per_forward"]].equals(ops[1][["op", "calls_per_forward"]])
     assert b["trace_check"]["forwards_complete"] == fresh["trace_check"]["forwards_complete"] == 2
@@ -81,8 +81,8 @@ def test_any_failure_ends_the_capture_process(tmp_path):
     assert not alive(failed["worker"]["pid"])
 
 
-def test_unsupported_backends_are_recorded_alike_in_a_reused_process(tmp_path):
-    fresh = run_isolated(spec("sdpa_cudnn"), tmp_path / "f.json.gz", tmp_path / "f.status.json", timeout_s=300)
+def test_unsupported_backends_are_recorded_alike_in_a_reused_process(tmp_path, fresh_capture):
+    fresh, _, _ = fresh_capture("sdpa_cudnn")  # run_isolated: a fresh process
     a = in_worker(tmp_path, spec("sdpa_efficient"), "a")
     b = in_worker(tmp_path, spec("sdpa_cudnn"), "b")
     assert a["status"] == b["status"] == "unsupported" and "FLASH_ATTENTION and MATH" in a["reason"]

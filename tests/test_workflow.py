@@ -189,9 +189,13 @@ def env_torch(run: Path) -> str:
 
 def test_gpu_captures_never_overlap(tmp_path):
     """device=cuda on a machine without a GPU: every capture records 'unsupported' (after a full
-    Python + torch start), and with --cores 8 their time intervals must still be disjoint."""
+    Python + torch start), and with --cores 8 their time intervals must still be disjoint.
+
+    ``--until capture``: only the 7 capture jobs of the html target run (no extract, plot or
+    report job, which prove nothing here); all 7 are ready at once with 8 cores free, so only the
+    'capture' resource can keep them apart."""
     work = copy_repo(tmp_path / "repo")
-    snakemake(work, "html", "--cores", "8", "--config", "device=cuda", "run=gpu")
+    snakemake(work, "html", "--until", "capture", "--cores", "8", "--config", "device=cuda", "run=gpu")
     spans = []
     for status in (work / "results" / "gpu" / "captures").rglob("status.json"):
         rec = json.loads(status.read_text())
