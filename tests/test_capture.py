@@ -201,7 +201,7 @@ def test_unsupported_capture_names_pytorchs_reasons(tmp_path, monkeypatch):
 
     def make_3d_forward(variant, shape, device, custom=None):
         def forward(q, k, v):
-            warnings.warn(PROFILER)  # unrelated, must be left out
+            warnings.warn(PROFILER, stacklevel=1)  # unrelated, must be left out
             return F.scaled_dot_product_attention(q[0], k[0], v[0], is_causal=shape.causal)
         return forward, sdpa_kernel(SDPBackend.FLASH_ATTENTION)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import attnprof.worker as worker
+from attnprof.capture import CaptureInterrupted
 from attnprof.worker import address, run_in_worker, worker_key
 from test_capture import alive, spec, wait_for_pid, wait_gone
 
@@ -70,7 +71,7 @@ def test_supervisor_stopped_mid_capture_kills_the_capture_first(own_worker, tmp_
 
     killer = threading.Thread(target=stop_supervisor, daemon=True)
     killer.start()
-    with pytest.raises(Exception):  # the client learns that its capture was interrupted
+    with pytest.raises(CaptureInterrupted):  # the client learns that its capture was interrupted
         own_worker(spec("naive", _test_sleep_s=3, _test_pid_file=str(pid_file)), "c")
     killer.join()
     assert not alive(seen["capture"]) or wait_gone(seen["capture"], timeout=0.5)  # gone when the client hears of it
