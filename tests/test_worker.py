@@ -1,6 +1,5 @@
 """The capture worker (attnprof.worker) on the CPU: reuse, restart after any failure,
 crashes, timeouts, killed captures and killed jobs, and the same numbers as a fresh process."""
-import contextlib
 import json
 import os
 import signal
@@ -25,28 +24,9 @@ IDLE_S = 20
 os.environ["ATTNPROF_WORKER_TAG"] = f"tests-{os.getpid()}"
 
 
-def session_env() -> dict:
-    """The environment of this session's capture requests: os.environ without PYTEST_CURRENT_TEST,
-    which pytest sets to the running test's id. The worker key covers the environment
-    (attnprof.worker.worker_key), so with it every test would start a capture worker of its own;
-    without it the session's tests share one warm worker, as a run's capture jobs do."""
-    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-
-
-@contextlib.contextmanager
-def without_current_test():
-    current = os.environ.pop("PYTEST_CURRENT_TEST", None)
-    try:
-        yield
-    finally:
-        if current is not None:
-            os.environ["PYTEST_CURRENT_TEST"] = current
-
-
 def in_worker(tmp_path, sp, name="c", timeout_s=300):
-    with without_current_test():
-        return run_in_worker(sp, tmp_path / f"{name}.json.gz", tmp_path / f"{name}.status.json", timeout_s, IDLE_S,
-                             tmp_path / "worker.log")
+    return run_in_worker(sp, tmp_path / f"{name}.json.gz", tmp_path / f"{name}.status.json", timeout_s, IDLE_S,
+                         tmp_path / "worker.log")
 
 
 def test_reusable_needs_every_phase_ok():
@@ -145,8 +125,7 @@ def test_killed_job_stops_its_capture(tmp_path, sig):
     never overlaps it, and no status is left behind."""
     pid_file = tmp_path / "child.pid"
     sp = spec("naive", _test_sleep_s=120, _test_pid_file=str(pid_file))
-    client = subprocess.Popen([sys.executable, "-c", CLIENT, json.dumps(sp), str(tmp_path / "t.json.gz"), str(tmp_path / "s.json")],
-                              env=session_env())  # the job's worker is the one in_worker reaches below
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, json.dumps(sp), str(tmp_path / "t.json.gz"), str(tmp_path / "s.json")])
     capture_pid = None
     try:
         capture_pid = wait_for_pid(pid_file)

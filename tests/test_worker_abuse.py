@@ -85,6 +85,7 @@ def test_key_covers_the_environment_and_every_module(monkeypatch, tmp_path):
     assert worker_key("cpu") != base
     monkeypatch.delenv("ATEN_CPU_CAPABILITY")
     monkeypatch.setenv("PWD", "/elsewhere")  # shell bookkeeping does not count
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test")  # nor pytest's
     assert worker_key("cpu") == base
     # calibrate.py runs in the worker too (call_in_worker): its content is in the key
     pkg = tmp_path / "attnprof"

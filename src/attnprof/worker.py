@@ -79,11 +79,12 @@ from .capture import (
 from .env import torch_build
 from .variants import Shape
 
-#: Environment variables left out of a worker's key: the shell's own bookkeeping, which says
+#: Environment variables left out of a worker's key: the shell's (and pytest's) own bookkeeping, which says
 #: nothing about what a capture measures. Every other variable is in the key (ATEN_CPU_CAPABILITY,
 #: DNNL_MAX_CPU_ISA, LD_PRELOAD, MALLOC_*, KMP_*, CUDA_*, PYTHONPATH, ... all change the numbers).
 #: (ATTNPROF_WORKER_TAG, unused otherwise, keeps workers apart, e.g. two test sessions in one checkout.)
-_ENV_IGNORED = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "PS1", "PS2", "PROMPT_COMMAND"})
+_ENV_IGNORED = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "PS1", "PS2", "PROMPT_COMMAND",
+                          "PYTEST_CURRENT_TEST"})  # pytest renames it for every test
 #: Seconds a client may take to send its request line before the supervisor drops it.
 REQUEST_TIMEOUT_S = 5.0
 #: Seconds a client waits beyond the capture timeout for the supervisor's answer.
@@ -303,7 +304,6 @@ class _Child:
         self.proc = subprocess.Popen([sys.executable, "-m", "attnprof.worker", "child", device],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.out, self.err = b"", b""
-        self.served = 0
 
     def kill(self) -> int:
         with contextlib.suppress(ProcessLookupError):
@@ -433,7 +433,6 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, dev
             ended(child.proc.wait(), (stderr_tail + child.err).decode(errors="replace"))
             return None
     send(reply)
-    child.served += 1
     if reusable(reply["record"]) if "record" in reply else "result" in reply:
         return child
     child.close()  # work that did not fully succeed: the next request gets a fresh process
