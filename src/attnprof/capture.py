@@ -185,10 +185,12 @@ def _inputs(shape: Shape, device: str, n_sets: int, seed: int):
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
-    dims = (shape.batch, shape.heads, shape.seq_len, shape.head_dim)
+    q_dims = (shape.batch, shape.heads, shape.queries, shape.head_dim)
+    kv_dims = (shape.batch, shape.key_value_heads, shape.kv_len, shape.head_dim)
     dt = torch_dtype(shape.dtype)
     return [
-        tuple(torch.randn(dims, generator=gen, device=device, dtype=dt) for _ in range(3)) for _ in range(n_sets)
+        tuple(torch.randn(dims, generator=gen, device=device, dtype=dt) for dims in (q_dims, kv_dims, kv_dims))
+        for _ in range(n_sets)
     ]
 
 
@@ -409,7 +411,7 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
 
 def _correctness_phase(spec: dict, shape: Shape, st) -> dict:
     q, k, v = st.sets[0]
-    err = relative_error(st.out, q, k, v, shape.causal)
+    err = relative_error(st.out, q, k, v, shape.causal, offset=shape.causal_offset)
     tol = spec["tolerance"][shape.dtype]
     return {"rel_error": err, "rel_error_tolerance": tol, "rel_error_ok": bool(err <= tol)}
 

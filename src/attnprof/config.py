@@ -94,7 +94,9 @@ def configuration_markdown(schema: dict, defaults: dict) -> str:
             "`config/config.yaml`; override them with `--configfile my.yaml` (merged over the defaults) or, for",
             "top-level keys, `--config key=value`.", "",
             "Shape grids (`shapes.cuda`, `shapes.cpu`) are one grid or a list of grids with the keys batch, heads,",
-            "seq_len, head_dim, dtype (bf16, fp16, fp32) and causal, each a list; every combination is one point.", "",
+            "seq_len, head_dim, dtype (bf16, fp16, fp32) and causal, each a list; every combination is one point.",
+            "Grouped-query and decode shapes add kv_heads, and q_len with kv_len in place of seq_len; where",
+            "q_len != kv_len, causal_alignment chooses the causal mask (lower_right by default, as decoding needs).", "",
             "| key | type | default | what it sets |", "|---|---|---|---|"]
     return "\n".join(head + rows) + "\n"
 

@@ -193,8 +193,16 @@ assert tuple(name for _, name in SCALING.values()) + ("roofline",) == SCALING_PL
 
 
 def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One panel per combination of the shape fields other than seq_len."""
-    keys = ["head_dim", "batch", "heads", "dtype", "causal"]
+    """One panel per combination of the shape fields other than seq_len (the key/value length):
+    head_dim, batch, heads, kv_heads, q_len (its value where it differs from seq_len, else
+    "= kv_len", so a square sweep stays one line), dtype, causal and its alignment."""
+    summary = summary.copy()
+    seq = summary["seq_len"]
+    q_len = summary["q_len"] if "q_len" in summary else seq
+    summary["q_len"] = [("= kv_len" if pd.isna(q) or q == s else str(int(q))) for q, s in zip(q_len, seq)]
+    summary["kv_heads"] = summary["kv_heads"].fillna(summary["heads"]) if "kv_heads" in summary else summary["heads"]
+    summary["causal_alignment"] = summary["causal_alignment"].fillna("") if "causal_alignment" in summary else ""
+    keys = ["head_dim", "batch", "heads", "kv_heads", "q_len", "dtype", "causal", "causal_alignment"]
     out = []
     for vals, part in summary.groupby(keys, sort=True):
         label = ", ".join(f"{k} {v}" for k, v in zip(keys, vals) if summary[k].nunique() > 1 or k == "head_dim")
@@ -206,7 +214,8 @@ def coinciding(summary: pd.DataFrame, column: str, rel: float = 0.1) -> list[tup
     """Pairs of variants whose ``column`` values agree within ``rel`` (relative) at every point
     both have (at least one): their lines would be drawn on top of each other."""
     ok = summary[(summary["status"] == "ok") & summary[column].notna()]
-    pivot = ok.pivot_table(index=["seq_len", "head_dim", "batch", "heads", "dtype", "causal"], columns="variant", values=column)
+    index = "shape_key" if "shape_key" in ok else ["seq_len", "head_dim", "batch", "heads", "dtype", "causal"]
+    pivot = ok.pivot_table(index=index, columns="variant", values=column)
     variants = list(dict.fromkeys(summary["variant"]))
     pairs = []
     for a_i, a in enumerate(variants):

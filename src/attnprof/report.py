@@ -33,6 +33,16 @@ class RenderError(RuntimeError):
     silently incomplete, so the job fails instead."""
 
 
+def _describe(shape_key: str) -> str:
+    """attnprof.variants.Shape.describe of a shape key, or '' for a key it cannot parse."""
+    from .variants import Shape
+
+    try:
+        return Shape.from_key(shape_key).describe()
+    except ValueError:
+        return ""
+
+
 def data_uri(path: Path) -> str:
     """PNG file as a ``data:image/png;base64,...`` URI."""
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
@@ -75,7 +85,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             table.append({**row, "change": change_of(v, env), "study_kernels": counts.get(v),
                           "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la)})
         shapes.append({
-            "key": shape_key, "rows": table, "findings": f["findings"], "expectations": f["expectations"],
+            "key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": f["findings"], "expectations": f["expectations"],
             "is_study": bool(f["expectations"]), "part1": False,
             "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
             "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),

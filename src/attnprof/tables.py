@@ -26,6 +26,7 @@ FORWARD_COLUMNS = [
 ]
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
+    "kv_heads", "q_len", "causal_alignment",
     "kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
     "device_ms_per_forward", "device_ms_min", "device_ms_max", "device_ms_q1", "device_ms_q3",
     "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "cpu_ms_q1", "cpu_ms_q3",
@@ -354,6 +355,10 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
     row = {
         "variant": status["variant"], "shape_key": status["shape_key"], "status": status["status"],
         **{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
+        # grouped-query and decode shapes (attnprof.variants.Shape): effective values, so a square
+        # shape without grouping reads kv_heads = heads and q_len = seq_len
+        "kv_heads": status.get("kv_heads") or status.get("heads"), "q_len": status.get("q_len") or status.get("seq_len"),
+        "causal_alignment": status.get("causal_alignment"),
         **{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
                                    "incomplete_forwards", "bad_time_events")},
         # a capture that did not run has no trace to describe: its status and reason say why

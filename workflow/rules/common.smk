@@ -12,7 +12,7 @@ from attnprof.config import subset_message
 from attnprof.env import default_run_id, detect_gpu, torch_build
 from attnprof.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
 from attnprof.variants import VARIANTS as BUILT_IN_VARIANTS
-from attnprof.variants import expand_shapes, variant_fingerprint
+from attnprof.variants import KEY_CONSTRAINT, expand_shapes, variant_fingerprint
 
 if (
     config["profiler"]["min_complete_forwards"]
@@ -90,7 +90,7 @@ for _name in ("capture", "gpu"):
 wildcard_constraints:
     run=r"[^/]+",
     variant="|".join(VARIANTS),
-    shape=r"b\d+_h\d+_s\d+_d\d+_(bf16|fp16|fp32)_(causal|full)",
+    shape=KEY_CONSTRAINT,
 
 
 def code(*modules):
