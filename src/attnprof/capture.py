@@ -87,7 +87,7 @@ import warnings
 from pathlib import Path
 
 from .env import host_load
-from .variants import Shape, make_forward, relative_error, torch_dtype
+from .variants import COMPILED, Shape, make_forward, relative_error, torch_dtype
 
 STATUSES = ("ok", "unsupported", "out_of_memory", "failed", "incomplete_trace")
 
@@ -109,6 +109,10 @@ _UNSUPPORTED_MARKERS = (
     "not supported",
     "not implemented",
     "NotImplementedError",
+    # torch.compile with no toolchain: inductor finds no C++ compiler (CPU) or no Triton (GPU)
+    "InvalidCxxCompiler",
+    "No working C++ compiler",
+    "Cannot find a working triton installation",
 )
 
 #: Signals that end a capture from outside (a user, Snakemake, a scheduler, the host OOM
@@ -384,6 +388,11 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     q, k, v = st.sets[0]
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    produced = {}
+    if spec["variant"] in COMPILED and not spec.get("custom"):
+        log(f"{spec['variant']} {shape.key} on {device}: compiling (first call)")
+        produced["compile"] = _first_calls(st, q, k, v, device)
+        log(f"compiled in {produced['compile']['first_call_s']:.1f} s (inductor cache: {produced['compile']['cache']})")
     log(f"{spec['variant']} {shape.key} on {device}: {spec['warmup_calls']} warm-up calls")
     for _ in range(spec["warmup_calls"]):
         st.out = st.forward(q, k, v)
@@ -403,10 +412,53 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
             # outside the range: each step's device work ends before the next starts
             _sync(device)
             prof.step()
-    produced = {"profile_s": round(time.perf_counter() - t_profile, 3)}
+    produced["profile_s"] = round(time.perf_counter() - t_profile, 3)
     if device == "cuda":
         produced["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
     return produced
+
+
+def _compile_counters() -> dict:
+    """The compile caches' counters of this process (torch._dynamo.utils.counters): the inductor
+    FX-graph cache (``fxgraph_cache_hit``/``_miss``/``_bypass``) and AOTAutograd's
+    (``autograd_cache_hit``/``_miss``/...), as {"group.name": count}."""
+    from torch._dynamo.utils import counters
+
+    return {f"{group}.{name}": n for group in ("inductor", "aot_autograd") for name, n in counters[group].items()
+            if "cache" in name}
+
+
+def cache_verdict(delta: dict) -> str:
+    """'hit' when the compile of a first call found every FX graph in inductor's on-disk cache,
+    'miss' when it found none, 'partial' for some, 'bypass' when the cache was bypassed, and
+    'none' when no graph was looked up; ``delta`` is :func:`_compile_counters` after minus before."""
+    hit, miss = delta.get("inductor.fxgraph_cache_hit", 0), delta.get("inductor.fxgraph_cache_miss", 0)
+    if delta.get("inductor.fxgraph_cache_bypass", 0) and not (hit or miss):
+        return "bypass"
+    return "hit" if hit and not miss else "miss" if miss and not hit else "partial" if hit else "none"
+
+
+def _first_calls(st, q, k, v, device: str) -> dict:
+    """Compile time of a torch.compile variant, kept out of the steady-state numbers: the first
+    call (trace, compile, first run; seconds, wall clock up to a synchronize) and the second (a
+    steady call, for scale), with the compile caches' counters over the first call and
+    :func:`cache_verdict`. Leaves the output in ``st.out``."""
+    import torch
+
+    before = _compile_counters()
+    t0 = time.perf_counter()
+    st.out = st.forward(q, k, v)
+    _sync(device)
+    first = time.perf_counter() - t0
+    after = _compile_counters()
+    t0 = time.perf_counter()
+    st.out = st.forward(q, k, v)
+    _sync(device)
+    delta = {name: n - before.get(name, 0) for name, n in after.items() if n != before.get(name, 0)}
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return {"first_call_s": round(first, 3), "second_call_s": round(time.perf_counter() - t0, 6),
+            "cache": cache_verdict(delta), "counters": delta, "cache_dir": cache_dir(), "torch": torch.__version__}
 
 
 def _correctness_phase(spec: dict, shape: Shape, st) -> dict:

@@ -25,6 +25,8 @@ CHANGES = {
     "sdpa_flash": "SDPA, backend pinned to FLASH_ATTENTION",
     "sdpa_cudnn": "SDPA, backend pinned to CUDNN_ATTENTION",
     "sdpa_auto": "SDPA, no backend pinned (PyTorch chooses)",
+    "naive_compiled": "naive under torch.compile (inductor fuses the elementwise work)",
+    "flex_attention": "flex_attention under torch.compile, causal block mask built once",
 }
 
 

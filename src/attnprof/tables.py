@@ -36,6 +36,7 @@ SUMMARY_COLUMNS = [
     "bad_time_events", "forward_groups", "trace_note",
     "rel_error", "rel_error_ok", "checks_missing", "peak_memory_mb",
     "forward_gflop", "flop_per_byte", "tflops", "tflops_graph", "oom_bytes", "reason",
+    "compile_first_call_s", "compile_cache",
 ]
 #: Fewest complete forwards a capture must have for its numbers to be published (the study
 #: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
@@ -371,6 +372,9 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "peak_memory_mb": (status["peak_memory_bytes"] / 2**20) if status.get("peak_memory_bytes") else None,
         "reason": status.get("reason", ""),
         "oom_bytes": status.get("oom_bytes"),
+        # torch.compile variants: the first call (compile) apart from the steady state, and inductor's cache verdict
+        "compile_first_call_s": (status.get("compile") or {}).get("first_call_s"),
+        "compile_cache": (status.get("compile") or {}).get("cache"),
     }
     graph = status.get("graph_timing") or {}
     row.update(graph_ms_median=graph.get("median_ms"), graph_ms_q1=graph.get("q1_ms"), graph_ms_q3=graph.get("q3_ms"),

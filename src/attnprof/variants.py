@@ -30,7 +30,14 @@ VARIANTS: dict[str, str | None] = {
     "sdpa_flash": "FLASH_ATTENTION",
     "sdpa_cudnn": "CUDNN_ATTENTION",
     "sdpa_auto": None,
+    "naive_compiled": None,
+    "flex_attention": None,
 }
+
+#: Variants built by ``torch.compile`` (inductor; Triton kernels on a GPU, C++ on the CPU):
+#: their first call compiles, and the capture measures it apart from the steady state
+#: (attnprof.capture), in a process that serves no other capture.
+COMPILED = ("naive_compiled", "flex_attention")
 
 DTYPES = ("bf16", "fp16", "fp32")
 
@@ -261,6 +268,39 @@ def _sdpa_forward(shape: Shape) -> Callable:
     return forward
 
 
+def _compiled_naive_forward(shape: Shape, device: str) -> Callable:
+    """``torch.compile(naive, dynamic=False, fullgraph=True)``: the naive path (out of place) as
+    inductor compiles it, the causal mask still built once outside."""
+    import torch
+
+    return torch.compile(_naive_forward(shape, device, inplace=False), dynamic=False, fullgraph=True)
+
+
+def _flex_forward(shape: Shape, device: str) -> Callable:
+    """``flex_attention`` (torch.nn.attention.flex_attention) under ``torch.compile`` with a
+    causal block mask (upper-left or lower-right, :attr:`Shape.causal_offset`) built once here
+    by ``create_block_mask``, outside the profiled forwards; ``enable_gqa`` for grouped-query
+    shapes. No mask for full attention."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    block_mask = None
+    if shape.causal:
+        offset = shape.causal_offset
+
+        def causal(b, h, q_idx, kv_idx):
+            return q_idx + offset >= kv_idx
+
+        block_mask = create_block_mask(causal, B=None, H=None, Q_LEN=shape.queries, KV_LEN=shape.kv_len, device=device)
+    flex = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+    gqa = shape.kv_heads is not None
+
+    def forward(q, k, v):
+        return flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+
+    return forward
+
+
 def import_target(target: str):
     """The object named by ``"module:attribute"`` (the module imported as ``import`` would:
     from the working directory or an installed package). Raises ValueError for a target
@@ -292,6 +332,12 @@ def _custom_forward(custom: dict, shape: Shape, device: str) -> Callable:
     return forward
 
 
+#: The forward builders of the variants that are not plain SDPA calls (for make_forward and
+#: variant_fingerprint).
+_BUILDERS = {"naive": _naive_forward, "naive_inplace": _naive_forward,
+             "naive_compiled": _compiled_naive_forward, "flex_attention": _flex_forward}
+
+
 def make_forward(variant: str, shape: Shape, device: str,
                  custom: dict | None = None) -> tuple[Callable, contextlib.AbstractContextManager]:
     """Return ``(forward, context)``: ``forward(q, k, v) -> out`` for ``variant``, and the
@@ -305,6 +351,8 @@ def make_forward(variant: str, shape: Shape, device: str,
     backend = VARIANTS[variant]
     if variant in ("naive", "naive_inplace"):
         return _naive_forward(shape, device, inplace=variant == "naive_inplace"), contextlib.nullcontext()
+    if variant in COMPILED:
+        return _BUILDERS[variant](shape, device), contextlib.nullcontext()
     if backend is None:  # sdpa_auto: whatever PyTorch dispatches to
         return _sdpa_forward(shape), contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -340,8 +388,8 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
         builder = _custom_forward
         own = [repr(sorted(custom.items()))] + [_module_source(custom[k]) for k in ("function", "setup") if custom.get(k)]
     else:
-        builder = _naive_forward if variant in ("naive", "naive_inplace") else _sdpa_forward
-        own = [str(VARIANTS[variant])]
+        builder = _BUILDERS.get(variant, _sdpa_forward)
+        own = [str(VARIANTS[variant])] + ([inspect.getsource(_naive_forward)] if variant == "naive_compiled" else [])
     parts = [variant, *own] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 

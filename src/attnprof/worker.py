@@ -77,7 +77,7 @@ from .capture import (
     log,
 )
 from .env import torch_build
-from .variants import Shape
+from .variants import COMPILED, Shape
 
 #: Environment variables left out of a worker's key: the shell's (and pytest's) own bookkeeping, which says
 #: nothing about what a capture measures. Every other variable is in the key (ATEN_CPU_CAPABILITY,
@@ -118,9 +118,14 @@ def reusable(record: dict) -> bool:
     dispatcher refused the variant before any kernel ran (a refusal, not a failure: nothing
     ran that could leave state behind). Anything else (out of memory, failed, incomplete
     trace, a failed later phase) ends the process, and so does a user variant's capture (its
-    module, imported once, would not see an edit before the next capture of it)."""
+    module, imported once, would not see an edit before the next capture of it) and a
+    torch.compile variant's (:data:`~attnprof.variants.COMPILED`: dynamo's in-process caches
+    would make the next shape's compile a recompile, dynamic after the first, eager after the
+    recompile limit; each compiled capture starts in a fresh process, like a user's program)."""
     phases = record.get("phases") or {}
     if record.get("custom"):  # a user variant's module stays imported: an edit of it must reach the next capture
+        return False
+    if record.get("variant") in COMPILED:  # dynamo's caches and recompile limits would carry over to the next shape
         return False
     if record.get("status") == "unsupported":
         return (phases.get("profile", {}).get("status") == "unsupported"
