@@ -31,10 +31,12 @@ DEVICE = (
 # (Snakemake's software-env trigger does not see pip), and the auto run id changes with it.
 TORCH_BUILD = torch_build()
 TORCH_VERSION = " ".join(f"{k}={v}" for k, v in sorted(TORCH_BUILD.items()))
+# "auto", or "auto-<suffix>" for a result set of its own beside the default one (a different
+# grid: config/beyond.yaml), e.g. nvidia-h200_torch2.11.0-cu130-beyond
 RUN = (
-    config["run"]
-    if config["run"] != "auto"
-    else default_run_id(DEVICE, GPU_NAME, TORCH_BUILD)
+    default_run_id(DEVICE, GPU_NAME, TORCH_BUILD) + config["run"][len("auto") :]
+    if config["run"] == "auto" or config["run"].startswith("auto-")
+    else config["run"]
 )
 RUN_DIR = f"results/{RUN}"
 SHAPES = [s.key for s in expand_shapes(config["shapes"][DEVICE])]
