@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# How examples/nvidia-h200_*-beyond was made: config/beyond.yaml (the study's variants plus
+# naive_compiled and flex_attention at the study, a grouped-query and a decode shape) on one
+# H200, then a tarball of the result set in $OUT. torch.compile's caches start empty (a fresh
+# machine), so the compile times are cold ones.
+#
+#   bash examples/make-h200-beyond.sh [extra snakemake args, e.g. --config 'passes=[forward,backward]']
+#
+# .whl/ as for examples/make-h200-example.sh. The PDF is rendered elsewhere:
+#   snakemake --profile workflow/profiles/render results/<run>/report.pdf
+set -euo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
+fi
+run=$(python3 -c "import sys; sys.path.insert(0, 'src'); from attnprof.env import default_run_id, detect_gpu, torch_build; print(default_run_id('cuda', detect_gpu(), torch_build()) + '-beyond')")
+echo "result set: results/$run"
+rm -rf "results/$run"
+start=$(date +%s.%N)
+set +e
+timeout --signal=TERM "${BEYOND_TIMEOUT_S:-540}" snakemake --cores 16 --keep-going --configfile config/beyond.yaml html "$@" 2>&1 | tee "$OUT/snakemake.log"
+rc=${PIPESTATUS[0]}
+set -e
+end=$(date +%s.%N)
+python3 -c "import json; json.dump({'target': 'html', 'config': 'config/beyond.yaml', 'cores': 16, 'wall_s': round($end - $start, 2), 'exit': $rc, 'run': '$run'}, open('$OUT/beyond_h200.json', 'w'), indent=1)"
+echo "snakemake exit: $rc, wall $(python3 -c "print(round($end - $start, 1))") s"
+tar czf "$OUT/beyond.tgz" "results/$run"
+gzip -f "$OUT/snakemake.log"
+ls -la "$OUT"
