@@ -20,7 +20,7 @@ echo "result set: results/$run"
 rm -rf "results/$run"
 start=$(date +%s.%N)
 set +e
-timeout --signal=TERM "${BEYOND_TIMEOUT_S:-540}" snakemake --cores 16 --keep-going --configfile config/beyond.yaml html "$@" 2>&1 | tee "$OUT/snakemake.log"
+timeout --signal=TERM "${BEYOND_TIMEOUT_S:-540}" snakemake html --cores 16 --keep-going --configfile config/beyond.yaml "$@" 2>&1 | tee "$OUT/snakemake.log"
 rc=${PIPESTATUS[0]}
 set -e
 end=$(date +%s.%N)
