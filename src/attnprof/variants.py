@@ -247,8 +247,10 @@ def _sdpa_forward(shape: Shape) -> Callable:
     """The study's 04_c: one scaled_dot_product_attention call, no mask tensor
     (``is_causal``); ``enable_gqa=True`` for grouped-query shapes; a lower-right causal mask
     on a non-square shape passes ``attn_mask=causal_lower_right(q_len, kv_len)`` instead,
-    PyTorch's documented way (its CausalBias dispatch may pick the flash or efficient kernel
-    itself, whatever ``sdpa_kernel`` pins: the kernel tables show what ran)."""
+    PyTorch's documented way. Its CausalBias dispatch runs the flash or efficient kernel with
+    their own lower-right masking where the pinned backend allows; otherwise it materialises a
+    dense boolean mask in every forward (seen on the H200 with cuDNN pinned: triu, fill and
+    where kernels before the attention kernel): the kernel tables show it."""
     import torch.nn.functional as F
 
     kwargs = {"enable_gqa": True} if shape.kv_heads is not None else {}
