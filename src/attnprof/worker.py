@@ -275,10 +275,14 @@ def _request(device: str, request: dict, idle_s: float, worker_log: Path | None,
     with _signals_raise_exit():
         for _attempt in range(3):  # a supervisor exiting for idleness as we connect: start another
             with contextlib.closing(connect_or_start(device, idle_s, worker_log)) as sock:
-                sock.settimeout(answer_s)
                 _send(sock, request)
                 lines = _Lines(sock)
+                # Waiting to be accepted is waiting in the supervisor's queue behind other jobs'
+                # captures (each bounded by its own timeout), not for this one: no limit. A
+                # supervisor that dies closes the connection, which ends the wait.
+                sock.settimeout(None)
                 first = lines.next()
+                sock.settimeout(answer_s)
                 if first is None:  # not accepted
                     continue
                 if "error" in first:
@@ -457,7 +461,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
                 return 0
         log(f"capture worker {key}: its address is held by a process of another user; not starting")
         return 1
-    listener.listen(16)
+    listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
     child: _Child | None = None
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
     try:
