@@ -176,3 +176,15 @@ def test_forward_only_h200_traces_give_the_same_forward_tables(variant):
     pd.testing.assert_frame_equal(forward_table(fwd, variant, "s"), forward_table(old, variant, "s"))
     pd.testing.assert_frame_equal(kernel_table(fwd, variant, "s"), kernel_table(old, variant, "s"))
     assert bwd["ranges"].empty and backward_tables(bwd, variant, "s")["backwards"].empty
+
+
+def test_backward_kernels_finding_names_main_and_extra_kernels():
+    from attnprof.backward import backward_kernels_finding
+
+    _, bwd = analyse_passes(synthetic(), "attn_fwd", expect_gpu=True)
+    k = backward_tables(bwd, "sdpa_x", "s")["kernels_backward"]
+    (found,) = backward_kernels_finding(k)
+    assert found["variant"] == "sdpa_x" and len(found["extra"]) == 1 and found["copies"][0]["category"] == "memset"
+    assert {found["main"]["kernel"], found["extra"][0]["kernel"]} == {"bwd_kernel", "bwd_preprocess"}
+    assert found["statement"].startswith("sdpa_x backward: 2 kernels, main ") and "(33 %)" in found["statement"]
+    assert backward_kernels_finding(empty_backward_tables()["kernels_backward"]) == []

@@ -224,3 +224,40 @@ def _stats(prefix: str, ms: pd.Series) -> dict:
     """<prefix>_per_backward (median), <prefix>_backward_min, _max, _q1, _q3 (pandas' linear quantiles)."""
     return {f"{prefix}_per_backward": ms.median(), f"{prefix}_backward_min": ms.min(), f"{prefix}_backward_max": ms.max(),
             f"{prefix}_backward_q1": ms.quantile(0.25), f"{prefix}_backward_q3": ms.quantile(0.75)}
+
+
+def backward_kernels_finding(kernels_backward: pd.DataFrame) -> list[dict]:
+    """What each variant's backward ran, from the run's ``kernels_backward.csv`` rows (any shapes,
+    any variants): per (shape_key, variant) with backward kernels, the ``main`` kernel (largest
+    share of backward device time), the ``extra`` kernels besides it (the preprocessing and
+    post-processing a fused backward adds -- flash's dot(dO, O) and dQ conversion, say -- or the
+    unfused chain of the math path) and the memcpys/memsets, each {kernel, label, category,
+    calls_per_backward, us_per_backward, share_pct}, and a ``statement``. Meant for the findings
+    (kept here, a plain function over the table, so that the findings package can call it)."""
+    out = []
+    if kernels_backward.empty:
+        return out
+    for (shape_key, variant), k in kernels_backward.groupby(["shape_key", "variant"], sort=False):
+        k = k.sort_values(["share_pct", "calls_max"], ascending=False, na_position="last")
+        rows = [{c: (None if pd.isna(r[c]) else r[c]) for c in ("kernel", "label", "category", "calls_per_backward",
+                                                                "us_per_backward", "share_pct")}
+                for _, r in k.iterrows()]
+        kernels = [r for r in rows if r["category"] == "kernel"]
+        if not kernels:
+            continue
+        main, extra = kernels[0], kernels[1:]
+        copies = [r for r in rows if r["category"] != "kernel"]
+
+        def part(r):
+            share = f" ({r['share_pct']:.0f} %)" if r["share_pct"] is not None else ""
+            return f"{r['label']}{share}"
+
+        statement = (f"{variant} backward: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}, "
+                     f"main {part(main)} of backward device time")
+        if extra:
+            statement += "; besides it " + ", ".join(part(r) for r in extra)
+        if copies:
+            statement += "; " + ", ".join(part(r) for r in copies)
+        out.append({"shape_key": shape_key, "variant": variant, "main": main, "extra": extra, "copies": copies,
+                    "statement": statement})
+    return out
