@@ -16,6 +16,7 @@ with script_log(sm.log[0]) as log:
         "schedule": dict(p.profiler["schedule"]),
         "warmup_calls": p.profiler["warmup_calls"],
         "range_name": p.profiler["range_name"],
+        "passes": list(p.passes),
         "min_complete_forwards": p.profiler["min_complete_forwards"],
         "timing": dict(p.timing),
         "seed": p.seed,

@@ -10,13 +10,23 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
     from attnprof.trace import device_properties, load_trace
+    from attnprof.backward import analyse_passes, backward_tables, empty_backward_tables
 
     variant, shape = sm.wildcards.variant, sm.wildcards.shape
     status = json.loads(Path(sm.input.status).read_text())
     trace = load_trace(sm.input.trace)
     # the range name the capture used (its own record), else the config's
     range_name = status.get("range_name") or sm.params.range_name
-    frames = analyse_trace(trace, range_name, expect_gpu=status.get("device") == "cuda")
+    # a capture that profiled its backward (config passes): both passes, each with its own ranges
+    # (attnprof.backward); otherwise the forward alone, as before, and header-only backward tables
+    backward = (status.get("passes") or {}).get("backward", {}).get("status") in ("ok", "incomplete_trace")
+    if backward:
+        frames, bwd_frames = analyse_passes(trace, range_name, status.get("backward_range_name"),
+                                            expect_gpu=status.get("device") == "cuda")
+    else:
+        frames = analyse_trace(trace, range_name, expect_gpu=status.get("device") == "cuda")
+    for name, table in (backward_tables(bwd_frames, variant, shape) if backward else empty_backward_tables()).items():
+        table.to_csv(getattr(sm.output, name), index=False)
     comp = frames["completeness"]
     print(f"{variant} {shape}: status {status['status']}, {len(frames['ranges'])} forwards "
           f"({int(comp['complete'].sum())} complete, {int(comp['timing_complete'].sum())} with valid GPU times), "

@@ -16,6 +16,15 @@ outcome in ``record["phases"][name] = {"status", "reason", "seconds"}`` (plus
 * ``graph_timing`` -- CUDA-graph replays (``skipped`` on CPU);
 * ``input_types`` -- one extra forward profiled with ``record_shapes=True``.
 
+Passes (spec ``passes``, config ``passes``; default ``["forward"]``). With ``"backward"`` the
+profile phase also profiles the backward of every step in a range of its own
+(:func:`_profile_phase`, :mod:`attnprof.backward`), and ``record["passes"]`` holds each pass's
+outcome ({status, reason, seconds[, unsupported_reasons][, traceback]}, like a phase's). A
+backward that cannot run (no backward kernel for this backend, dtype or head_dim: PyTorch's
+reason; out of memory; too few complete backwards in the trace: ``incomplete_trace``) is
+recorded there and the forward is profiled and published as in a forward-only run: a failure
+of one pass is not a failure of the measurement. The later phases stay forward-only.
+
 A later phase that fails (the float64 reference out of memory, say) frees what it
 allocated and the next phase runs: the trace is kept, ``status`` stays ``ok``, and
 ``checks_missing`` lists ``"phase: status: reason"`` for each later phase that did not
@@ -87,6 +96,7 @@ import warnings
 from pathlib import Path
 
 from .env import host_load
+from .names import backward_range_name
 from .variants import COMPILED, Shape, make_forward, relative_error, torch_dtype
 
 STATUSES = ("ok", "unsupported", "out_of_memory", "failed", "incomplete_trace")
@@ -373,9 +383,16 @@ def _run_phase(name: str, fn, spec: dict, device: str, caught: list) -> tuple[di
     return outcome, produced
 
 
-def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, stack: contextlib.ExitStack) -> dict:
+def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, stack: contextlib.ExitStack,
+                   caught: list | None = None) -> dict:
     """Set up, warm up and trace; leaves forward, input sets and the last output in ``st``
-    and the variant's backend context entered on ``stack`` for the later phases."""
+    and the variant's backend context entered on ``stack`` for the later phases.
+
+    Backward (``"backward"`` in spec ``passes``; module docstring): after the forward warm-ups, a
+    ``backward`` probe runs ``warmup_calls`` (at least one) forward+backward steps outside the
+    profiler, in :func:`_run_phase` (its outcome is ``passes.backward``; ``caught``: the warnings
+    list that explains an ``unsupported`` one). If it succeeds, each profiled step is
+    :func:`_backward_step`; else the steps are the forward-only ones under ``no_grad``."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
@@ -397,6 +414,17 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     for _ in range(spec["warmup_calls"]):
         st.out = st.forward(q, k, v)
     _sync(device)
+    step = None
+    if "backward" in (spec.get("passes") or ["forward"]):
+        produced["passes"] = {"forward": {"status": "ok", "reason": ""}}
+        log(f"backward: {max(1, spec['warmup_calls'])} warm-up steps (forward with grad + backward)")
+        outcome, made = _run_phase("backward", lambda: _backward_setup(spec, shape, device, st, q, k, v),
+                                   spec, device, caught if caught is not None else [])
+        produced["passes"]["backward"] = outcome
+        if outcome["status"] == "ok":
+            step = made["step"]
+        else:
+            log(f"backward: {outcome['status']}: {outcome['reason'][:300]}; profiling the forward only")
 
     t_profile = time.perf_counter()
     log(f"profiling {steps} steps (wait {sched['wait']}, warmup {sched['warmup']}, active {sched['active']})")
@@ -407,15 +435,60 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
         on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
     ) as prof:
         for _ in range(steps):
-            with record_function(spec["range_name"]):
-                st.out = st.forward(q, k, v)
+            if step is not None:
+                step(record_function)
+            else:
+                with record_function(spec["range_name"]):
+                    st.out = st.forward(q, k, v)
             # outside the range: each step's device work ends before the next starts
             _sync(device)
             prof.step()
+    if step is not None:
+        st.out = st.out.detach()  # the graph is freed; the float64 check reads the values only
     produced["profile_s"] = round(time.perf_counter() - t_profile, 3)
     if device == "cuda":
         produced["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
     return produced
+
+
+def _backward_setup(spec: dict, shape: Shape, device: str, st, q, k, v) -> dict:
+    """The backward probe and warm-up (``passes: [forward, backward]``): leaf copies of the first
+    input set that require grad (sharing its storage; the input sets themselves stay as they are
+    for the forward-only phases), one fixed random output gradient (seed + 1), then
+    ``warmup_calls`` (at least one) unprofiled steps, which also absorb a compiled variant's
+    training-graph compile. Returns {"step": fn(record_function)}, the profiled step.
+
+    The step: ``with enable_grad()``: the forward in the forward range; a synchronize; the
+    backward, ``torch.autograd.grad(out, (q, k, v), grad_out)``, in the backward range
+    (:func:`attnprof.names.backward_range_name`); the caller synchronizes after it. Why
+    ``autograd.grad`` and not ``out.backward()``: it returns the gradients instead of
+    accumulating them into ``.grad`` (the AccumulateGrad nodes only hand them over: no add, no
+    copy, no memset), so no state carries from one step to the next and nothing has to be reset
+    between steps; the kernels are those
+    a training step's backward runs for these inputs. The synchronize between the ranges keeps
+    the forward's device work out of the backward's (and makes each range's device time its own)."""
+    import torch
+
+    inputs = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+    gen = torch.Generator(device=device).manual_seed(spec["seed"] + 1)
+    dims = (shape.batch, shape.heads, shape.queries, shape.head_dim)
+    grad_out = torch.randn(dims, generator=gen, device=device, dtype=torch_dtype(shape.dtype))
+    fwd_name, bwd_name = spec["range_name"], backward_range_name(spec["range_name"])
+
+    def step(record_function=lambda name: contextlib.nullcontext()) -> None:
+        with torch.enable_grad():
+            with record_function(fwd_name):
+                out = st.forward(*inputs)
+            _sync(device)
+            with record_function(bwd_name):
+                grads = torch.autograd.grad(out, inputs, grad_out)
+        st.out = out
+        del grads
+
+    for _ in range(max(1, spec["warmup_calls"])):
+        step()
+        _sync(device)
+    return {"step": step}
 
 
 def _compile_counters() -> dict:
@@ -473,7 +546,7 @@ def capture(spec: dict, trace_path: Path) -> dict:
     trace to ``trace_path`` and return the status record (never raises for a variant's
     own failure; phases and statuses: module docstring). ``spec`` keys: variant, custom (a
     user variant's {function, setup}; absent for the built-in ones), shape (Shape fields), device ('cuda'|'cpu'), schedule {wait, warmup, active}, warmup_calls,
-    timing {repeats, input_sets[, budget_s, min_repeats]}, seed, tolerance {dtype: float}, range_name; and the
+    timing {repeats, input_sets[, budget_s, min_repeats]}, seed, tolerance {dtype: float}, range_name, passes (optional, default ["forward"]); and the
     test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
     shape = Shape(**spec["shape"])
@@ -489,6 +562,9 @@ def capture(spec: dict, trace_path: Path) -> dict:
         "warnings": [],
         "schedule": spec["schedule"],
         "range_name": spec["range_name"],
+        # the backward's range, when the config asked for it (attnprof.backward)
+        **({"backward_range_name": backward_range_name(spec["range_name"])}
+           if "backward" in (spec.get("passes") or ["forward"]) else {}),
         "min_complete_forwards": _min_complete(spec),
         "phases": {},
         # what else the host was doing when this capture started (1-minute load average)
@@ -521,12 +597,16 @@ def capture(spec: dict, trace_path: Path) -> dict:
     with warnings.catch_warnings(record=True) as caught, contextlib.ExitStack() as stack:
         warnings.simplefilter("always")
         stack.enter_context(torch.no_grad())
-        outcome, produced = _run_phase("profile", lambda: _profile_phase(spec, shape, device, trace_path, st, stack),
+        outcome, produced = _run_phase("profile", lambda: _profile_phase(spec, shape, device, trace_path, st, stack,
+                                                                         caught),
                                        spec, device, caught)
         record["phases"]["profile"] = outcome
         record.update(produced, status=outcome["status"], reason=outcome["reason"])
+        if "backward" in (spec.get("passes") or ["forward"]) and "passes" not in record:
+            record["passes"] = {"forward": {"status": outcome["status"], "reason": outcome["reason"]},
+                                "backward": _skipped("profile phase did not succeed")}
         if record["status"] == "ok":
-            record.update(check_own_trace(trace_path, spec))
+            record.update(check_own_trace(trace_path, spec, record.get("passes")))
         if outcome["status"] != "ok":
             for key in ("traceback", "unsupported_reasons"):
                 if key in outcome:
@@ -562,13 +642,18 @@ def _min_complete(spec: dict) -> int:
     return int(spec.get("min_complete_forwards", DEFAULT_MIN_COMPLETE_FORWARDS))
 
 
-def check_own_trace(trace_path: Path, spec: dict) -> dict:
+def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) -> dict:
     """Read back the trace the profiler just wrote and apply the completeness rule
     (:func:`attnprof.tables.assess_forwards`) with the spec's schedule ``active`` and
     ``min_complete_forwards``. Returns the record fields to set: always ``trace_check``
     (forwards expected/profiled/complete/timed and the note); and, when the trace cannot
     be read, ``status`` failed with the TraceError; when it has too few complete forwards,
-    ``status`` incomplete_trace with a reason that names the file and both counts."""
+    ``status`` incomplete_trace with a reason that names the file and both counts.
+
+    ``passes``: the record's pass outcomes; when the backward was profiled (``ok``), the same rule
+    is applied to the backward ranges (:func:`attnprof.backward.analyse_passes`): ``trace_check``
+    gets ``backward`` (the same counts), and too few complete backwards make the returned
+    ``passes`` say ``incomplete_trace`` for the backward -- never for the capture."""
     from .tables import analyse_trace, assess_forwards, forward_table, incomplete_reason
     from .trace import TraceError, load_trace
 
@@ -576,7 +661,13 @@ def check_own_trace(trace_path: Path, spec: dict) -> dict:
         trace = load_trace(trace_path)
     except TraceError as exc:
         return {"status": "failed", "reason": f"TraceError: {exc}"}
-    frames = analyse_trace(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
+    backward = bool(passes) and passes.get("backward", {}).get("status") == "ok"
+    if backward:
+        from .backward import analyse_passes, backward_table
+
+        frames, bwd_frames = analyse_passes(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
+    else:
+        frames = analyse_trace(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
     forwards = forward_table(frames, spec["variant"], "")
     verdict = assess_forwards(forwards, spec["schedule"]["active"], _min_complete(spec))
     out = {"trace_check": {k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete",
@@ -585,6 +676,20 @@ def check_own_trace(trace_path: Path, spec: dict) -> dict:
         out.update(status="incomplete_trace", reason=incomplete_reason(trace_path, verdict))
     log(f"trace check: {verdict['forwards_complete']} of {verdict['forwards_expected']} forwards complete"
         + (f" ({verdict['note']})" if verdict["note"] else ""))
+    if backward:
+        from .backward import _as_backward
+
+        bwd = backward_table(bwd_frames, spec["variant"], "").rename(columns={"backward": "forward"})
+        bv = assess_forwards(bwd, spec["schedule"]["active"], _min_complete(spec))
+        out["trace_check"]["backward"] = {k: _as_backward(bv[k]) if k == "note" else bv[k]
+                                          for k in ("forwards_expected", "forwards_profiled", "forwards_complete",
+                                                    "forwards_timed", "bad_time_events", "note")}
+        if not bv["sufficient"]:
+            reason = (f"{trace_path}: {bv['forwards_complete']} complete backwards of {bv['forwards_expected']} profiled, "
+                      f"fewer than the minimum of {bv['minimum']}; {_as_backward(bv['note'])}")
+            out["passes"] = {**passes, "backward": {**passes["backward"], "status": "incomplete_trace", "reason": reason}}
+        log(f"trace check: {bv['forwards_complete']} of {bv['forwards_expected']} backwards complete"
+            + (f" ({_as_backward(bv['note'])})" if bv["note"] else ""))
     return out
 
 

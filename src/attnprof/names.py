@@ -11,3 +11,10 @@ SHAPE_PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_dev
 TIMELINE = "timeline"
 #: Run-wide figures of rule scaling_plots (attnprof.plots.scaling_plots), by PNG file stem.
 SCALING_PLOTS = ("scaling_time", "scaling_tflops", "scaling_memory", "roofline")
+
+
+def backward_range_name(range_name: str) -> str:
+    """The record_function name of the backward ranges: ``attn_fwd`` -> ``attn_bwd``; a name that
+    does not end in ``_fwd`` gets ``_bwd`` appended. Derived rather than configured, so that one
+    config key names both and the two can never coincide."""
+    return range_name[: -len("_fwd")] + "_bwd" if range_name.endswith("_fwd") else range_name + "_bwd"

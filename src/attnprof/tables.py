@@ -38,6 +38,16 @@ SUMMARY_COLUMNS = [
     "forward_gflop", "flop_per_byte", "tflops", "tflops_graph", "oom_bytes", "reason",
     "compile_first_call_s", "compile_cache",
 ]
+#: summary.csv columns of the backward pass (config ``passes``; attnprof.backward.backward_summary): empty
+#: when the backward was not profiled. Appended after the forward's, which keep their order.
+BACKWARD_SUMMARY_COLUMNS = [
+    "backward_status", "backward_reason", "backwards_profiled", "backwards_complete", "backwards_timed",
+    "kernels_per_backward", "memcpy_per_backward", "memset_per_backward",
+    "device_ms_per_backward", "device_ms_backward_min", "device_ms_backward_max", "device_ms_backward_q1",
+    "device_ms_backward_q3", "cpu_ms_per_backward", "cpu_ms_backward_min", "cpu_ms_backward_max",
+    "cpu_ms_backward_q1", "cpu_ms_backward_q3", "backward_note",
+]
+SUMMARY_COLUMNS += BACKWARD_SUMMARY_COLUMNS
 #: Fewest complete forwards a capture must have for its numbers to be published (the study
 #: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
 DEFAULT_MIN_COMPLETE_FORWARDS = 3
@@ -295,7 +305,9 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
         why = []
         for col, words in (("launches_without_gpu_event", "launches without a GPU event"),
                            ("gpu_events_without_launch", "GPU events without their launch record"),
-                           ("duplicate_gpu_events", "GPU events sharing one launch's correlation id")):
+                           ("duplicate_gpu_events", "GPU events sharing one launch's correlation id"),
+                           # backward ranges only (attnprof.backward): launches on another thread in two windows
+                           ("ambiguous_launches", "launches on another thread inside the windows of several ranges")):
             n = int(bad_rows[col].sum()) if col in bad_rows else 0
             if n:
                 why.append(f"{n} {words}")

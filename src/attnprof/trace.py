@@ -460,21 +460,23 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     return out
 
 
-def launches(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
-    """CUDA runtime and driver API calls with the forward they ran in (-1: outside any)."""
+def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
+    """CUDA runtime and driver API calls with the forward they ran in (-1: outside any).
+    ``assign``: the rule that maps (ts, tid) to a range (:func:`assign_forward`; the backward
+    ranges use :func:`attnprof.backward.assign_backward`)."""
     api = events.loc[events["cat"].isin(LAUNCH_CATEGORIES), EVENT_COLUMNS].copy()
-    api["forward"] = assign_forward(api["ts"], api["tid"], ranges)
+    api["forward"] = assign(api["ts"], api["tid"], ranges)
     return api
 
 
-def cpu_ops(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
-    """aten ops (``cpu_op``) with the forward they ran in (-1: outside any)."""
+def cpu_ops(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
+    """aten ops (``cpu_op``) with the forward they ran in (-1: outside any); ``assign`` as in :func:`launches`."""
     ops = events.loc[events["cat"] == "cpu_op", EVENT_COLUMNS].copy()
-    ops["forward"] = assign_forward(ops["ts"], ops["tid"], ranges)
+    ops["forward"] = assign(ops["ts"], ops["tid"], ranges)
     return ops
 
 
-def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
     """Kernels, memcpys and memsets joined to the API call that launched them (by
     correlation id) and to that call's forward and issuing aten op (by External id).
 
@@ -488,7 +490,7 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     the same correlation id: one launch, one GPU record), orphan_forward (for an event whose
     launch record is missing: the forward of the aten op its own ``External id`` names, else
     -1), and the launch metadata columns of METADATA_ARGS (NaN where the trace
-    carries none)."""
+    carries none). ``assign``: the (ts, tid) -> range rule, as in :func:`launches`."""
     gpu = events[events["cat"].isin(GPU_CATEGORIES)].copy()
     gpu["category"] = gpu["cat"].map(GPU_CATEGORIES)
     arg = {key: i for i, key in enumerate(GPU_ARG_KEYS)}  # position in the gpu_args tuples
@@ -497,7 +499,7 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
         gpu[col] = gpu["gpu_args"].apply(lambda a, i=arg[key]: a[i])
     for col in ("grid", "block"):
         gpu[col] = gpu[col].apply(lambda g: "x".join(str(int(x)) for x in g) if isinstance(g, list) else None)
-    api = launches(events, ranges)[["correlation", "name", "forward", "external_id", "ts"]]
+    api = launches(events, ranges, assign)[["correlation", "name", "forward", "external_id", "ts"]]
     api = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
     api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id", "ts": "launch_ts"})
     gpu = gpu.merge(api, on="correlation", how="left")
@@ -515,7 +517,7 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     orphan = gpu["launch_api"].isna()
     if orphan.any() and len(ops):
         own_ext = integer_ids(gpu.loc[orphan, "gpu_args"].apply(lambda a: a[arg["External id"]]))
-        fwd = assign_forward(own_ext.map(ops["ts"]).astype(float), own_ext.map(ops["tid"]), ranges)
+        fwd = assign(own_ext.map(ops["ts"]).astype(float), own_ext.map(ops["tid"]), ranges)
         gpu.loc[orphan, "orphan_forward"] = fwd.values
     op_by_id = ops["name"]
     gpu["op"] = gpu["launch_external_id"].map(op_by_id)

@@ -26,6 +26,7 @@ rule capture:
         variant_code=lambda wc: variant_fingerprint(wc.variant, CUSTOM.get(wc.variant)),
         custom=lambda wc: CUSTOM.get(wc.variant),
         profiler=config["profiler"],
+        passes=config["passes"],
         timing=config["timing"],
         seed=config["seed"],
         tolerance=config["tolerance"],

@@ -3,10 +3,11 @@
 
 rule summarize:
     input:
-        code("tables"),
+        code("tables", "backward"),
         status=per_capture("results/{run}/captures/{shape}/{variant}/status.json"),
         forwards=per_capture("results/{run}/tables/{shape}/{variant}/forwards.csv"),
         kernels=per_capture("results/{run}/tables/{shape}/{variant}/kernels.csv"),
+        backwards=per_capture("results/{run}/tables/{shape}/{variant}/backwards.csv"),
     output:
         summary="results/{run}/summary.csv",
         kernels="results/{run}/kernels.csv",

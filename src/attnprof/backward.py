@@ -1,0 +1,263 @@
+"""The backward pass: its ranges in the trace, their attribution, tables and summary columns.
+
+Config ``passes`` (default ``[forward]``, the study's setting) adds ``backward``: every profiled
+step then runs the forward with grad enabled inside the forward range (``profiler.range_name``,
+default ``attn_fwd``) and its backward inside a range of its own (:func:`attnprof.names.backward_range_name`,
+``attn_bwd``); see :func:`attnprof.capture._profile_phase`. In such a run the forward numbers are
+those of a *forward with grad*: the forward saves what its backward needs (the flash and
+efficient kernels also write the logsumexp, the naive path keeps its softmax), so its kernels can
+differ from the ``no_grad`` forward of a forward-only run, whose numbers stay as they were. The
+independent timing (``timed_ms_*``, ``graph_ms_*``) and the float64 check stay forward-only,
+under ``no_grad``, in both cases.
+
+Attribution. The record_function range of a backward is opened on the thread that calls
+``torch.autograd.grad``, but autograd runs the CUDA nodes on its own engine thread (one per
+device): their aten ops and launch calls carry another ``tid``. A GPU event is attributed as
+everywhere else -- GPU event -> correlation id -> its runtime launch call -> the launch's (ts, tid)
+-- and (ts, tid) -> backward range by :func:`assign_backward`:
+
+* same thread: the range of that thread that contains ts (the forward rule,
+  :func:`attnprof.trace.assign_forward`);
+* another thread: the backward range whose window [ts, end] contains ts -- the calling thread
+  is blocked inside ``autograd.grad`` while the engine runs, so the window bounds the work --
+  unless the event lies inside a forward range of its own thread (a forward's work is never a
+  backward's). The rule is for backward ranges only; forward ranges keep the same-thread rule.
+  A launch inside the windows of two or more backward ranges (possible only when backwards of
+  different threads overlap) is attributed to none; each of those ranges counts it in
+  ``ambiguous_launches`` and is incomplete.
+
+The completeness rule of :func:`attnprof.tables.completeness` applies to backward ranges as it
+does to forwards (every launch finds its GPU event, no orphaned or duplicate GPU records, some
+GPU activity on a GPU, valid times for device times), plus ``ambiguous_launches == 0``.
+
+Outputs (per capture, next to the forward tables): ``backwards.csv`` (one row per backward
+range, :data:`BACKWARD_COLUMNS`: the forward table's columns, ``forward`` renamed ``backward``,
+plus ``ambiguous_launches``), ``kernels_backward.csv`` and ``ops_backward.csv`` (the kernel and
+op tables of the backward ranges, ``*_per_forward`` columns renamed ``*_per_backward``). All three
+are header-only when the capture profiled no backward. summary.csv gets
+:data:`attnprof.tables.BACKWARD_SUMMARY_COLUMNS`, empty unless the backward was profiled.
+
+Kept apart from the forward modules so that a forward-only run's outputs are byte for byte what
+they were, and the findings package can call :func:`backward_kernels_finding` without this
+module reaching into it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .names import backward_range_name
+from .tables import (BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, KERNEL_COLUMNS, assess_forwards,
+                     completeness, forward_table, kernel_table, op_table)
+from .trace import assign_forward, cpu_ops, events_frame, forward_ranges, gpu_events, is_launch_api, launches
+
+PASSES = ("forward", "backward")
+BACKWARD_COLUMNS = ["backward" if c == "forward" else c for c in FORWARD_COLUMNS] + ["ambiguous_launches"]
+
+
+def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict]:
+    """For each event: the backward range (``range_ok`` ones) on *another* thread whose window holds
+    its ts (-1: none or several), how many such windows hold it, and the ranges' masks."""
+    t = ts.to_numpy(float)
+    threads = tid.to_numpy(object)
+    index = np.full(len(t), -1, dtype="int64")
+    count = np.zeros(len(t), dtype="int64")
+    masks = {}
+    good = ranges[ranges["range_ok"]] if "range_ok" in ranges else ranges
+    with np.errstate(invalid="ignore"):
+        for r in good.itertuples():
+            m = (threads != r.tid) & (t >= r.ts) & (t <= r.end)
+            masks[int(r.forward)] = m
+            count += m
+            index = np.where(m, int(r.forward), index)
+    return np.where(count == 1, index, -1), count, masks
+
+
+def assign_backward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Series:
+    """Index of the backward range that holds each (ts, tid) event, or -1 (module docstring): the
+    same-thread rule first, then the window of a backward range on another thread, for events that
+    no forward range (``ranges.attrs["forward_ranges"]``, when set) holds on their own thread and
+    that exactly one window holds."""
+    out = assign_forward(ts, tid, ranges)
+    fwd = ranges.attrs.get("forward_ranges")
+    in_forward = assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
+    index, _, _ = _cross_thread(ts, tid, ranges)
+    free = (out.to_numpy() < 0) & ~in_forward
+    return pd.Series(np.where(free, index, out.to_numpy()), index=ts.index, dtype="int64")
+
+
+def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
+    """Per backward range (index = range number): launch calls (:data:`attnprof.trace.LAUNCH_API`)
+    left unattributed because the windows of two or more backward ranges on other threads hold
+    them (and no range of their own thread or forward does)."""
+    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
+    launch = api[(api["forward"] < 0) & is_launch_api(api["name"])]
+    if launch.empty or ranges.empty:
+        return out
+    fwd = ranges.attrs.get("forward_ranges")
+    in_forward = (assign_forward(launch["ts"], launch["tid"], fwd).to_numpy() >= 0 if fwd is not None and len(fwd)
+                  else np.zeros(len(launch), bool))
+    _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges)
+    ambiguous = (count >= 2) & ~in_forward
+    for r, m in masks.items():
+        out[r] = int((m & ambiguous).sum())
+    return out
+
+
+def analyse_passes(trace: dict, range_name: str, backward_name: str | None = None,
+                   expect_gpu: bool | None = None) -> tuple[dict, dict]:
+    """Parse a trace once into the frames of both passes, ``(forward, backward)``, each as
+    :func:`attnprof.tables.analyse_trace` returns them (``forward`` column = range number of that
+    pass), so that the table functions serve both. The forward frames equal analyse_trace's except
+    that GPU events attributed to a backward range are left out of them (so they are not counted as
+    launched outside every forward); the backward frames leave out the forwards' GPU events, and
+    their completeness has ``ambiguous_launches``. ``backward_name``: default
+    :func:`backward_range_name`; a trace without such ranges gives empty backward frames."""
+    events = events_frame(trace)
+    if expect_gpu is None:
+        expect_gpu = bool(trace.get("deviceProperties"))
+    fwd_ranges = forward_ranges(events, range_name)
+    bwd_ranges = forward_ranges(events, backward_name or backward_range_name(range_name))
+    bwd_ranges.attrs["forward_ranges"] = fwd_ranges
+    fwd = {"ranges": fwd_ranges, "gpu": gpu_events(events, fwd_ranges), "api": launches(events, fwd_ranges),
+           "ops": cpu_ops(events, fwd_ranges)}
+    bwd = {"ranges": bwd_ranges, "gpu": gpu_events(events, bwd_ranges, assign_backward),
+           "api": launches(events, bwd_ranges, assign_backward), "ops": cpu_ops(events, bwd_ranges, assign_backward)}
+    # both gpu frames hold the same events in the same order (same events, same sort): keep each
+    # pass's own, and the stray ones in both
+    fg, bg = fwd["gpu"], bwd["gpu"]
+    assert len(fg) == len(bg) and fg["ts"].equals(bg["ts"]), "GPU events differ between the passes"
+    in_fwd = ((fg["forward"] >= 0) | (fg["orphan_forward"] >= 0)).to_numpy()
+    in_bwd = ((bg["forward"] >= 0) | (bg["orphan_forward"] >= 0)).to_numpy()
+    fwd["gpu"] = fg[~(in_bwd & ~in_fwd)].reset_index(drop=True)
+    bwd["gpu"] = bg[~(in_fwd & ~in_bwd)].reset_index(drop=True)
+    fwd["completeness"] = completeness(fwd_ranges, fwd["gpu"], fwd["api"], expect_gpu)
+    comp = completeness(bwd_ranges, bwd["gpu"], bwd["api"], expect_gpu)
+    comp["ambiguous_launches"] = ambiguous_launches(bwd["api"], bwd_ranges).reindex(comp.index, fill_value=0)
+    comp["complete"] &= comp["ambiguous_launches"] == 0
+    comp["timing_complete"] = comp["complete"] & (comp["bad_time_events"] == 0)
+    bwd["completeness"] = comp
+    return fwd, bwd
+
+
+def _per_backward(df: pd.DataFrame) -> pd.DataFrame:
+    return df.rename(columns=lambda c: c.replace("per_forward", "per_backward"))
+
+
+def backward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
+    """One row per backward range (:data:`BACKWARD_COLUMNS`): :func:`attnprof.tables.forward_table`
+    of the backward frames, its ``forward`` column named ``backward``, plus ``ambiguous_launches``."""
+    table = forward_table(frames, variant, shape_key)
+    amb = frames["completeness"].get("ambiguous_launches", pd.Series(dtype="int64"))
+    table["ambiguous_launches"] = table["forward"].map(amb).fillna(0).astype(int) if len(table) else pd.Series(dtype="int64")
+    return table.rename(columns={"forward": "backward"})[BACKWARD_COLUMNS]
+
+
+def backward_tables(frames: dict, variant: str, shape_key: str) -> dict[str, pd.DataFrame]:
+    """The per-capture backward tables: ``backwards``, ``kernels_backward``, ``ops_backward``."""
+    return {"backwards": backward_table(frames, variant, shape_key),
+            "kernels_backward": _per_backward(kernel_table(frames, variant, shape_key)),
+            "ops_backward": _per_backward(op_table(frames, variant, shape_key))}
+
+
+def empty_backward_tables() -> dict[str, pd.DataFrame]:
+    """The backward tables of a capture that profiled no backward: headers only."""
+    return {"backwards": pd.DataFrame(columns=BACKWARD_COLUMNS),
+            "kernels_backward": _per_backward(pd.DataFrame(columns=KERNEL_COLUMNS)),
+            "ops_backward": _per_backward(pd.DataFrame(columns=["variant", "shape_key", "op", "calls_per_forward",
+                                                                "calls_min", "calls_max", "mean_us"]))}
+
+
+_FORWARD_WORD = re.compile(r"\bforward(s?)\b")
+
+
+def _as_backward(note: str) -> str:
+    """A note of :func:`attnprof.tables.assess_forwards` about backward ranges, in their words."""
+    return _FORWARD_WORD.sub(r"backward\1", note)
+
+
+def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
+    """The summary.csv columns of the backward pass (:data:`attnprof.tables.BACKWARD_SUMMARY_COLUMNS`)
+    from a capture's status record and its ``backwards.csv``; all None when the config did not ask
+    for the backward. ``backward_status``: the backward's own outcome (``record["passes"]``: ok,
+    unsupported, out_of_memory, failed with PyTorch's reason in ``backward_reason``), or
+    ``incomplete_trace`` when its trace has fewer complete backwards than
+    ``min_complete_forwards``; the forward's numbers are published either way. The counts and
+    times follow the forward's rules (:func:`attnprof.tables.summary_row`): counts from complete
+    backwards when they all launched the same work, device times from timing-complete ones (on a
+    GPU only), host time of each backward's range from complete ones."""
+    row = dict.fromkeys(BACKWARD_SUMMARY_COLUMNS)
+    passes = status.get("passes") or {}
+    if "backward" not in passes:
+        return row
+    bwd = passes["backward"]
+    row.update(backward_status=bwd.get("status"), backward_reason=bwd.get("reason") or "")
+    if status.get("status") != "ok" or bwd.get("status") != "ok":
+        return row
+    fw = backwards.rename(columns={"backward": "forward"})
+    minimum = int(status.get("min_complete_forwards") or DEFAULT_MIN_COMPLETE_FORWARDS)
+    verdict = assess_forwards(fw, (status.get("schedule") or {}).get("active"), minimum)
+    note = _as_backward(verdict["note"])
+    row.update(backwards_profiled=verdict["forwards_profiled"], backwards_complete=verdict["forwards_complete"],
+               backwards_timed=verdict["forwards_timed"], backward_note=note)
+    if not verdict["sufficient"]:
+        row.update(backward_status="incomplete_trace",
+                   backward_reason=f"{verdict['forwards_complete']} complete backwards of {verdict['forwards_expected']} "
+                                   f"profiled, fewer than the minimum of {minimum}; {note}")
+        return row
+    complete = fw[fw["complete"].astype(bool)]
+    cpu_ms = complete["cpu_us"] / 1e3
+    row.update(_stats("cpu_ms", cpu_ms))
+    groups = verdict["groups"]
+    if status.get("device") == "cuda" and len(groups) == 1:
+        g = groups[0]
+        row.update(kernels_per_backward=g["kernels"], memcpy_per_backward=g["memcpy"], memset_per_backward=g["memset"])
+        if verdict["forwards_timed"] >= minimum:
+            row.update(_stats("device_ms", complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3))
+    return row
+
+
+def _stats(prefix: str, ms: pd.Series) -> dict:
+    """<prefix>_per_backward (median), <prefix>_backward_min, _max, _q1, _q3 (pandas' linear quantiles)."""
+    return {f"{prefix}_per_backward": ms.median(), f"{prefix}_backward_min": ms.min(), f"{prefix}_backward_max": ms.max(),
+            f"{prefix}_backward_q1": ms.quantile(0.25), f"{prefix}_backward_q3": ms.quantile(0.75)}
+
+
+def backward_kernels_finding(kernels_backward: pd.DataFrame) -> list[dict]:
+    """What each variant's backward ran, from the run's ``kernels_backward.csv`` rows (any shapes,
+    any variants): per (shape_key, variant) with backward kernels, the ``main`` kernel (largest
+    share of backward device time), the ``extra`` kernels besides it (the preprocessing and
+    post-processing a fused backward adds -- flash's dot(dO, O) and dQ conversion, say -- or the
+    unfused chain of the math path) and the memcpys/memsets, each {kernel, label, category,
+    calls_per_backward, us_per_backward, share_pct}, and a ``statement``. Meant for the findings
+    (kept here, a plain function over the table, so that the findings package can call it)."""
+    out = []
+    if kernels_backward.empty:
+        return out
+    for (shape_key, variant), k in kernels_backward.groupby(["shape_key", "variant"], sort=False):
+        k = k.sort_values(["share_pct", "calls_max"], ascending=False, na_position="last")
+        rows = [{c: (None if pd.isna(r[c]) else r[c]) for c in ("kernel", "label", "category", "calls_per_backward",
+                                                                "us_per_backward", "share_pct")}
+                for _, r in k.iterrows()]
+        kernels = [r for r in rows if r["category"] == "kernel"]
+        if not kernels:
+            continue
+        main, extra = kernels[0], kernels[1:]
+        copies = [r for r in rows if r["category"] != "kernel"]
+
+        def part(r):
+            share = f" ({r['share_pct']:.0f} %)" if r["share_pct"] is not None else ""
+            return f"{r['label']}{share}"
+
+        statement = (f"{variant} backward: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}, "
+                     f"main {part(main)} of backward device time")
+        if extra:
+            statement += "; besides it " + ", ".join(part(r) for r in extra)
+        if copies:
+            statement += "; " + ", ".join(part(r) for r in copies)
+        out.append({"shape_key": shape_key, "variant": variant, "main": main, "extra": extra, "copies": copies,
+                    "statement": statement})
+    return out
