@@ -192,15 +192,28 @@ def test_gpu_captures_never_overlap(tmp_path):
     Python + torch start), and with --cores 8 their time intervals must still be disjoint.
 
     ``--until capture``: only the 7 capture jobs of the html target run (no extract, plot or
-    report job, which prove nothing here); all 7 are ready at once with 8 cores free, so only the
-    'capture' resource can keep them apart."""
+    report job, which prove nothing here); all 7 are ready at once with 8 cores free and, in the
+    default capture_mode worker, take no resource: only the capture worker's one-at-a-time
+    service can keep them apart (capture_mode process: the 'capture' resource, next test)."""
     work = copy_repo(tmp_path / "repo")
     snakemake(work, "html", "--until", "capture", "--cores", "8", "--config", "device=cuda", "run=gpu")
     spans = []
     for status in (work / "results" / "gpu" / "captures").rglob("status.json"):
         rec = json.loads(status.read_text())
         assert rec["status"] in ("unsupported", "ok"), rec
-        spans.append((rec["started_at"], rec["finished_at"]))
+        # the capture process's own span of work (status.json's started_at/finished_at also
+        # hold the client's side: its wait in the worker's queue, writing the status)
+        spans.append((rec["capture_started_at"], rec["capture_started_at"] + rec["capture_wall_s"]))
     spans.sort()
     assert len(spans) == 7
     assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:])), spans
+
+
+def test_process_mode_captures_take_the_capture_resource(tmp_path):
+    """capture_mode process: each capture is its own process, so the global 'capture' and 'gpu'
+    resources (one unit each) keep them apart; the dry run shows the jobs asking for them."""
+    work = copy_repo(tmp_path / "repo")
+    proc = snakemake(work, "html", "-n", "--cores", "8", "--config", "device=cuda", "run=gpu", "capture_mode=process")
+    out = proc.stdout + proc.stderr
+    blocks = [b for b in out.split("rule ")[1:] if b.startswith("capture:")]
+    assert len(blocks) == 7 and all("capture=1" in b and "gpu=1" in b for b in blocks), blocks[:1]

@@ -549,6 +549,7 @@ def capture(spec: dict, trace_path: Path) -> dict:
     timing {repeats, input_sets[, budget_s, min_repeats]}, seed, tolerance {dtype: float}, range_name, passes (optional, default ["forward"]); and the
     test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
+    started_at = time.time()
     shape = Shape(**spec["shape"])
     device = spec["device"]
     record = {
@@ -567,6 +568,9 @@ def capture(spec: dict, trace_path: Path) -> dict:
            if "backward" in (spec.get("passes") or ["forward"]) else {}),
         "min_complete_forwards": _min_complete(spec),
         "phases": {},
+        # when this process began the capture (epoch s): with capture_wall_s, the span of its GPU
+        # work (started_at/finished_at in status.json also hold the wait for the capture worker)
+        "capture_started_at": round(started_at, 3),
         # what else the host was doing when this capture started (1-minute load average)
         "host": host_load(),
     }
@@ -584,6 +588,7 @@ def capture(spec: dict, trace_path: Path) -> dict:
         record.update(status="unsupported", reason=why, unsupported_reasons=[])
         record["phases"] = {"profile": {"status": "unsupported", "reason": why, "seconds": 0.0, "unsupported_reasons": []},
                             **{name: _skipped("profile phase did not succeed") for name in PHASES[1:]}}
+        record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
         return record
 
     st = types.SimpleNamespace(forward=None, sets=None, out=None)  # what the phases share

@@ -249,7 +249,11 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     except BaseException:
         trace_path.unlink(missing_ok=True)
         raise
-    return finish_capture(msg["record"], trace_path, status_path, started)
+    record = msg["record"]
+    # the capture's own span starts when the supervisor took it; the wait behind other jobs'
+    # captures (capture_mode worker: they queue there, not in Snakemake) is recorded apart
+    record.setdefault("worker", {})["queued_s"] = round(msg["accepted_at"] - started, 3)
+    return finish_capture(record, trace_path, status_path, msg["accepted_at"])
 
 
 def call_in_worker(device: str, target: str, args: list | None = None, timeout_s: float = 600.0, idle_s: float = 60.0,
@@ -282,6 +286,7 @@ def _request(device: str, request: dict, idle_s: float, worker_log: Path | None,
                 # supervisor that dies closes the connection, which ends the wait.
                 sock.settimeout(None)
                 first = lines.next()
+                accepted_at = time.time()
                 sock.settimeout(answer_s)
                 if first is None:  # not accepted
                     continue
@@ -300,7 +305,7 @@ def _request(device: str, request: dict, idle_s: float, worker_log: Path | None,
                                  "the next run does it again")
     if "interrupted" in msg:
         raise CaptureInterrupted(msg["interrupted"])
-    return msg
+    return {**msg, "accepted_at": accepted_at}
 
 
 # --- supervisor ------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ rule capture:
     # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
     threads: workflow.cores if DEVICE == "cpu" else 1
     resources:
-        capture=1,
-        gpu=1 if DEVICE == "cuda" else 0,
+        capture=GPU_UNITS,
+        gpu=GPU_UNITS if DEVICE == "cuda" else 0,
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
@@ -73,8 +73,8 @@ rule calibrate:
         "../envs/attnprof.yaml"
     threads: workflow.cores if DEVICE == "cpu" else 1  # as a capture's: the same worker serves it
     resources:
-        capture=1,
-        gpu=1 if DEVICE == "cuda" else 0,
+        capture=GPU_UNITS,
+        gpu=GPU_UNITS if DEVICE == "cuda" else 0,
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,

@@ -81,9 +81,13 @@ PLOT_NAMES = list(SHAPE_PLOTS)
 SCALING_PLOT_NAMES = list(SCALING_PLOTS)
 EXPECTATIONS = rel(Path(workflow.basedir) / "config" / "expectations.yaml")
 
-# GPU captures never overlap, whatever --cores says: every capture job takes one unit
-# of the global 'capture' resource (and of 'gpu' on CUDA), and there is one of each
-# unless the command line sets more.
+# GPU captures never overlap, whatever --cores says. In capture_mode process every capture
+# job takes one unit of the global 'capture' resource (and of 'gpu' on CUDA), and there is one
+# of each unless the command line sets more. In capture_mode worker the run's one capture
+# worker serves one capture at a time (attnprof.worker), so the jobs take none: they wait in
+# its queue, already started, and the next capture begins as soon as one ends instead of after
+# Snakemake has scheduled and started the next job (about 0.5 s per capture).
+GPU_UNITS = 0 if config["capture_mode"] == "worker" else 1
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)
