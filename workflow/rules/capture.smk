@@ -31,7 +31,7 @@ rule capture:
         seed=config["seed"],
         tolerance=config["tolerance"],
         timeout_s=config["capture_timeout_s"],
-        mode=config["capture_mode"],
+        mode=CAPTURE_MODE,
         worker_idle_s=config["capture_worker_idle_s"],
     script:
         "../../scripts/capture.py"
@@ -55,7 +55,7 @@ rule environment:
         device=DEVICE,
         run=RUN,
         torch_version=TORCH_VERSION,
-        mode=config["capture_mode"],
+        mode=CAPTURE_MODE,
         worker_idle_s=config["capture_worker_idle_s"],
     script:
         "../../scripts/environment.py"
@@ -78,7 +78,7 @@ rule calibrate:
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
-        mode=config["capture_mode"],
+        mode=CAPTURE_MODE,
         worker_idle_s=config["capture_worker_idle_s"],
     script:
         "../../scripts/calibrate.py"

@@ -87,7 +87,16 @@ EXPECTATIONS = rel(Path(workflow.basedir) / "config" / "expectations.yaml")
 # worker serves one capture at a time (attnprof.worker), so the jobs take none: they wait in
 # its queue, already started, and the next capture begins as soon as one ends instead of after
 # Snakemake has scheduled and started the next job (about 0.5 s per capture).
-GPU_UNITS = 0 if config["capture_mode"] == "worker" else 1
+# Under a cluster executor (Slurm) every job is its own allocation: a worker started in one job
+# would die with it while serving another's capture, so captures run in fresh processes there,
+# whatever the config says (the main process: non-local execution; the jobs: remote mode).
+CAPTURE_MODE = (
+    "process"
+    if workflow.non_local_exec or workflow.remote_exec
+    else config["capture_mode"]
+)
+config["capture_mode"] = CAPTURE_MODE  # env.json and the report state the mode that ran
+GPU_UNITS = 0 if CAPTURE_MODE == "worker" else 1
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)
