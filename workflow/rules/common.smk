@@ -94,8 +94,16 @@ wildcard_constraints:
 
 
 def code(*modules):
-    """Package modules a stage runs: declared as inputs so that a code change reruns it."""
-    return [str(PKG / f"{m}.py") for m in modules]
+    """Package modules a stage runs: declared as inputs so that a code change reruns it. A name
+    is a module (``trace``: trace.py, ``findings/occupancy``: findings/occupancy.py) or a
+    subpackage (``findings``: every module in src/attnprof/findings/)."""
+    files = []
+    for m in modules:
+        if (PKG / m).is_dir():
+            files += sorted(str(p) for p in (PKG / m).rglob("*.py"))
+        else:
+            files.append(str(PKG / f"{m}.py"))
+    return files
 
 
 # Only the current result set is captured here: the capture stages match results/<RUN>/ only,

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from .fmt import format_number
-from .tables import concat_tables
-from .trace import kernel_label, properties_of, short_kernel_name
+from ..fmt import format_number
+from ..tables import concat_tables
+from ..trace import kernel_label, properties_of, short_kernel_name
 
 FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
 PINNED = ("sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
@@ -809,7 +809,7 @@ def compute(d: RunData, expectations: dict | None = None) -> dict:
     found = [f for rule in RULES for f in rule(d)]
     checks = []
     if expectations:
-        from .variants import Shape
+        from ..variants import Shape
 
         shp = Shape(**expectations["shape"]).key
         if shp == d.shape_key:
