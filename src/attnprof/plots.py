@@ -117,7 +117,7 @@ def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: 
     cast/copy, other kernels, memcpy, memset), as % of that variant's own device time; the
     total per forward (µs, ``us_per_forward`` summed) is written at the bar's end. ``top`` is
     kept for the config's sake: the classes are a fixed, short list."""
-    from .findings import KERNEL_CLASSES, kernel_class
+    from .findings.kernel_names import KERNEL_CLASSES, kernel_class
 
     k = kernels[kernels["variant"].isin(summary["variant"])].copy() if len(kernels) else kernels
     fig, ax = plt.subplots(figsize=(FULL_IN, _height(len(summary), 0.26, 1.0)), layout="constrained")
@@ -334,7 +334,7 @@ def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
     with variant, status, frames (:func:`attnprof.tables.analyse_trace`) and forwards
     (:func:`attnprof.tables.forward_table`). Variants without a timed forward get a line
     saying why."""
-    from .findings import KERNEL_CLASSES, kernel_class
+    from .findings.kernel_names import KERNEL_CLASSES, kernel_class
     from .trace import is_launch_api
 
     fig, axes = plt.subplots(len(captures), 1, figsize=(FULL_IN, 0.62 * len(captures) + 0.9), squeeze=False,

@@ -3,7 +3,7 @@
 
 rule plots:
     input:
-        code("plots"),
+        code("plots", "trace", "findings/kernel_names"),
         summary="results/{run}/summary.csv",
         kernels="results/{run}/kernels.csv",
     output:
@@ -40,7 +40,7 @@ rule scaling_plots:
 rule timeline:
     """One profiled forward per variant of a shape, drawn from the traces (CPU launches, GPU work)."""
     input:
-        code("plots", "trace", "tables", "findings"),
+        code("plots", "trace", "tables", "findings/kernel_names"),
         status=lambda wc: expand(
             "results/{run}/captures/{shape}/{variant}/status.json",
             run=wc.run,
