@@ -16,7 +16,8 @@ from .fmt import format_number
 from .plots import CAPTIONS, CPU_CAPTIONS, FULL_WIDTH
 from .trace import kernel_label
 
-#: variant -> what it changes, for the summary table (the study's "change" column)
+#: variant -> what it changes, for the summary table (the study's "change" column): one entry per
+#: built-in variant of attnprof.variants.VARIANTS (tests/test_names.py keeps the two in step)
 CHANGES = {
     "naive": "matmul, scale, masked_fill (out of place), softmax, matmul",
     "naive_inplace": "as naive, with masked_fill_ (in place)",

@@ -1,5 +1,5 @@
 """One shape's tables as the rules read them (:class:`RunData`), assembled from the run's files
-by :func:`load_run_data`, and the variants the rules single out.
+by :func:`load_run_data`, and the variants the rules single out (named in :data:`attnprof.variants.VARIANTS`).
 
 Units are the tables' own (attnprof.tables; columns in docs/results.md): µs in the per-variant
 kernel table, ms in summary.csv, calls per forward in the launch and op tables.
@@ -13,9 +13,26 @@ import pandas as pd
 
 from ..tables import concat_tables
 from ..trace import properties_of
+from ..variants import VARIANTS
 
-FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
-PINNED = ("sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
+
+def _built_in(*names: str) -> tuple[str, ...]:
+    """``names``, each checked against :data:`attnprof.variants.VARIANTS`, the one list of the
+    built-in variants: a rule that singles out a variant that is no longer built in fails here,
+    on import, instead of never firing."""
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise ImportError(f"attnprof.findings singles out variants that attnprof.variants.VARIANTS does not define: {unknown}")
+    return names
+
+
+#: The built-in variants the rules compare by name: the study's naive pair (out-of-place and
+#: in-place masked_fill), the math backend set against naive_inplace, and sdpa_auto's dispatch.
+NAIVE, NAIVE_INPLACE, SDPA_MATH, SDPA_AUTO = _built_in("naive", "naive_inplace", "sdpa_math", "sdpa_auto")
+#: Variants that pin an SDPA backend (their VARIANTS value, an SDPBackend member name), in VARIANTS' order.
+PINNED = tuple(v for v, backend in VARIANTS.items() if backend)
+#: The pinned backends that compute attention in one fused kernel: all but MATH.
+FUSED = tuple(v for v in PINNED if VARIANTS[v] != "MATH")
 #: Input dtypes for which FP32 work inside a forward is a finding.
 LOW_PRECISION = ("bf16", "fp16")
 

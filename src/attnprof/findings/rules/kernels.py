@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..data import FUSED, PINNED, RunData
+from ..data import FUSED, PINNED, SDPA_AUTO, RunData
 from ..kernel_names import decode_kernel_name
 from ..occupancy import theoretical_occupancy
 from ..refs import fmt_ref, finding, ref_kernel, ref_summary
@@ -83,20 +83,20 @@ def rule_occupancy(d: RunData) -> list[dict]:
 def rule_dispatch(d: RunData) -> list[dict]:
     """Which backend sdpa_auto ran: the pinned variant whose kernel set it matches, and the
     backend-specific aten op it called."""
-    if not d.ok("sdpa_auto"):
+    if not d.ok(SDPA_AUTO):
         return []
-    auto = set(d.kernels_of("sdpa_auto")["kernel"])
-    auto_ops = set(d.ops_of("sdpa_auto")["op"])
+    auto = set(d.kernels_of(SDPA_AUTO)["kernel"])
+    auto_ops = set(d.ops_of(SDPA_AUTO)["op"])
     matches = [v for v in PINNED if d.ok(v) and set(d.kernels_of(v)["kernel"]) == auto and (auto or set(d.ops_of(v)["op"]) == auto_ops)]
     backend_ops = sorted(o for o in auto_ops if re.search(r"_scaled_dot_product_\w+|_attention_forward|_flash_attention|_efficient_attention", o))
-    nums = {"kernels_per_forward": ref_summary(d, "sdpa_auto", "kernels_per_forward")}
+    nums = {"kernels_per_forward": ref_summary(d, SDPA_AUTO, "kernels_per_forward")}
     if matches:
         what = "kernels" if auto else "aten ops (CPU run: no kernels)"
-        text = f"sdpa_auto dispatched to {matches[0].removeprefix('sdpa_')}: same {what} as {matches[0]}"
+        text = f"{SDPA_AUTO} dispatched to {matches[0].removeprefix('sdpa_')}: same {what} as {matches[0]}"
     else:
-        text = "sdpa_auto matches no pinned variant's kernel set"
+        text = f"{SDPA_AUTO} matches no pinned variant's kernel set"
     if backend_ops:
         text += f"; backend op {', '.join(backend_ops)}"
     headline = f"dispatched to {matches[0].removeprefix('sdpa_')}" if matches else "matches no pinned backend"
-    return [finding("dispatch", d, ["sdpa_auto"] + matches[:1], text, nums,
+    return [finding("dispatch", d, [SDPA_AUTO] + matches[:1], text, nums,
                     [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(auto)], headline=headline)]

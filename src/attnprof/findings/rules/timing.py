@@ -10,7 +10,7 @@ replays. Spreads are min-max over the profiled forwards.
 
 from __future__ import annotations
 
-from ..data import FUSED, RunData
+from ..data import FUSED, NAIVE_INPLACE, SDPA_MATH, RunData
 from ..kernel_names import kernel_group
 from ..refs import clean, fmt_ref, derived, finding, ref_kernel, ref_launch, ref_summary
 
@@ -58,15 +58,15 @@ def rule_speed(d: RunData) -> list[dict]:
     finding says the two tie within the spread."""
     out = []
     col, lo, hi, timing = _spread_cols(d)
-    if d.ok("sdpa_math") and d.ok("naive_inplace"):
-        a, b = ref_summary(d, "sdpa_math", col, "ms"), ref_summary(d, "naive_inplace", col, "ms")
+    if d.ok(SDPA_MATH) and d.ok(NAIVE_INPLACE):
+        a, b = ref_summary(d, SDPA_MATH, col, "ms"), ref_summary(d, NAIVE_INPLACE, col, "ms")
         r = derived("ratio", [a, b])
-        ta, tb = ref_summary(d, "sdpa_math", "timed_ms_median", "ms"), ref_summary(d, "naive_inplace", "timed_ms_median", "ms")
+        ta, tb = ref_summary(d, SDPA_MATH, "timed_ms_median", "ms"), ref_summary(d, NAIVE_INPLACE, "timed_ms_median", "ms")
         rt = derived("ratio", [ta, tb])
         nums = {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt,
-                "math_min": ref_summary(d, "sdpa_math", lo, "ms"), "math_max": ref_summary(d, "sdpa_math", hi, "ms"),
-                "inplace_min": ref_summary(d, "naive_inplace", lo, "ms"), "inplace_max": ref_summary(d, "naive_inplace", hi, "ms")}
-        text = (f"sdpa_math takes {fmt_ref(r, 3)}x the time of naive_inplace ({fmt_ref(a)} vs {fmt_ref(b)}, {timing}, median; "
+                "math_min": ref_summary(d, SDPA_MATH, lo, "ms"), "math_max": ref_summary(d, SDPA_MATH, hi, "ms"),
+                "inplace_min": ref_summary(d, NAIVE_INPLACE, lo, "ms"), "inplace_max": ref_summary(d, NAIVE_INPLACE, hi, "ms")}
+        text = (f"{SDPA_MATH} takes {fmt_ref(r, 3)}x the time of {NAIVE_INPLACE} ({fmt_ref(a)} vs {fmt_ref(b)}, {timing}, median; "
                 f"ranges {fmt_ref(nums['math_min'])}-{fmt_ref(nums['math_max'])} and {fmt_ref(nums['inplace_min'])}-{fmt_ref(nums['inplace_max'])}); "
                 f"independent timing gives {fmt_ref(rt, 3)}x ({fmt_ref(ta)} vs {fmt_ref(tb)}, median)")
         doubts = []
@@ -79,11 +79,11 @@ def rule_speed(d: RunData) -> list[dict]:
             doubts.append("their per-forward ranges overlap")
         if doubts:
             text += "; not a finding: " + " and ".join(doubts)
-        out.append(finding("speed", d, ["sdpa_math", "naive_inplace"], text, nums, [{"kind": "metric", "name": col}],
+        out.append(finding("speed", d, [SDPA_MATH, NAIVE_INPLACE], text, nums, [{"kind": "metric", "name": col}],
                            kind="warning" if doubts else "observation",
-                           headline=f"{fmt_ref(r, 3)}x the time of naive_inplace" + (" (not robust)" if doubts else "")))
-    if d.on_gpu and d.ok("sdpa_math"):
-        out.extend(_breakdown(d, "sdpa_math"))
+                           headline=f"{fmt_ref(r, 3)}x the time of {NAIVE_INPLACE}" + (" (not robust)" if doubts else "")))
+    if d.on_gpu and d.ok(SDPA_MATH):
+        out.extend(_breakdown(d, SDPA_MATH))
     ok = sorted((v for v in d.summary["variant"] if d.ok(v) and d.row(v)[col] == d.row(v)[col]), key=lambda v: d.row(v)[col])
     if ok:
         fastest = ok[0]

@@ -9,7 +9,7 @@ Counts are per forward (kernels.csv ``calls_per_forward``, ops.csv), times in µ
 
 from __future__ import annotations
 
-from ..data import LOW_PRECISION, RunData
+from ..data import LOW_PRECISION, NAIVE, NAIVE_INPLACE, SDPA_MATH, RunData
 from ..kernel_names import FP32_GEMM, GEMM, MASK_KERNEL, UPCAST_KERNEL, matches
 from ..refs import fmt_ref, finding, ref_kernel, ref_op, ref_summary
 from ...trace import kernel_label
@@ -35,15 +35,15 @@ def rule_hidden_copy(d: RunData) -> list[dict]:
             text = (f"{variant}: {fmt_ref(nums['memcpy_per_forward'])} x {m['kernel']} per forward, issued by {m['op']} "
                     f"({fmt_ref(nums['memcpy_us'])} each, {fmt_ref(nums['memcpy_share'], 2)} of device time)")
             headline = f"hidden {m['kernel'].split(' (')[0]} from {m['op']} ({fmt_ref(nums['memcpy_share'], 2)} of device time)"
-            if variant == "naive" and d.ok("naive_inplace"):
-                nums["inplace_memcpy"] = ref_summary(d, "naive_inplace", "memcpy_per_forward", "per forward")
+            if variant == NAIVE and d.ok(NAIVE_INPLACE):
+                nums["inplace_memcpy"] = ref_summary(d, NAIVE_INPLACE, "memcpy_per_forward", "per forward")
                 gone = nums["inplace_memcpy"]["value"] == 0
-                text += "; masked_fill_ in naive_inplace " + ("removes it (0 memcpy per forward)" if gone else "does not remove it")
+                text += f"; masked_fill_ in {NAIVE_INPLACE} " + ("removes it (0 memcpy per forward)" if gone else "does not remove it")
             out.append(finding("hidden_copy", d, [variant], text, nums,
                                [{"kind": "kernel", "name": m["kernel"]}, {"kind": "op", "name": m["op"]}], headline=headline))
-    if not out and d.on_gpu and d.ok("naive"):
-        out.append(finding("hidden_copy", d, ["naive"], "naive: no memcpy inside the forward",
-                           {"memcpy_per_forward": ref_summary(d, "naive", "memcpy_per_forward", "per forward")}, []))
+    if not out and d.on_gpu and d.ok(NAIVE):
+        out.append(finding("hidden_copy", d, [NAIVE], f"{NAIVE}: no memcpy inside the forward",
+                           {"memcpy_per_forward": ref_summary(d, NAIVE, "memcpy_per_forward", "per forward")}, []))
     return out
 
 
@@ -112,16 +112,16 @@ def rule_mask(d: RunData) -> list[dict]:
 
 def rule_extra_ops(d: RunData) -> list[dict]:
     """aten ops the math path runs that the naive in-place path does not (e.g. _safe_softmax)."""
-    if not (d.ok("sdpa_math") and d.ok("naive_inplace")):
+    if not (d.ok(SDPA_MATH) and d.ok(NAIVE_INPLACE)):
         return []
-    base = set(d.ops_of("naive_inplace")["op"])
-    extra = [o for o in d.ops_of("sdpa_math")["op"] if o not in base]
+    base = set(d.ops_of(NAIVE_INPLACE)["op"])
+    extra = [o for o in d.ops_of(SDPA_MATH)["op"] if o not in base]
     if not extra:
         return []
-    nums = {o: ref_op(d, "sdpa_math", o) for o in extra}
+    nums = {o: ref_op(d, SDPA_MATH, o) for o in extra}
     named = [o.removeprefix("aten::") for o in extra if o in INTERESTING_OPS]
     listing = ", ".join(f"{o} x{fmt_ref(nums[o])}" for o in extra)
-    return [finding("extra_ops", d, ["sdpa_math"], f"sdpa_math runs ops that naive_inplace does not: {listing} (per forward)",
+    return [finding("extra_ops", d, [SDPA_MATH], f"{SDPA_MATH} runs ops that {NAIVE_INPLACE} does not: {listing} (per forward)",
                     nums, [{"kind": "op", "name": o} for o in extra],
                     headline=f"{len(extra)} extra ops" + (f", incl. {', '.join(named)}" if named else ""))]
 
