@@ -59,3 +59,52 @@ def test_the_variants_the_findings_single_out_come_from_the_list():
     assert {NAIVE, NAIVE_INPLACE, SDPA_MATH, SDPA_AUTO} <= set(VARIANTS)
     assert PINNED == tuple(v for v, backend in VARIANTS.items() if backend)
     assert set(FUSED) == set(PINNED) - {SDPA_MATH}
+
+
+# --- metric names: attnprof.findings.METRICS; rule names: attnprof.findings.RULE_NAMES -------------
+
+EXPECTATIONS = ROOT / "config" / "expectations.yaml"
+
+
+def test_the_shipped_expectations_name_known_metrics_compares_rules_and_variants():
+    from attnprof.findings import load_expectations
+
+    assert load_expectations(EXPECTATIONS)["expectations"]
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("metric", "kernels_per_fwd", "names metric 'kernels_per_fwd', which attnprof.findings.METRICS does not define"),
+    ("compare", "lt", "names compare 'lt'"),
+    ("explained_by", ["fusion", "fusoin"], "is explained_by rules ['fusoin'], which no finding rule has"),
+    ("variants", ["naive", "naive_inplcae"], "names variants ['naive_inplcae']"),
+])
+def test_an_unknown_name_in_the_expectations_is_an_error_naming_the_file_and_the_name(tmp_path, field, value, words):
+    from attnprof.findings import load_expectations
+
+    doc = yaml.safe_load(EXPECTATIONS.read_text())
+    doc["expectations"][0][field] = value
+    path = tmp_path / "expectations.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ValueError) as err:
+        load_expectations(path)
+    assert str(err.value).startswith(f"{path}: expectation 'naive-kernels' ") and words in str(err.value)
+
+
+def test_a_run_may_check_expectations_of_its_own_variants(tmp_path):
+    from attnprof.findings import load_expectations
+
+    doc = yaml.safe_load(EXPECTATIONS.read_text())
+    doc["expectations"][0]["variants"] = ["my_attn"]
+    path = tmp_path / "expectations.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert load_expectations(path, variants=["my_attn"])
+
+
+def test_every_finding_carries_a_rule_name_the_schema_and_the_expectations_know(h200_data):
+    import json
+
+    from attnprof.findings import RULE_NAMES, compute
+
+    schema = json.loads((ROOT / "workflow" / "schemas" / "findings.schema.json").read_text())
+    assert schema["$defs"]["finding"]["properties"]["rule"]["enum"] == list(RULE_NAMES)
+    assert {f["rule"] for f in compute(h200_data)["findings"]} <= set(RULE_NAMES)

@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
 from .plots import CAPTIONS, CPU_CAPTIONS, FULL_WIDTH
 from .trace import kernel_label
@@ -44,8 +45,8 @@ def _records(df: pd.DataFrame) -> list[dict]:
 
 
 def study_counts(expectations: dict) -> dict[str, int]:
-    """variant -> the study's kernels per forward, from the kernels_plus_memcpy expectations."""
-    return {e["variants"][0]: e["expected"] for e in expectations["expectations"] if e["metric"] == "kernels_plus_memcpy"}
+    """variant -> the study's kernels per forward, from the expectations of metric KERNEL_COUNT (kernels_plus_memcpy)."""
+    return {e["variants"][0]: e["expected"] for e in expectations["expectations"] if e["metric"] == KERNEL_COUNT}
 
 
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,

@@ -3,7 +3,7 @@
 
 rule report_html:
     input:
-        code("report", "fmt"),
+        code("report", "fmt", "findings/metrics"),
         template=str(REPORT_DIR / "report.html.j2"),
         css=str(REPORT_DIR / "report.css"),
         expectations=EXPECTATIONS,

@@ -85,9 +85,12 @@ def metric_cpu_excess(d, vs):
     return derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), worst], "ms")
 
 
+#: The metric whose expected values are the study's kernel counts per forward (the report's "study" column).
+KERNEL_COUNT = "kernels_plus_memcpy"
+
 #: Metric name (config/expectations.yaml ``metric``) -> the function that measures it.
 METRICS = {
-    "kernels_plus_memcpy": metric_kernels_plus_memcpy,
+    KERNEL_COUNT: metric_kernels_plus_memcpy,
     "memcpy_per_forward": metric_memcpy,
     "fp32_gemms_per_forward": metric_fp32_gemms,
     "mask_kernels_per_forward": metric_mask_kernels,
