@@ -48,8 +48,8 @@ include: "workflow/rules/compare.smk"
 rule report:
     default_target: True
     input:
-        html=f"{RUN_DIR}/report.html",
-        pdf=f"{RUN_DIR}/report.pdf",
+        html=run_file("html", RUN),
+        pdf=run_file("pdf", RUN),
 
 
 rule html:
@@ -57,4 +57,4 @@ rule html:
     PDF elsewhere: snakemake --profile workflow/profiles/render results/<run>/report.pdf
     """
     input:
-        f"{RUN_DIR}/report.html",
+        run_file("html", RUN),

@@ -6,12 +6,13 @@ with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
     import pandas as pd
+    from attnprof.names import CAPTURE_FILES
     from attnprof.tables import concat_tables, summary_row
 
     rows = []
     for status_path, forwards_path in zip(sm.input.status, sm.input.forwards):
         status = json.loads(Path(status_path).read_text())
-        trace_path = status_path.replace("status.json", "trace.json.gz")
+        trace_path = str(Path(status_path).with_name(CAPTURE_FILES["trace"]))
         rows.append(summary_row(status, pd.read_csv(forwards_path), trace_path))
     pd.DataFrame(rows).to_csv(sm.output.summary, index=False)
     frames = [pd.read_csv(p) for p in sm.input.kernels]

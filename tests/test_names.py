@@ -108,3 +108,34 @@ def test_every_finding_carries_a_rule_name_the_schema_and_the_expectations_know(
     schema = json.loads((ROOT / "workflow" / "schemas" / "findings.schema.json").read_text())
     assert schema["$defs"]["finding"]["properties"]["rule"]["enum"] == list(RULE_NAMES)
     assert {f["rule"] for f in compute(h200_data)["findings"]} <= set(RULE_NAMES)
+
+
+# --- file and table names: attnprof.names (CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES) ---------------
+
+def test_the_findings_schema_names_the_tables_references_point_into():
+    import json
+
+    from attnprof.findings.refs import TABLES
+
+    schema = json.loads((ROOT / "workflow" / "schemas" / "findings.schema.json").read_text())
+    assert schema["$defs"]["number"]["properties"]["table"]["enum"] == list(TABLES)
+
+
+def test_extract_writes_every_per_capture_table_by_its_name():
+    from attnprof.names import CAPTURE_TABLES
+
+    script = (ROOT / "scripts" / "extract.py").read_text()
+    assert {key for key in CAPTURE_TABLES if f"sm.output.{key}" in script} == set(CAPTURE_TABLES)
+
+
+def test_the_results_document_names_every_file_of_a_result_set():
+    from attnprof.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES
+
+    doc = (ROOT / "docs" / "results.md").read_text()
+    for name in CAPTURE_FILES.values():
+        assert f"`captures/<shape>/<variant>/{name}`" in doc, name
+    csv = [n.removesuffix(".csv") for n in CAPTURE_TABLES.values() if n.endswith(".csv")]
+    others = [n for n in CAPTURE_TABLES.values() if not n.endswith(".csv")]
+    assert f"`tables/<shape>/<variant>/{{{','.join(csv)}}}.csv`, " + ", ".join(f"`{n}`" for n in others) in doc
+    for name in RUN_FILES.values():
+        assert f"`{name}`" in doc, name

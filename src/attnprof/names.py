@@ -1,4 +1,5 @@
-"""Lists of names shared by the workflow, the code and the report, each kept here once.
+"""Lists of names shared by the workflow, the code and the report, each kept here once (tests/test_names.py
+keeps the copies that cannot import them in step: YAML, JSON schemas, the README, docs/).
 
 Snakemake reads this module at parse time, so it imports nothing heavy. The built-in variant
 names live in :data:`attnprof.variants.VARIANTS` (also light); the template and the plot
@@ -11,3 +12,15 @@ SHAPE_PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_dev
 TIMELINE = "timeline"
 #: Run-wide figures of rule scaling_plots (attnprof.plots.scaling_plots), by PNG file stem.
 SCALING_PLOTS = ("scaling_time", "scaling_tflops", "scaling_memory", "roofline")
+
+# Files of a result set, results/<run>/..., by name: the rules' output names (scripts write
+# snakemake.output.<name>) and the keys the code and the report look them up by.
+#: Per capture, results/<run>/captures/<shape>/<variant>/<file>: rule capture's trace and status record.
+CAPTURE_FILES = {"trace": "trace.json.gz", "status": "status.json"}
+#: Per capture, results/<run>/tables/<shape>/<variant>/<file>: rule extract's tables (docs/results.md).
+CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launches": "launches.csv", "ops": "ops.csv",
+                  "device": "device.json"}
+#: Per result set, results/<run>/<file>: summarize's summary and kernels, findings, environment (env),
+#: calibrate's calibration, and the report (html, pdf).
+RUN_FILES = {"summary": "summary.csv", "kernels": "kernels.csv", "findings": "findings.json", "env": "env.json",
+             "calibration": "calibration.json", "html": "report.html", "pdf": "report.pdf"}

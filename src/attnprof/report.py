@@ -14,6 +14,7 @@ import pandas as pd
 
 from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
+from .names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES
 from .plots import CAPTIONS, CPU_CAPTIONS, FULL_WIDTH
 from .trace import kernel_label
 
@@ -33,6 +34,14 @@ CHANGES = {
 class RenderError(RuntimeError):
     """WeasyPrint logged an error (a missing image, a broken stylesheet): the PDF would be
     silently incomplete, so the job fails instead."""
+
+
+def file_names() -> dict:
+    """The result set's file names as the report names them (attnprof.names): ``run``, ``capture`` and
+    ``tables`` by name, and ``csv_tables``, the per-capture CSV tables as one brace pattern
+    ('{kernels,forwards,launches,ops}.csv')."""
+    stems = [name.removesuffix(".csv") for name in CAPTURE_TABLES.values() if name.endswith(".csv")]
+    return {"run": RUN_FILES, "capture": CAPTURE_FILES, "tables": CAPTURE_TABLES, "csv_tables": "{" + ",".join(stems) + "}.csv"}
 
 
 def data_uri(path: Path) -> str:
@@ -91,7 +100,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS, "cpu_captions": CPU_CAPTIONS, "brief": in_brief(study, shapes, summary),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration or {}, "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary)}
+            "host_load": _load_range(summary), "files": file_names()}
 
 
 def _load_range(summary: pd.DataFrame) -> str:

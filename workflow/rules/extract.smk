@@ -4,14 +4,14 @@
 rule extract:
     input:
         code("trace", "tables"),
-        trace="results/{run}/captures/{shape}/{variant}/trace.json.gz",
-        status="results/{run}/captures/{shape}/{variant}/status.json",
+        trace=capture_file("trace"),
+        status=capture_file("status"),
     output:
-        kernels="results/{run}/tables/{shape}/{variant}/kernels.csv",
-        forwards="results/{run}/tables/{shape}/{variant}/forwards.csv",
-        launches="results/{run}/tables/{shape}/{variant}/launches.csv",
-        ops="results/{run}/tables/{shape}/{variant}/ops.csv",
-        device="results/{run}/tables/{shape}/{variant}/device.json",
+        kernels=table_file("kernels"),
+        forwards=table_file("forwards"),
+        launches=table_file("launches"),
+        ops=table_file("ops"),
+        device=table_file("device"),
     log:
         "results/{run}/logs/extract/{shape}/{variant}.log",
     conda:

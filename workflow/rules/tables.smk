@@ -4,12 +4,12 @@
 rule summarize:
     input:
         code("tables"),
-        status=per_capture("results/{run}/captures/{shape}/{variant}/status.json"),
-        forwards=per_capture("results/{run}/tables/{shape}/{variant}/forwards.csv"),
-        kernels=per_capture("results/{run}/tables/{shape}/{variant}/kernels.csv"),
+        status=per_capture(capture_file("status")),
+        forwards=per_capture(table_file("forwards")),
+        kernels=per_capture(table_file("kernels")),
     output:
-        summary="results/{run}/summary.csv",
-        kernels="results/{run}/kernels.csv",
+        summary=run_file("summary"),
+        kernels=run_file("kernels"),
     log:
         "results/{run}/logs/summarize.log",
     conda:

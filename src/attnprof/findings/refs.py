@@ -16,7 +16,14 @@ import math
 import pandas as pd
 
 from ..fmt import format_number
+from ..names import CAPTURE_TABLES, RUN_FILES
 from .data import RunData
+
+#: The tables a reference may name (its ``table``; findings.schema.json enumerates them): the run's
+#: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
+SUMMARY, KERNELS = RUN_FILES["summary"], RUN_FILES["kernels"]
+LAUNCHES, OPS = CAPTURE_TABLES["launches"], CAPTURE_TABLES["ops"]
+TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS)
 
 
 def clean(v):
@@ -31,7 +38,7 @@ def clean(v):
 def ref_summary(d: RunData, variant: str, column: str, unit: str = "") -> dict:
     """Reference to summary.csv[variant, column]."""
     row = d.row(variant)
-    return {"value": clean(row[column]) if row is not None else None, "unit": unit, "table": "summary.csv",
+    return {"value": clean(row[column]) if row is not None else None, "unit": unit, "table": SUMMARY,
             "shape_key": d.shape_key, "variant": variant, "column": column}
 
 
@@ -39,7 +46,7 @@ def ref_kernel(d: RunData, variant: str, kernel: str, column: str, unit: str = "
     """Reference to the kernel table row of ``kernel`` (full name) in ``variant``."""
     k = d.kernels_of(variant)
     k = k[k["kernel"] == kernel]
-    return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": "kernels.csv",
+    return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": KERNELS,
             "shape_key": d.shape_key, "variant": variant, "kernel": kernel, "column": column}
 
 
@@ -48,7 +55,7 @@ def ref_launch(d: RunData, variant: str, api: str) -> dict:
     la = d.launches_of(variant)
     la = la[la["api"] == api]
     return {"value": clean(la.iloc[0]["calls_per_forward"]) if len(la) else 0, "unit": "calls/forward",
-            "table": "launches.csv", "shape_key": d.shape_key, "variant": variant, "api": api,
+            "table": LAUNCHES, "shape_key": d.shape_key, "variant": variant, "api": api,
             "column": "calls_per_forward"}
 
 
@@ -57,7 +64,7 @@ def ref_op(d: RunData, variant: str, op: str) -> dict:
     o = d.ops_of(variant)
     o = o[o["op"] == op]
     return {"value": clean(o.iloc[0]["calls_per_forward"]) if len(o) else 0, "unit": "calls/forward",
-            "table": "ops.csv", "shape_key": d.shape_key, "variant": variant, "op": op, "column": "calls_per_forward"}
+            "table": OPS, "shape_key": d.shape_key, "variant": variant, "op": op, "column": "calls_per_forward"}
 
 
 def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:
@@ -113,7 +120,7 @@ def lookup(ref: dict, tables: dict[str, pd.DataFrame]):
             sel &= t[col] == ref[key]
     rows = t[sel]
     if rows.empty:
-        if ref["table"] in ("launches.csv", "ops.csv"):
+        if ref["table"] in (LAUNCHES, OPS):
             return 0
         raise KeyError(f"no row for {ref}")
     return clean(rows.iloc[0][ref["column"]])
