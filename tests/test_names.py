@@ -139,3 +139,46 @@ def test_the_results_document_names_every_file_of_a_result_set():
     assert f"`tables/<shape>/<variant>/{{{','.join(csv)}}}.csv`, " + ", ".join(f"`{n}`" for n in others) in doc
     for name in RUN_FILES.values():
         assert f"`{name}`" in doc, name
+
+
+# --- rule names: the Snakefile's rules; the render profile and the README name them ----------------
+
+WORKFLOW_FILES = [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+
+
+def workflow_rules() -> dict[str, str]:
+    """rule name -> its text (up to the next rule or the end of its file), from the Snakefile and its includes."""
+    import re
+
+    rules = {}
+    for path in WORKFLOW_FILES:
+        parts = re.split(r"^rule (\w+):\n", path.read_text(), flags=re.M)
+        rules.update(dict(zip(parts[1::2], parts[2::2])))
+    return rules
+
+
+def derives_a_result_set(body: str) -> bool:
+    """A rule whose output lies in a result set (results/<run>/...) but is not captured there: not the
+    capture stage (its outputs are pinned to this run, THIS_RUN, or to others, OTHER_RUN), not compare."""
+    output = body.split("output:", 1)[1].split("log:", 1)[0] if "output:" in body else ""
+    in_result_set = any(w in output for w in ("run_file(", "table_file(", "capture_file(", "results/{{run}}", "results/{run}"))
+    return in_result_set and "THIS_RUN" not in output and "OTHER_RUN" not in output
+
+
+def test_the_render_profile_allows_exactly_the_rules_that_derive_a_result_set():
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "render" / "config.yaml").read_text())
+    rules = workflow_rules()
+    assert set(profile["allowed-rules"]) <= set(rules), set(profile["allowed-rules"]) - set(rules)
+    assert set(profile["allowed-rules"]) == {name for name, body in rules.items() if derives_a_result_set(body)}
+
+
+def test_the_readme_names_the_rules_of_the_render_profile_and_of_compare():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "render" / "config.yaml").read_text())
+    said = re.search(r"The `render` profile allows only the rules after capture \(([^)]*)\)", readme)
+    assert said and re.findall(r"`(\w+)`", said.group(1)) == profile["allowed-rules"]
+    compare_rules = re.findall(r"^rule (\w+):", (ROOT / "workflow" / "rules" / "compare.smk").read_text(), flags=re.M)
+    for listed in re.findall(r"--allowed-rules ([\w ]+)", readme):
+        assert listed.split() == compare_rules
