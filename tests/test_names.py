@@ -182,3 +182,14 @@ def test_the_readme_names_the_rules_of_the_render_profile_and_of_compare():
     compare_rules = re.findall(r"^rule (\w+):", (ROOT / "workflow" / "rules" / "compare.smk").read_text(), flags=re.M)
     for listed in re.findall(r"--allowed-rules ([\w ]+)", readme):
         assert listed.split() == compare_rules
+
+
+# --- plot names: attnprof.names (SHAPE_PLOTS, TIMELINE, SCALING_PLOTS) -----------------------------
+
+def test_every_plot_has_a_caption_and_the_plot_lists_name_plots():
+    from attnprof.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
+    from attnprof.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
+
+    names = [*SHAPE_PLOTS, TIMELINE, *SCALING_PLOTS]
+    assert list(CAPTIONS) == names and set(CPU_CAPTIONS) == set(names)
+    assert set(FULL_WIDTH) <= set(names) and set(CPU_PLOTS) <= set(names)

@@ -14,13 +14,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .names import SCALING_PLOTS, SHAPE_PLOTS  # noqa: E402
+from .names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402
 
 PLOTS = SHAPE_PLOTS
 COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": "#55A868", "device": "#4C72B0"}
 #: Figures are drawn at the size they are printed (A4 landscape, 10 mm margins: 10.8 in of text
 #: width), so that matplotlib's point sizes are the printed ones: no text under 7 pt.
 HALF_IN, FULL_IN = 5.3, 10.8
+#: The figures a CPU run's report shows (the others need device events).
+CPU_PLOTS = ("device_time", TIMELINE)
+#: Figures printed across the page (the others two to a row); names from attnprof.names.
 FULL_WIDTH = {"kernel_split", "timeline", "scaling_time", "scaling_tflops", "scaling_memory"}
 #: One sentence per figure, for the report's captions.
 CAPTIONS = {

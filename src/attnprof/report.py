@@ -14,8 +14,8 @@ import pandas as pd
 
 from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
-from .names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES
-from .plots import CAPTIONS, CPU_CAPTIONS, FULL_WIDTH
+from .names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
+from .plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 from .trace import kernel_label
 
 #: variant -> what it changes, for the summary table (the study's "change" column): one entry per
@@ -97,9 +97,14 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     study = next((sh for sh in shapes if sh["is_study"]), shapes[0] if shapes else None)
     if study is not None:
         study["part1"] = True
+    gpu = bool(env.get("gpu_name"))
+    for sh in shapes:  # the timeline of part 1 stands in part 1, beside the summary; a CPU run has no device plots
+        sh["timeline"] = sh["plots"].get(TIMELINE)
+        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
+                             if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
     cfg = env.get("config", {})
     return {"run": run, "env": env, "config": cfg, "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
-            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS, "cpu_captions": CPU_CAPTIONS, "brief": in_brief(study, shapes, summary),
+            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": in_brief(study, shapes, summary),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names()}
