@@ -19,7 +19,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from attnprof.config import CONFIGFILE_HINT, coerce_to_schema
+from attnprof.config import CONFIGFILE_HINT, check_variants, coerce_to_schema
 
 _SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 config.update(coerce_to_schema(dict(config), yaml.safe_load(_SCHEMA.read_text())))
@@ -27,6 +27,11 @@ try:
     validate(config, str(_SCHEMA))
 except WorkflowError as exc:
     raise WorkflowError(f"{exc}\n{CONFIGFILE_HINT}") from None
+# the names themselves: built in (attnprof.variants.VARIANTS) or under custom_variants
+try:
+    check_variants(config["variants"], config.get("custom_variants"))
+except ValueError as exc:
+    raise WorkflowError(str(exc)) from None
 
 
 include: "workflow/rules/common.smk"
@@ -43,8 +48,8 @@ include: "workflow/rules/compare.smk"
 rule report:
     default_target: True
     input:
-        html=f"{RUN_DIR}/report.html",
-        pdf=f"{RUN_DIR}/report.pdf",
+        html=run_file("html", RUN),
+        pdf=run_file("pdf", RUN),
 
 
 rule html:
@@ -52,4 +57,4 @@ rule html:
     PDF elsewhere: snakemake --profile workflow/profiles/render results/<run>/report.pdf
     """
     input:
-        f"{RUN_DIR}/report.html",
+        run_file("html", RUN),

@@ -14,11 +14,11 @@ with script_log(sm.log[0]) as log:
         ops = [pd.read_csv(p) for p in sm.input[f"{name}/ops"]]
         runs.append({
             "name": name,
-            "summary": pd.read_csv(sm.input[f"{name}/summary.csv"]),
-            "kernels": pd.read_csv(sm.input[f"{name}/kernels.csv"]),
+            "summary": pd.read_csv(sm.input[f"{name}/summary"]),
+            "kernels": pd.read_csv(sm.input[f"{name}/kernels"]),
             "ops": concat_tables(ops),
-            "env": json.loads(Path(sm.input[f"{name}/env.json"]).read_text()),
-            "findings": json.loads(Path(sm.input[f"{name}/findings.json"]).read_text()),
+            "env": json.loads(Path(sm.input[f"{name}/env"]).read_text()),
+            "findings": json.loads(Path(sm.input[f"{name}/findings"]).read_text()),
         })
     result = compare_runs(runs, sm.params.noise_floor)
     with open(sm.output[0], "w") as fh:

@@ -25,8 +25,10 @@ with script_log(sm.log[0]) as log:
                                             expect_gpu=status.get("device") == "cuda")
     else:
         frames = analyse_trace(trace, range_name, expect_gpu=status.get("device") == "cuda")
-    for name, table in (backward_tables(bwd_frames, variant, shape) if backward else empty_backward_tables()).items():
-        table.to_csv(getattr(sm.output, name), index=False)
+    bwd = backward_tables(bwd_frames, variant, shape) if backward else empty_backward_tables()
+    bwd["backwards"].to_csv(sm.output.backwards, index=False)
+    bwd["kernels_backward"].to_csv(sm.output.kernels_backward, index=False)
+    bwd["ops_backward"].to_csv(sm.output.ops_backward, index=False)
     comp = frames["completeness"]
     print(f"{variant} {shape}: status {status['status']}, {len(frames['ranges'])} forwards "
           f"({int(comp['complete'].sum())} complete, {int(comp['timing_complete'].sum())} with valid GPU times), "

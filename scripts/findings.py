@@ -7,8 +7,7 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import jsonschema
     import pandas as pd
-    import yaml
-    from attnprof.findings import compute, load_run_data
+    from attnprof.findings import compute, load_expectations, load_run_data
 
     summary = pd.read_csv(sm.input.summary)
     kernels = pd.read_csv(sm.input.kernels)
@@ -17,7 +16,7 @@ with script_log(sm.log[0]) as log:
     statuses = [json.loads(Path(p).read_text()) for p in sm.input.status]
     # every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
     devices = list({p["id"]: p for f in sm.input.device for p in json.loads(Path(f).read_text()) or [] if "id" in p}.values())
-    expectations = yaml.safe_load(Path(sm.input.expectations).read_text())
+    expectations = load_expectations(sm.input.expectations, variants=summary["variant"])
     shapes = []
     for shape_key in dict.fromkeys(summary["shape_key"]):
         data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, devices)

@@ -6,7 +6,7 @@ with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
     import pandas as pd
-    import yaml
+    from attnprof.findings import load_expectations
     from attnprof.report import build_context, render_html
     from attnprof.tables import concat_tables
 
@@ -19,14 +19,15 @@ with script_log(sm.log[0]) as log:
             plots.setdefault(p.parent.name, {})[p.stem] = p
     launches = [pd.read_csv(p) for p in sm.input.launches]
     launches = concat_tables(launches)
+    summary = pd.read_csv(sm.input.summary)
     context = build_context(
         run=sm.wildcards.run,
-        summary=pd.read_csv(sm.input.summary),
+        summary=summary,
         kernels=pd.read_csv(sm.input.kernels),
         launches=launches,
         findings=json.loads(Path(sm.input.findings).read_text()),
         env=json.loads(Path(sm.input.env).read_text()),
-        expectations=yaml.safe_load(Path(sm.input.expectations).read_text()),
+        expectations=load_expectations(sm.input.expectations, variants=summary["variant"]),
         plots=plots,
         run_plots=run_plots,
         calibration=json.loads(Path(sm.input.calibration).read_text()),

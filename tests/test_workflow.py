@@ -135,6 +135,16 @@ def test_extraction_code_change_reruns_extract_and_downstream_not_captures(run_d
     assert "capture" not in jobs and jobs["extract"] == 7 and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
 
 
+def test_findings_code_change_reruns_findings_and_report_not_extract(run_dir):
+    """The findings package is an input of the findings rule module by module; the plots read only
+    its kernel-name decoding."""
+    findings = run_dir / "src" / "attnprof" / "findings"
+    with edited(findings / "occupancy.py", "def theoretical_occupancy(", "def theoretical_occupancy(  # edited\n    "):
+        assert planned_jobs(run_dir) == {"findings": 1, "report_html": 1, "report_pdf": 1, "report": 1}
+    with edited(findings / "kernel_names.py", "def kernel_class(", "def kernel_class(  # edited\n    "):
+        assert planned_jobs(run_dir) == {"findings": 1, "plots": 1, "timeline": 1, "report_html": 1, "report_pdf": 1, "report": 1}
+
+
 def test_torch_version_change_reruns_every_capture(run_dir):
     """A pip upgrade is invisible to Snakemake's software-env trigger; the capture rule's
     torch_version param (read from the installed torch, here overridden) makes it visible."""

@@ -38,6 +38,29 @@ def coerce_to_schema(value, schema: dict, defs: dict | None = None):
     return value
 
 
+def check_variants(variants: list[str], custom: dict | None, built_in=None) -> None:
+    """Raise ValueError, with a message that says what to do, unless every name in ``variants``
+    (config ``variants``) is a built-in variant (``built_in``, by default the keys of
+    :data:`attnprof.variants.VARIANTS`, the one list of them) or defined under ``custom``
+    (config ``custom_variants``), and no custom variant takes a built-in variant's name (it would
+    silently replace the built-in one, and the findings' rules about that variant would judge it).
+    The schema checks only the names' spelling; this is where they are checked against the lists."""
+    if built_in is None:
+        from .variants import VARIANTS as built_in
+    built_in, custom = list(built_in), dict(custom or {})
+    problems = []
+    taken = [name for name in custom if name in built_in]
+    if taken:
+        problems.append(f"custom_variants {taken} take the name of a built-in variant; give your variant another name")
+    unknown = [v for v in variants if v not in built_in and v not in custom]
+    if unknown:
+        defined = ", ".join(custom) if custom else "none"
+        problems.append(f"variants {unknown} are neither built in ({', '.join(built_in)}) nor defined under custom_variants "
+                        f"(defined there: {defined}); define your own under custom_variants (README, 'Your own variant')")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],
                    shapes_recorded: list[str], variants_recorded: list[str]) -> str | None:
     """Why a config must not write into ``run_dir``, or None: the config asks for fewer shapes or

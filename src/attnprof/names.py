@@ -1,4 +1,5 @@
-"""Lists of names shared by the workflow, the code and the report, each kept here once.
+"""Lists of names shared by the workflow, the code and the report, each kept here once (tests/test_names.py
+keeps the copies that cannot import them in step: YAML, JSON schemas, the README, docs/).
 
 Snakemake reads this module at parse time, so it imports nothing heavy. The built-in variant
 names live in :data:`attnprof.variants.VARIANTS` (also light); the template and the plot
@@ -18,3 +19,19 @@ def backward_range_name(range_name: str) -> str:
     does not end in ``_fwd`` gets ``_bwd`` appended. Derived rather than configured, so that one
     config key names both and the two can never coincide."""
     return range_name[: -len("_fwd")] + "_bwd" if range_name.endswith("_fwd") else range_name + "_bwd"
+
+
+# Files of a result set, results/<run>/..., by name: the rules' output names (scripts write
+# snakemake.output.<name>) and the keys the code and the report look them up by.
+#: Per capture, results/<run>/captures/<shape>/<variant>/<file>: rule capture's trace and status record.
+CAPTURE_FILES = {"trace": "trace.json.gz", "status": "status.json"}
+#: Per capture, results/<run>/tables/<shape>/<variant>/<file>: rule extract's tables (docs/results.md).
+CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launches": "launches.csv", "ops": "ops.csv",
+                  "device": "device.json",
+                  # the backward's (config passes; attnprof.backward): header-only without a backward
+                  "backwards": "backwards.csv", "kernels_backward": "kernels_backward.csv",
+                  "ops_backward": "ops_backward.csv"}
+#: Per result set, results/<run>/<file>: summarize's summary and kernels, findings, environment (env),
+#: calibrate's calibration, and the report (html, pdf).
+RUN_FILES = {"summary": "summary.csv", "kernels": "kernels.csv", "findings": "findings.json", "env": "env.json",
+             "calibration": "calibration.json", "html": "report.html", "pdf": "report.pdf"}

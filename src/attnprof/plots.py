@@ -14,13 +14,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .names import SCALING_PLOTS, SHAPE_PLOTS  # noqa: E402
+from .names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402
 
 PLOTS = SHAPE_PLOTS
 COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": "#55A868", "device": "#4C72B0"}
 #: Figures are drawn at the size they are printed (A4 landscape, 10 mm margins: 10.8 in of text
 #: width), so that matplotlib's point sizes are the printed ones: no text under 7 pt.
 HALF_IN, FULL_IN = 5.3, 10.8
+#: The figures a CPU run's report shows (the others need device events).
+CPU_PLOTS = ("device_time", TIMELINE)
+#: Figures printed across the page (the others two to a row); names from attnprof.names.
 FULL_WIDTH = {"kernel_split", "timeline", "scaling_time", "scaling_tflops", "scaling_memory"}
 #: One sentence per figure, for the report's captions.
 CAPTIONS = {
@@ -117,7 +120,7 @@ def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: 
     cast/copy, other kernels, memcpy, memset), as % of that variant's own device time; the
     total per forward (µs, ``us_per_forward`` summed) is written at the bar's end. ``top`` is
     kept for the config's sake: the classes are a fixed, short list."""
-    from .findings import KERNEL_CLASSES, kernel_class
+    from .findings.kernel_names import KERNEL_CLASSES, kernel_class
 
     k = kernels[kernels["variant"].isin(summary["variant"])].copy() if len(kernels) else kernels
     fig, ax = plt.subplots(figsize=(FULL_IN, _height(len(summary), 0.26, 1.0)), layout="constrained")
@@ -343,7 +346,7 @@ def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
     with variant, status, frames (:func:`attnprof.tables.analyse_trace`) and forwards
     (:func:`attnprof.tables.forward_table`). Variants without a timed forward get a line
     saying why."""
-    from .findings import KERNEL_CLASSES, kernel_class
+    from .findings.kernel_names import KERNEL_CLASSES, kernel_class
     from .trace import is_launch_api
 
     fig, axes = plt.subplots(len(captures), 1, figsize=(FULL_IN, 0.62 * len(captures) + 0.9), squeeze=False,

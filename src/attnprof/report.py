@@ -12,11 +12,14 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
-from .plots import CAPTIONS, CPU_CAPTIONS, FULL_WIDTH
+from .names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
+from .plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 from .trace import kernel_label
 
-#: variant -> what it changes, for the summary table (the study's "change" column)
+#: variant -> what it changes, for the summary table (the study's "change" column): one entry per
+#: built-in variant of attnprof.variants.VARIANTS (tests/test_names.py keeps the two in step)
 CHANGES = {
     "naive": "matmul, scale, masked_fill (out of place), softmax, matmul",
     "naive_inplace": "as naive, with masked_fill_ (in place)",
@@ -45,6 +48,14 @@ def _describe(shape_key: str) -> str:
         return ""
 
 
+def file_names() -> dict:
+    """The result set's file names as the report names them (attnprof.names): ``run``, ``capture`` and
+    ``tables`` by name, and ``csv_tables``, the per-capture CSV tables as one brace pattern
+    ('{kernels,forwards,launches,ops}.csv')."""
+    stems = [name.removesuffix(".csv") for name in CAPTURE_TABLES.values() if name.endswith(".csv")]
+    return {"run": RUN_FILES, "capture": CAPTURE_FILES, "tables": CAPTURE_TABLES, "csv_tables": "{" + ",".join(stems) + "}.csv"}
+
+
 def data_uri(path: Path) -> str:
     """PNG file as a ``data:image/png;base64,...`` URI."""
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
@@ -55,8 +66,8 @@ def _records(df: pd.DataFrame) -> list[dict]:
 
 
 def study_counts(expectations: dict) -> dict[str, int]:
-    """variant -> the study's kernels per forward, from the kernels_plus_memcpy expectations."""
-    return {e["variants"][0]: e["expected"] for e in expectations["expectations"] if e["metric"] == "kernels_plus_memcpy"}
+    """variant -> the study's kernels per forward, from the expectations of metric KERNEL_COUNT (kernels_plus_memcpy)."""
+    return {e["variants"][0]: e["expected"] for e in expectations["expectations"] if e["metric"] == KERNEL_COUNT}
 
 
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
@@ -71,6 +82,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     for shape_key in dict.fromkeys(summary["shape_key"]):
         rows = summary[summary["shape_key"] == shape_key]
         f = by_shape.get(shape_key, {"findings": [], "expectations": []})
+        fidelity = _fidelity_ratios(f["findings"])
         per_variant = {}
         for item in f["findings"]:
             if item["rule"] in ("status", "trace_quality"):  # the summary row shows status, reason and trace note itself
@@ -85,9 +97,11 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             la = launches[(launches["variant"] == v) & (launches["shape_key"] == shape_key)] if len(launches) else launches
             row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
             table.append({**row, "change": change_of(v, env), "study_kernels": counts.get(v),
-                          "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la)})
+                          "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la),
+                          **_row_numbers(row), **fidelity.get(v, {"timed_over_trace": None, "graph_over_trace": None})})
         shapes.append({
-            "key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": f["findings"], "expectations": f["expectations"],
+            "key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": f["findings"],
+            "expectations": [_check_numbers(c) for c in f["expectations"]],
             "is_study": bool(f["expectations"]), "part1": False,
             "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
             "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),
@@ -96,12 +110,74 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     study = next((sh for sh in shapes if sh["is_study"]), shapes[0] if shapes else None)
     if study is not None:
         study["part1"] = True
+    gpu = bool(env.get("gpu_name"))
+    for sh in shapes:  # the timeline of part 1 stands in part 1, beside the summary; a CPU run has no device plots
+        sh["timeline"] = sh["plots"].get(TIMELINE)
+        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
+                             if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
     cfg = env.get("config", {})
     return {"run": run, "env": env, "config": cfg, "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
-            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS, "cpu_captions": CPU_CAPTIONS, "brief": in_brief(study, shapes, summary),
+            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": in_brief(study, shapes, summary),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
-            "calibration": calibration or {}, "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary)}
+            "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
+            "host_load": _load_range(summary), "files": file_names()}
+
+
+def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:
+    """variant -> the timing-fidelity ratios its fidelity finding states (attnprof.findings.rules.timing):
+    ``timed_over_trace`` (CUDA-event median over trace device time) and ``graph_over_trace`` (CUDA-graph
+    median over trace device time), no unit; None where the finding has none."""
+    out = {}
+    for f in findings:
+        if f["rule"] == "fidelity" and len(f["variants"]) == 1:  # the two-variant ones are rankings
+            nums = f["numbers"]
+            out[f["variants"][0]] = {"timed_over_trace": nums["timed_over_trace"]["value"],
+                                     "graph_over_trace": (nums.get("graph_over_trace") or {}).get("value")}
+    return out
+
+
+def _row_numbers(row: dict) -> dict:
+    """Numbers of a summary row that the report states and the table does not hold:
+    ``timed_spread_pct``, the spread of the independent timing in % of its median (inter-quartile
+    range; min-max for result sets without quartiles), and ``oom_gib``, what an out-of-memory
+    capture asked for, in GiB (2**30 bytes). None where there is nothing to state."""
+    median, spread = row.get("timed_ms_median"), None
+    if median:
+        if row.get("timed_ms_q1") is not None:
+            spread = 100 * (row["timed_ms_q3"] - row["timed_ms_q1"]) / median
+        else:
+            spread = 100 * (row["timed_ms_max"] - row["timed_ms_min"]) / median
+    return {"timed_spread_pct": spread, "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
+
+
+def _check_numbers(check: dict) -> dict:
+    """An expectation check with ``tolerance_pct``: its tolerance (a fraction for 'approx') times 100."""
+    tol = check.get("tolerance")
+    return {**check, "tolerance_pct": 100 * tol if tol is not None else None}
+
+
+def calibration_numbers(calibration: dict) -> dict:
+    """calibration.json with the numbers the report states: the measured bf16 GEMM and copy rates in
+    % of their datasheet figures (``gemm_bf16_pct_of_datasheet``, ``copy_pct_of_datasheet``, where
+    the datasheet figure is known) and the copy's size in GiB (``copy_gib``, 2**30 bytes)."""
+    out = dict(calibration)
+    if "datasheet_tflops_bf16" in calibration:
+        out["gemm_bf16_pct_of_datasheet"] = 100 * calibration["gemm_tflops_bf16"] / calibration["datasheet_tflops_bf16"]
+    if "datasheet_tb_per_s" in calibration:
+        out["copy_pct_of_datasheet"] = 100 * calibration["copy_tb_per_s"] / calibration["datasheet_tb_per_s"]
+    if "copy_bytes" in calibration:
+        out["copy_gib"] = calibration["copy_bytes"] / 2**30
+    return out
+
+
+def compare_context(doc: dict, css: str) -> dict:
+    """What the compare template needs: compare.json (``cmp``) with the noise floor and each row's
+    noise threshold in % (``noise_floor_pct``, ``noise_threshold_pct``: the fractions times 100),
+    and the CSS."""
+    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"]}
+    cmp["pairs"] = [{**pair, "rows": [{**r, "noise_threshold_pct": 100 * r["noise_threshold"] if r.get("noise_threshold") else None}
+                                      for r in pair["rows"]]} for pair in doc["pairs"]]
+    return {"cmp": cmp, "css": css}
 
 
 def _load_range(summary: pd.DataFrame) -> str:

@@ -101,8 +101,9 @@ def worker_key(device: str) -> str:
     h = hashlib.sha256()
     env = sorted((k, v) for k, v in os.environ.items() if k not in _ENV_IGNORED)
     h.update(json.dumps([sys.executable, device, os.getcwd(), sorted(torch_build().items()), env]).encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):  # every module of the package (calibrate, env, ...)
-        h.update(path.name.encode() + path.read_bytes())
+    package = Path(__file__).parent
+    for path in sorted(package.rglob("*.py")):  # every module of the package (calibrate, env, findings/...)
+        h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
     return h.hexdigest()[:20]
 
 

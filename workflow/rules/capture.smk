@@ -8,8 +8,8 @@ rule capture:
     input:
         code("capture", "worker"),
     output:
-        trace=f"results/{{run,{THIS_RUN}}}/captures/{{shape}}/{{variant}}/trace.json.gz",
-        status=f"results/{{run,{THIS_RUN}}}/captures/{{shape}}/{{variant}}/status.json",
+        trace=capture_file("trace", run=f"{{run,{THIS_RUN}}}"),
+        status=capture_file("status", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/capture/{shape}/{variant}.log",
     conda:
@@ -42,7 +42,7 @@ rule environment:
     input:
         code("env", "worker"),
     output:
-        f"results/{{run,{THIS_RUN}}}/env.json",
+        run_file("env", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/environment.log",
     conda:
@@ -66,7 +66,7 @@ rule calibrate:
     input:
         code("calibrate", "worker"),
     output:
-        f"results/{{run,{THIS_RUN}}}/calibration.json",
+        run_file("calibration", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/calibrate.log",
     conda:
@@ -89,7 +89,7 @@ rule calibrate:
 # trace of a result set captured elsewhere is primary data that must survive the refusal.
 rule capture_elsewhere:
     output:
-        status=f"results/{{run,{OTHER_RUN}}}/captures/{{shape}}/{{variant}}/status.json",
+        status=capture_file("status", run=f"{{run,{OTHER_RUN}}}"),
     log:
         ".snakemake/attnprof/elsewhere/{run}/capture/{shape}/{variant}.log",
     run:
@@ -98,7 +98,7 @@ rule capture_elsewhere:
 
 rule environment_elsewhere:
     output:
-        f"results/{{run,{OTHER_RUN}}}/env.json",
+        run_file("env", run=f"{{run,{OTHER_RUN}}}"),
     log:
         ".snakemake/attnprof/elsewhere/{run}/environment.log",
     run:
@@ -107,7 +107,7 @@ rule environment_elsewhere:
 
 rule calibrate_elsewhere:
     output:
-        f"results/{{run,{OTHER_RUN}}}/calibration.json",
+        run_file("calibration", run=f"{{run,{OTHER_RUN}}}"),
     log:
         ".snakemake/attnprof/elsewhere/{run}/calibrate.log",
     run:

@@ -10,8 +10,14 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from attnprof.config import subset_message
 from attnprof.env import default_run_id, detect_gpu, torch_build
-from attnprof.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
-from attnprof.variants import VARIANTS as BUILT_IN_VARIANTS
+from attnprof.names import (
+    CAPTURE_FILES,
+    CAPTURE_TABLES,
+    RUN_FILES,
+    SCALING_PLOTS,
+    SHAPE_PLOTS,
+    TIMELINE,
+)
 from attnprof.variants import KEY_CONSTRAINT, expand_shapes, variant_fingerprint
 
 if (
@@ -39,18 +45,31 @@ RUN = (
     else config["run"]
 )
 RUN_DIR = f"results/{RUN}"
+
+
+# File names come from attnprof.names, the one list of them; these build the paths.
+def capture_file(name, run="{run}"):
+    """A capture's file ``name`` (CAPTURE_FILES: trace, status) as a pattern over shape and variant."""
+    return f"results/{run}/captures/{{shape}}/{{variant}}/{CAPTURE_FILES[name]}"
+
+
+def table_file(name, run="{run}"):
+    """A capture's table ``name`` (CAPTURE_TABLES: kernels, forwards, launches, ops, device)."""
+    return f"results/{run}/tables/{{shape}}/{{variant}}/{CAPTURE_TABLES[name]}"
+
+
+def run_file(name, run="{run}"):
+    """Result set ``run``'s file ``name`` (RUN_FILES: summary, kernels, findings, env, ...)."""
+    return f"results/{run}/{RUN_FILES[name]}"
+
+
 SHAPES = [s.key for s in expand_shapes(config["shapes"][DEVICE])]
 VARIANTS = list(config["variants"])
-CUSTOM = dict(config.get("custom_variants") or {})
-_unknown = [v for v in VARIANTS if v not in BUILT_IN_VARIANTS and v not in CUSTOM]
-if _unknown:
-    raise WorkflowError(
-        f"variants {_unknown} are neither built in ({', '.join(BUILT_IN_VARIANTS)}) nor defined under custom_variants"
-    )
+CUSTOM = dict(config.get("custom_variants") or {})  # names checked in the Snakefile
 # A config with fewer shapes or variants than the result set it would write into must not
 # silently replace that result set's report with a partial one.
-if Path(RUN_DIR, "env.json").exists():
-    _recorded = json.loads(Path(RUN_DIR, "env.json").read_text())
+if Path(run_file("env", RUN)).exists():
+    _recorded = json.loads(Path(run_file("env", RUN)).read_text())
     _cfg = _recorded.get("config", {})
     if _recorded.get("device") == DEVICE and "variants" in _cfg and "shapes" in _cfg:
         _why = subset_message(
@@ -109,8 +128,16 @@ wildcard_constraints:
 
 
 def code(*modules):
-    """Package modules a stage runs: declared as inputs so that a code change reruns it."""
-    return [str(PKG / f"{m}.py") for m in modules]
+    """Package modules a stage runs: declared as inputs so that a code change reruns it. A name
+    is a module (``trace``: trace.py, ``findings/occupancy``: findings/occupancy.py) or a
+    subpackage (``findings``: every module in src/attnprof/findings/)."""
+    files = []
+    for m in modules:
+        if (PKG / m).is_dir():
+            files += sorted(str(p) for p in (PKG / m).rglob("*.py"))
+        else:
+            files.append(str(PKG / f"{m}.py"))
+    return files
 
 
 # Only the current result set is captured here: the capture stages match results/<RUN>/ only,
@@ -145,10 +172,10 @@ def grid(run):
     elsewhere (a GPU node) re-renders here without its grid in our config."""
     if run == RUN:
         return SHAPES, VARIANTS
-    env_path = Path(f"results/{run}/env.json")
+    env_path = Path(run_file("env", run))
     if not env_path.exists():
         raise WorkflowError(
-            f"results/{run}/env.json not found: cannot tell the shapes and variants of result set {run!r}"
+            f"{env_path} not found: cannot tell the shapes and variants of result set {run!r}"
         )
     recorded = json.loads(env_path.read_text())
     cfg = recorded["config"]
@@ -189,18 +216,18 @@ COMPARE_NAME = (
 
 
 def compare_inputs(wc):
-    """Per result set: summary, kernels, env, findings and every capture's ops table."""
+    """Per result set (keys '<run>/<name>'): summary, kernels, env, findings and every capture's ops table."""
     if len(COMPARE_RUNS) < 2:
         raise WorkflowError(
             "compare needs at least two result sets: set compare.runs (e.g. --configfile compare.yaml)"
         )
     files = {}
     for run in COMPARE_RUNS:
-        for name in ("summary.csv", "kernels.csv", "env.json", "findings.json"):
-            files[f"{run}/{name}"] = f"results/{run}/{name}"
+        for name in ("summary", "kernels", "env", "findings"):
+            files[f"{run}/{name}"] = run_file(name, run)
         shapes, variants = grid(run)
         files[f"{run}/ops"] = expand(
-            f"results/{run}/tables/{{shape}}/{{variant}}/ops.csv",
+            table_file("ops", run),
             shape=shapes,
             variant=variants,
         )

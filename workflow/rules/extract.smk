@@ -4,18 +4,18 @@
 rule extract:
     input:
         code("trace", "tables", "backward", "names"),
-        trace="results/{run}/captures/{shape}/{variant}/trace.json.gz",
-        status="results/{run}/captures/{shape}/{variant}/status.json",
+        trace=capture_file("trace"),
+        status=capture_file("status"),
     output:
-        kernels="results/{run}/tables/{shape}/{variant}/kernels.csv",
-        forwards="results/{run}/tables/{shape}/{variant}/forwards.csv",
-        launches="results/{run}/tables/{shape}/{variant}/launches.csv",
-        ops="results/{run}/tables/{shape}/{variant}/ops.csv",
-        device="results/{run}/tables/{shape}/{variant}/device.json",
+        kernels=table_file("kernels"),
+        forwards=table_file("forwards"),
+        launches=table_file("launches"),
+        ops=table_file("ops"),
+        device=table_file("device"),
         # the backward's ranges (config passes; attnprof.backward): header-only without them
-        backwards="results/{run}/tables/{shape}/{variant}/backwards.csv",
-        kernels_backward="results/{run}/tables/{shape}/{variant}/kernels_backward.csv",
-        ops_backward="results/{run}/tables/{shape}/{variant}/ops_backward.csv",
+        backwards=table_file("backwards"),
+        kernels_backward=table_file("kernels_backward"),
+        ops_backward=table_file("ops_backward"),
     log:
         "results/{run}/logs/extract/{shape}/{variant}.log",
     conda:

@@ -8,14 +8,14 @@ rule findings:
         schema=str(
             Path(workflow.basedir) / "workflow" / "schemas" / "findings.schema.json"
         ),
-        summary="results/{run}/summary.csv",
-        kernels="results/{run}/kernels.csv",
-        status=per_capture("results/{run}/captures/{shape}/{variant}/status.json"),
-        launches=per_capture("results/{run}/tables/{shape}/{variant}/launches.csv"),
-        ops=per_capture("results/{run}/tables/{shape}/{variant}/ops.csv"),
-        device=per_capture("results/{run}/tables/{shape}/{variant}/device.json"),
+        summary=run_file("summary"),
+        kernels=run_file("kernels"),
+        status=per_capture(capture_file("status")),
+        launches=per_capture(table_file("launches")),
+        ops=per_capture(table_file("ops")),
+        device=per_capture(table_file("device")),
     output:
-        "results/{run}/findings.json",
+        run_file("findings"),
     log:
         "results/{run}/logs/findings.log",
     conda:

@@ -3,9 +3,9 @@
 
 rule plots:
     input:
-        code("plots"),
-        summary="results/{run}/summary.csv",
-        kernels="results/{run}/kernels.csv",
+        code("plots", "trace", "findings/kernel_names"),
+        summary=run_file("summary"),
+        kernels=run_file("kernels"),
     output:
         expand("results/{{run}}/plots/{{shape}}/{name}.png", name=PLOT_NAMES),
     log:
@@ -23,8 +23,8 @@ rule scaling_plots:
     """Run-wide figures: device time, TFLOP/s and peak memory against seq_len; roofline."""
     input:
         code("plots"),
-        summary="results/{run}/summary.csv",
-        calibration="results/{run}/calibration.json",
+        summary=run_file("summary"),
+        calibration=run_file("calibration"),
     output:
         expand("results/{{run}}/plots/{name}.png", name=SCALING_PLOT_NAMES),
     log:
@@ -40,15 +40,15 @@ rule scaling_plots:
 rule timeline:
     """One profiled forward per variant of a shape, drawn from the traces (CPU launches, GPU work)."""
     input:
-        code("plots", "trace", "tables", "findings"),
+        code("plots", "trace", "tables", "findings/kernel_names"),
         status=lambda wc: expand(
-            "results/{run}/captures/{shape}/{variant}/status.json",
+            capture_file("status"),
             run=wc.run,
             shape=wc.shape,
             variant=grid(wc.run)[1],
         ),
         traces=lambda wc: expand(
-            "results/{run}/captures/{shape}/{variant}/trace.json.gz",
+            capture_file("trace"),
             run=wc.run,
             shape=wc.shape,
             variant=grid(wc.run)[1],

@@ -3,19 +3,19 @@
 
 rule report_html:
     input:
-        code("report", "fmt"),
+        code("report", "fmt", "findings/metrics"),
         template=str(REPORT_DIR / "report.html.j2"),
         css=str(REPORT_DIR / "report.css"),
         expectations=EXPECTATIONS,
-        summary="results/{run}/summary.csv",
-        kernels="results/{run}/kernels.csv",
-        findings="results/{run}/findings.json",
-        env="results/{run}/env.json",
+        summary=run_file("summary"),
+        kernels=run_file("kernels"),
+        findings=run_file("findings"),
+        env=run_file("env"),
         plots=plot_files,
-        calibration="results/{run}/calibration.json",
-        launches=per_capture("results/{run}/tables/{shape}/{variant}/launches.csv"),
+        calibration=run_file("calibration"),
+        launches=per_capture(table_file("launches")),
     output:
-        "results/{run}/report.html",
+        run_file("html"),
     log:
         "results/{run}/logs/report_html.log",
     conda:
@@ -28,9 +28,9 @@ rule report_pdf:
     """Renders the HTML; needs WeasyPrint and Pango, not the GPU or the traces."""
     input:
         code("report"),
-        html="results/{run}/report.html",
+        html=run_file("html"),
     output:
-        "results/{run}/report.pdf",
+        run_file("pdf"),
     log:
         "results/{run}/logs/report_pdf.log",
     conda:

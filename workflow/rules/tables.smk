@@ -4,13 +4,13 @@
 rule summarize:
     input:
         code("tables", "backward"),
-        status=per_capture("results/{run}/captures/{shape}/{variant}/status.json"),
-        forwards=per_capture("results/{run}/tables/{shape}/{variant}/forwards.csv"),
-        kernels=per_capture("results/{run}/tables/{shape}/{variant}/kernels.csv"),
-        backwards=per_capture("results/{run}/tables/{shape}/{variant}/backwards.csv"),
+        status=per_capture(capture_file("status")),
+        forwards=per_capture(table_file("forwards")),
+        kernels=per_capture(table_file("kernels")),
+        backwards=per_capture(table_file("backwards")),
     output:
-        summary="results/{run}/summary.csv",
-        kernels="results/{run}/kernels.csv",
+        summary=run_file("summary"),
+        kernels=run_file("kernels"),
     log:
         "results/{run}/logs/summarize.log",
     conda:

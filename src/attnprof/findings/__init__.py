@@ -1,0 +1,60 @@
+"""Findings: what each trace shows, computed from the run's tables, and the study's
+expectations checked against them.
+
+Every number a finding states is a *reference* (:mod:`.refs`): a dict with ``value`` and either
+the cell it was read from or a ``formula`` over other references, so a test can prove that the
+report states nothing the tables do not hold. The schema of findings.json is
+``workflow/schemas/findings.schema.json``.
+
+The package, by module:
+
+- :mod:`.data`: one shape's tables (:class:`RunData`, :func:`load_run_data`) and the variants the rules single out;
+- :mod:`.refs`: references to table cells and numbers derived from them (:func:`lookup`, :func:`iter_numbers`);
+- :mod:`.kernel_names`: what a kernel's name says (class, fused-attention library, tile, arch);
+- :mod:`.occupancy`: the CUDA Occupancy Calculator's arithmetic;
+- :mod:`.rules`: the rules, one module per family (status, work, kernels, timing), in :data:`RULES`;
+- :mod:`.metrics`: the numbers expectations are checked against (:data:`METRICS`);
+- :mod:`.expectations`: config/expectations.yaml checked against a shape's data.
+
+Everything public is importable from ``attnprof.findings`` itself.
+"""
+
+from __future__ import annotations
+
+from .data import FUSED, LOW_PRECISION, PINNED, RunData, load_run_data
+from .expectations import COMPARES, check_expectations, expectation_problems, load_expectations
+from .kernel_names import (FP32_GEMM, GEMM, KERNEL_CLASSES, KERNEL_GROUPS, MASK_KERNEL, UPCAST_KERNEL, decode_kernel_name,
+                           kernel_class, kernel_group, matches)
+from .metrics import (METRICS, metric_cpu_excess, metric_device_ratio, metric_fastest_fused, metric_fp32_gemms,
+                      metric_kernels_plus_memcpy, metric_main_occupancy, metric_mask_kernels, metric_memcpy, metric_safe_softmax)
+from .occupancy import theoretical_occupancy
+from .refs import derived, finding, iter_numbers, lookup, ref_kernel, ref_launch, ref_op, ref_summary
+from .rules import (DRIVER_LAUNCH, INTERESTING_OPS, LIBRARY_OF_OP, RULE_NAMES, RULES, TIMING_DISAGREEMENT, rule_correctness, rule_cpu_cost,
+                    rule_dispatch, rule_extra_ops, rule_fidelity, rule_fusion, rule_hidden_copy, rule_mask, rule_memset,
+                    rule_occupancy, rule_precision, rule_speed, rule_status, rule_trace_quality)
+
+
+def compute(d: RunData, expectations: dict | None = None) -> dict:
+    """All findings for one shape, and the expectation checks when ``expectations`` (the
+    parsed config/expectations.yaml) is given and its shape matches this one."""
+    found = [f for rule in RULES for f in rule(d)]
+    checks = []
+    if expectations:
+        from ..variants import Shape
+
+        shp = Shape(**expectations["shape"]).key
+        if shp == d.shape_key:
+            checks = check_expectations(d, expectations, found)
+    return {"shape_key": d.shape_key, "findings": found, "expectations": checks}
+
+
+__all__ = [
+    "COMPARES", "DRIVER_LAUNCH", "FP32_GEMM", "FUSED", "GEMM", "INTERESTING_OPS", "KERNEL_CLASSES", "KERNEL_GROUPS", "LIBRARY_OF_OP",
+    "LOW_PRECISION", "MASK_KERNEL", "METRICS", "PINNED", "RULE_NAMES", "RULES", "TIMING_DISAGREEMENT", "UPCAST_KERNEL", "RunData",
+    "check_expectations", "compute", "expectation_problems", "load_expectations", "decode_kernel_name", "derived", "finding", "iter_numbers", "kernel_class", "kernel_group",
+    "load_run_data", "lookup", "matches", "metric_cpu_excess", "metric_device_ratio", "metric_fastest_fused", "metric_fp32_gemms",
+    "metric_kernels_plus_memcpy", "metric_main_occupancy", "metric_mask_kernels", "metric_memcpy", "metric_safe_softmax",
+    "ref_kernel", "ref_launch", "ref_op", "ref_summary", "rule_correctness", "rule_cpu_cost", "rule_dispatch", "rule_extra_ops",
+    "rule_fidelity", "rule_fusion", "rule_hidden_copy", "rule_mask", "rule_memset", "rule_occupancy", "rule_precision",
+    "rule_speed", "rule_status", "rule_trace_quality", "theoretical_occupancy",
+]

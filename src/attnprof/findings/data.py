@@ -1,0 +1,97 @@
+"""One shape's tables as the rules read them (:class:`RunData`), assembled from the run's files
+by :func:`load_run_data`, and the variants the rules single out (named in :data:`attnprof.variants.VARIANTS`).
+
+Units are the tables' own (attnprof.tables; columns in docs/results.md): µs in the per-variant
+kernel table, ms in summary.csv, calls per forward in the launch and op tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..tables import concat_tables
+from ..trace import properties_of
+from ..variants import VARIANTS
+
+
+def _built_in(*names: str) -> tuple[str, ...]:
+    """``names``, each checked against :data:`attnprof.variants.VARIANTS`, the one list of the
+    built-in variants: a rule that singles out a variant that is no longer built in fails here,
+    on import, instead of never firing."""
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise ImportError(f"attnprof.findings singles out variants that attnprof.variants.VARIANTS does not define: {unknown}")
+    return names
+
+
+#: The built-in variants the rules compare by name: the study's naive pair (out-of-place and
+#: in-place masked_fill), the math backend set against naive_inplace, and sdpa_auto's dispatch.
+NAIVE, NAIVE_INPLACE, SDPA_MATH, SDPA_AUTO = _built_in("naive", "naive_inplace", "sdpa_math", "sdpa_auto")
+#: Variants that pin an SDPA backend (their VARIANTS value, an SDPBackend member name), in VARIANTS' order.
+PINNED = tuple(v for v, backend in VARIANTS.items() if backend)
+#: The pinned backends that compute attention in one fused kernel: all but MATH.
+FUSED = tuple(v for v in PINNED if VARIANTS[v] != "MATH")
+#: Input dtypes for which FP32 work inside a forward is a finding.
+LOW_PRECISION = ("bf16", "fp16")
+
+
+@dataclass
+class RunData:
+    """One shape's tables: summary rows and per-variant kernel/launch/op tables plus the
+    capture status records (with op input types) and the GPU's properties."""
+
+    shape_key: str
+    summary: pd.DataFrame
+    kernels: pd.DataFrame
+    launches: pd.DataFrame
+    ops: pd.DataFrame
+    status: dict[str, dict]
+    devices: list[dict] = field(default_factory=list)
+
+    def row(self, variant: str) -> pd.Series | None:
+        rows = self.summary[self.summary["variant"] == variant]
+        return rows.iloc[0] if len(rows) else None
+
+    def ok(self, variant: str) -> bool:
+        row = self.row(variant)
+        return row is not None and row["status"] == "ok"
+
+    def kernels_of(self, variant: str) -> pd.DataFrame:
+        return self.kernels[self.kernels["variant"] == variant]
+
+    def ops_of(self, variant: str) -> pd.DataFrame:
+        return self.ops[self.ops["variant"] == variant]
+
+    def launches_of(self, variant: str) -> pd.DataFrame:
+        return self.launches[self.launches["variant"] == variant]
+
+    def props_of(self, kernel_row: pd.Series) -> dict:
+        """deviceProperties of the GPU this kernel ran on (its ``device`` column); {} if unknown."""
+        return properties_of(self.devices, kernel_row.get("device"))
+
+    @property
+    def on_gpu(self) -> bool:
+        return bool((self.summary["device"] == "cuda").any())
+
+
+def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch_tables: list[pd.DataFrame],
+                  op_tables: list[pd.DataFrame], statuses: list[dict], devices: list[dict]) -> RunData:
+    """Assemble one shape's RunData from the run's tables (all shapes) and status records;
+    ``devices``: the traces' deviceProperties entries (each with its ``id``)."""
+    def pick(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        df = concat_tables(frames)
+        if df.empty:
+            df = pd.DataFrame(columns=["variant", "shape_key", "api", "op", "calls_per_forward"])
+        return df[df["shape_key"] == shape_key]
+
+    return RunData(
+        shape_key=shape_key,
+        summary=summary[summary["shape_key"] == shape_key].reset_index(drop=True),
+        kernels=kernels[kernels["shape_key"] == shape_key] if len(kernels) else kernels,
+        launches=pick(launch_tables),
+        ops=pick(op_tables),
+        status={s["variant"]: s for s in statuses if s["shape_key"] == shape_key},
+        devices=devices,
+    )

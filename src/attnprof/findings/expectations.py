@@ -1,0 +1,105 @@
+"""The study's expectations (config/expectations.yaml) checked against one shape's data.
+
+Each expectation names a metric (:data:`attnprof.findings.metrics.METRICS`), the value the study
+saw (``expected``, in the metric's unit) and how to compare (``compare``: eq, approx: |obs/exp - 1|
+<= tolerance, within: |obs - exp| <= tolerance, gt: obs > exp). Source of the claims: the file's
+``source`` (Hugging Face, "Profiling in PyTorch (Part 3)") on its ``hardware``.
+:func:`load_expectations` reads the file and refuses names nothing here defines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import yaml
+
+from .data import RunData
+from .metrics import METRICS
+from .rules import RULE_NAMES
+
+#: compare -> whether observed ``o`` agrees with expected ``e`` within tolerance ``t`` (the one list of comparisons).
+COMPARES: dict[str, Callable] = {
+    "eq": lambda o, e, t: o == e,
+    "approx": lambda o, e, t: abs(o / e - 1) <= t,  # t: a fraction of e
+    "within": lambda o, e, t: abs(o - e) <= t,  # t: in e's unit
+    "gt": lambda o, e, t: o > e,
+}
+#: The comparisons that need a ``tolerance``.
+TOLERANT = ("approx", "within")
+
+
+def _compare(obs, exp, how: str, tol: float | None) -> bool:
+    if how not in COMPARES:
+        raise ValueError(f"unknown compare {how!r}")
+    return COMPARES[how](obs, exp, tol)
+
+
+def expectation_problems(doc: dict, variants: Iterable[str] = ()) -> list[str]:
+    """What is wrong with a parsed expectations file ``doc``, one line each ([] when nothing):
+    an expectation whose ``metric`` is not in :data:`METRICS`, whose ``compare`` is not in
+    :data:`COMPARES` (or needs a tolerance it lacks), whose ``explained_by`` names a rule no
+    finding rule has (:data:`attnprof.findings.rules.RULE_NAMES`), or whose ``variants`` are
+    neither built in (:data:`attnprof.variants.VARIANTS`) nor in ``variants`` (a run's own)."""
+    from ..variants import VARIANTS
+
+    known_variants = set(VARIANTS) | set(variants)
+    problems = []
+    for i, e in enumerate(doc.get("expectations") or []):
+        where = f"expectation {e.get('id', i)!r}"
+        if e.get("metric") not in METRICS:
+            problems.append(f"{where} names metric {e.get('metric')!r}, which attnprof.findings.METRICS does not define "
+                            f"(known: {', '.join(METRICS)})")
+        if e.get("compare") not in COMPARES:
+            problems.append(f"{where} names compare {e.get('compare')!r} (known: {', '.join(COMPARES)})")
+        elif e["compare"] in TOLERANT and e.get("tolerance") is None:
+            problems.append(f"{where}: compare {e['compare']!r} needs a tolerance")
+        if not e.get("variants"):
+            problems.append(f"{where} names no variants")
+        unknown = [v for v in e.get("variants") or [] if v not in known_variants]
+        if unknown:
+            problems.append(f"{where} names variants {unknown}, which are neither built in nor in this run")
+        rules = [r for r in e.get("explained_by") or [] if r not in RULE_NAMES]
+        if rules:
+            problems.append(f"{where} is explained_by rules {rules}, which no finding rule has (known: {', '.join(RULE_NAMES)})")
+    return problems
+
+
+def load_expectations(path, variants: Iterable[str] = ()) -> dict:
+    """config/expectations.yaml at ``path``, parsed and checked (:func:`expectation_problems`;
+    ``variants``: variants of the run besides the built-in ones). Raises ValueError naming the
+    file and every unknown name, so that a typo is an error instead of a check that never runs."""
+    doc = yaml.safe_load(Path(path).read_text())
+    problems = expectation_problems(doc, variants)
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return doc
+
+
+def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> list[dict]:
+    """Compare each expectation with this shape's data. verdict: 'same', 'different', or
+    'not measured' (a variant did not run, or a CPU run for GPU-only claims). Each check
+    carries the observed reference and the statements of the findings that explain it."""
+    checks = []
+    for e in expectations["expectations"]:
+        vs = e["variants"]
+        check = {k: e.get(k) for k in ("id", "variants", "claim", "metric", "expected", "compare", "tolerance", "explained_by")}
+        check.update(shape_key=d.shape_key, source=expectations.get("source"), hardware=expectations.get("hardware"))
+        missing = [v for v in vs[:1] if not d.ok(v)]
+        if missing or not d.on_gpu:
+            why = f"{missing[0]} did not run" if missing else "CPU run: no GPU kernels to compare"
+            check.update(observed=None, verdict="not measured", explanation=why)
+            checks.append(check)
+            continue
+        obs = METRICS[e["metric"]](d, vs)
+        check["observed"] = obs
+        if obs.get("value") is None:
+            check.update(verdict="not measured", explanation="no value in this run's tables")
+        else:
+            same = _compare(obs["value"], e["expected"], e["compare"], e.get("tolerance"))
+            check["verdict"] = "same" if same else "different"
+            related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
+            check["explanation"] = "; ".join(f"{f['variants'][0]}: {f['headline']}" for f in related[:4])
+            check["explained_by_findings"] = [f["id"] for f in related]
+        checks.append(check)
+    return checks

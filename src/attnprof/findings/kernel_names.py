@@ -1,0 +1,120 @@
+"""What a GPU kernel's name says: its class (GEMM, FP32 GEMM, mask, cast/copy, softmax,
+elementwise, fused attention) and, for the fused attention kernels, the library, tile, dtype,
+target architecture and MMA instructions.
+
+Kernel names in a ``torch.profiler`` trace are demangled C++ template instantiations, e.g.
+``void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, ...>, ...>(Params)``
+or ``void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_...>(Params)``. A class or a
+library is decided by the kernel's *own* function name only (:func:`attnprof.trace.kernel_label`,
+:func:`attnprof.trace.short_kernel_name`: the name before its template and parameter lists; for
+PyTorch's generic elementwise kernels the functor they run, for CUTLASS entry points the kernel
+they instantiate), never by words inside template arguments: a CUTLASS kernel whose arguments
+mention ``flash`` is not FlashAttention (test fixture ``r3_flash_in_cutlass_args``). Details
+(tile sizes, dtype) are then read from the argument list of the family the name was placed in.
+
+No units here: names in, names out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from ..trace import kernel_label, short_kernel_name
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Kernel classes are matched against kernel_label(name): the kernel's own function name (for
+# PyTorch's generic elementwise kernels, the functor they run; for CUTLASS entry points, the
+# kernel they instantiate), never against words inside template or parameter lists.
+#: FP32 GEMMs: cuBLAS SIMT names (sgemm, f32f32 ... ffma) and Hopper nvjet 'sss' kernels.
+FP32_GEMM = re.compile(r"sgemm|gemm_f32f32.*ffma|nvjet_\w*_sss_|_s1688gemm_fp32|cutlass_\w*simt_sgemm", re.I)
+#: GEMMs of any precision: cuBLAS/CUTLASS names containing 'gemm' and Hopper's cuBLAS 'nvjet' kernels.
+GEMM = re.compile(r"gemm|nvjet", re.I)
+#: Casts and copies (the math backend's up- and down-casts around FP32 work).
+UPCAST_KERNEL = re.compile(r"direct_copy_kernel|bfloat16_copy_kernel|float16_copy_kernel|copy_kernel", re.I)
+#: Causal-mask construction: triu/tril, a bool fill, where.
+MASK_KERNEL = re.compile(r"triu_tril_kernel|FillFunctor<bool>|where_kernel", re.I)
+
+
+KERNEL_GROUPS = (("FP32 GEMM", FP32_GEMM), ("GEMM", GEMM), ("mask", MASK_KERNEL), ("cast/copy", UPCAST_KERNEL),
+                 ("softmax", re.compile(r"softmax", re.I)),
+                 # PyTorch's generic elementwise kernels (kernel_label names the functor: scale, masked_fill...)
+                 ("elementwise", re.compile(r"elementwise_kernel")))
+
+
+#: Kernel classes for plots and breakdowns, in the order they are drawn (kernel_class).
+KERNEL_CLASSES = ("fused attention", "GEMM", "FP32 GEMM", "softmax", "mask", "cast/copy", "elementwise", "other kernel", "memcpy",
+                  "memset")
+
+
+def matches(k: pd.DataFrame, pattern: re.Pattern) -> pd.Series:
+    """Rows of kernel table ``k`` whose kernel_label matches ``pattern`` (see above)."""
+    return k["kernel"].map(kernel_label).str.contains(pattern)
+
+
+def kernel_group(name: str) -> str | None:
+    """The first of :data:`KERNEL_GROUPS` whose pattern matches the kernel_label of ``name``
+    (full kernel name), or None."""
+    label = kernel_label(name)
+    return next((g for g, pat in KERNEL_GROUPS if pat.search(label)), None)
+
+
+def kernel_class(name: str, category: str = "kernel") -> str:
+    """The kind of work a GPU event does, one of :data:`KERNEL_CLASSES`: memcpy and memset by
+    category; a fused attention kernel by its own function name (:func:`decode_kernel_name`);
+    else the first of :data:`KERNEL_GROUPS` whose pattern matches its kernel_label; else
+    'other kernel'. Never decided by words inside template arguments."""
+    if category in ("memcpy", "memset"):
+        return category
+    if decode_kernel_name(name)["library"] != "unknown":
+        return "fused attention"
+    return kernel_group(name) or "other kernel"
+
+
+def decode_kernel_name(name: str) -> dict:
+    """What a fused attention kernel's name tells: library, dtype, tile sizes, target
+    architecture (smXX) and MMA kind. The library is decided by the kernel's own function
+    name (:func:`attnprof.trace.short_kernel_name`, before its template and parameter
+    lists), never by words inside those lists; a name of no known family gives library
+    'unknown'. Known families: FlashAttention-2 in PyTorch (``pytorch_flash::flash_fwd_kernel<
+    Flash_fwd_kernel_traits<headdim, kBlockM, kBlockN, warps,...>>``), xFormers/CUTLASS
+    memory-efficient (``fmha_cutlassF_<dtype>_aligned_<M>x<N>_rf_smXX``) and cuDNN generated
+    (``cudnn_generated_fort_native_sdpa_smXX_flash_fprop_<mma>_<dtype>_knob_N_<tile>``).
+    Tile, dtype and architecture are then read from the family's documented name layout."""
+    fn = short_kernel_name(name)
+    base = fn.split("::")[-1].lower()
+    info: dict = {}
+    if base.startswith("flash_fwd") and fn.startswith("pytorch_flash::"):
+        info["library"] = "FlashAttention-2 (PyTorch's pytorch_flash)"
+        m = re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+)", name)
+        if m:
+            info.update(head_dim=int(m.group(1)), tile=f"{m.group(2)}x{m.group(3)}", warps=int(m.group(4)))
+        info["mma"] = "mma.sync (SM80 instructions)"
+        info["arch"] = "sm80 code path (runs on sm90 without wgmma/TMA)"
+        m = re.search(r"cutlass::(bfloat16_t|half_t)", name)
+    elif base.startswith("fmha_cutlass"):
+        info["library"] = "memory-efficient attention (xFormers kernels on CUTLASS)"
+        m = re.search(r"aligned_(\d+x\d+)", base)
+        if m:
+            info["tile"] = m.group(1)
+        info["mma"] = "mma.sync (SM80 instructions)"
+        m = re.search(r"_(bf16|f16|f32)_", base)
+    elif base.startswith("cudnn_generated"):
+        info["library"] = "cuDNN (runtime-generated kernel)"
+        m = re.search(r"knob_\d+_(\d+x\d+x\d+)", base)
+        if m:
+            info["tile"] = m.group(1)
+        m = re.search(r"_(wgmma|wmma|hmma|mma)_", base)
+        if m:
+            info["mma"] = m.group(1)
+        m = re.search(r"_(bf16|f16|f32)_", base)
+    else:
+        return {"library": "unknown"}
+    if m:
+        info["dtype"] = {"bfloat16_t": "bf16", "half_t": "fp16", "f16": "fp16/bf16 (f16 family)"}.get(m.group(1), m.group(1))
+    m = re.search(r"sm_?(\d{2,3})", base)
+    if m:
+        info["arch"] = f"sm{m.group(1)}"
+    return info

@@ -1,0 +1,102 @@
+"""Metrics: the numbers the study's expectations are checked against, by name.
+
+:data:`METRICS` is the one list of metric names: each ``metric`` in config/expectations.yaml must
+be one of its keys (attnprof.findings.expectations checks this when the file is loaded). A metric
+takes the shape's :class:`RunData` and the expectation's variants (the first is the one measured)
+and returns a reference (attnprof.findings.refs) whose ``value`` is compared with ``expected``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .data import RunData
+from .kernel_names import FP32_GEMM, MASK_KERNEL, matches
+from .refs import derived, ref_kernel, ref_op, ref_summary
+
+
+def _main_kernel(d: RunData, v: str) -> pd.Series | None:
+    """The longest kernel of variant ``v`` (kernel tables are sorted by device time), or None."""
+    k = d.kernels_of(v)
+    k = k[k["category"] == "kernel"]
+    return k.iloc[0] if len(k) else None
+
+
+def metric_kernels_plus_memcpy(d, vs):
+    """Kernels plus memcpys per forward (summary.csv): what the study counted as kernels (no memsets)."""
+    a, b = ref_summary(d, vs[0], "kernels_per_forward"), ref_summary(d, vs[0], "memcpy_per_forward")
+    return derived("sum", [a, b])
+
+
+def metric_memcpy(d, vs):
+    """Memcpys per forward (summary.csv ``memcpy_per_forward``)."""
+    return ref_summary(d, vs[0], "memcpy_per_forward")
+
+
+def metric_fp32_gemms(d, vs):
+    """FP32 GEMM kernel launches per forward (kernels named by :data:`FP32_GEMM`; 0 when none)."""
+    k = d.kernels_of(vs[0])
+    g = k[matches(k, FP32_GEMM)]
+    refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in g["kernel"]]
+    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+
+
+def metric_mask_kernels(d, vs):
+    """Causal-mask kernel launches per forward (kernels named by :data:`MASK_KERNEL`; 0 when none)."""
+    k = d.kernels_of(vs[0])
+    m = k[matches(k, MASK_KERNEL)]
+    refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in m["kernel"]]
+    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+
+
+def metric_safe_softmax(d, vs):
+    """aten::_safe_softmax calls per forward (ops.csv; 0 when absent)."""
+    return ref_op(d, vs[0], "aten::_safe_softmax")
+
+
+def metric_device_ratio(d, vs):
+    """Time per forward of ``vs[0]`` over ``vs[1]`` (no unit): trace device ms on a GPU, host ms on a CPU."""
+    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
+    return derived("ratio", [ref_summary(d, vs[0], col, "ms"), ref_summary(d, vs[1], col, "ms")])
+
+
+def metric_fastest_fused(d, vs):
+    """The variant of ``vs`` that ran with the least time per forward (device ms on a GPU, host ms on a CPU)."""
+    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
+    ok = [v for v in vs if d.ok(v)]
+    if not ok:
+        return {"value": None}
+    best = min(ok, key=lambda v: d.row(v)[col])
+    return {"value": best, "unit": "", "formula": "argmin", "inputs": [ref_summary(d, v, col, "ms") for v in ok]}
+
+
+def metric_main_occupancy(d, vs):
+    """The profiler's estimated achieved occupancy of ``vs[0]``'s longest kernel, in %."""
+    main = _main_kernel(d, vs[0])
+    return ref_kernel(d, vs[0], main["kernel"], "est_occupancy_pct", "%") if main is not None else {"value": None}
+
+
+def metric_cpu_excess(d, vs):
+    """CPU ms per forward of ``vs[0]`` minus the largest of the others that ran (ms)."""
+    others = [ref_summary(d, v, "cpu_ms_per_forward", "ms") for v in vs[1:] if d.ok(v)]
+    if not others:
+        return {"value": None}
+    worst = max(others, key=lambda r: r["value"])
+    return derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), worst], "ms")
+
+
+#: The metric whose expected values are the study's kernel counts per forward (the report's "study" column).
+KERNEL_COUNT = "kernels_plus_memcpy"
+
+#: Metric name (config/expectations.yaml ``metric``) -> the function that measures it.
+METRICS = {
+    KERNEL_COUNT: metric_kernels_plus_memcpy,
+    "memcpy_per_forward": metric_memcpy,
+    "fp32_gemms_per_forward": metric_fp32_gemms,
+    "mask_kernels_per_forward": metric_mask_kernels,
+    "safe_softmax_per_forward": metric_safe_softmax,
+    "device_time_ratio": metric_device_ratio,
+    "fastest_fused": metric_fastest_fused,
+    "main_kernel_occupancy_pct": metric_main_occupancy,
+    "cpu_ms_excess_over_others": metric_cpu_excess,
+}

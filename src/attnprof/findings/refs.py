@@ -1,0 +1,136 @@
+"""References: every number a finding states says where it came from.
+
+A reference is a dict with ``value`` and ``unit`` (as in the table: ``ms`` in summary.csv, ``us``
+in kernels.csv, ``%``, ``calls/forward``, or '' for counts) and either the cell it was read from
+(``table``/``shape_key``/``variant``/``column``, plus ``kernel``, ``api`` or ``op`` for the
+per-variant tables) or a ``formula`` (ratio, sum, difference, argmin) over other references in
+``inputs``. :func:`lookup` re-reads a reference from the tables and :func:`iter_numbers` yields
+every reference of a findings.json document, so a test can prove that the report states nothing
+the tables do not hold (schema: ``workflow/schemas/findings.schema.json``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ..fmt import format_number
+from ..names import CAPTURE_TABLES, RUN_FILES
+from .data import RunData
+
+#: The tables a reference may name (its ``table``; findings.schema.json enumerates them): the run's
+#: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
+SUMMARY, KERNELS = RUN_FILES["summary"], RUN_FILES["kernels"]
+LAUNCHES, OPS = CAPTURE_TABLES["launches"], CAPTURE_TABLES["ops"]
+TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS)
+
+
+def clean(v):
+    """A table cell as a plain Python value: None for missing (None, NaN), numpy scalars unwrapped."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+    return v
+
+
+def ref_summary(d: RunData, variant: str, column: str, unit: str = "") -> dict:
+    """Reference to summary.csv[variant, column]."""
+    row = d.row(variant)
+    return {"value": clean(row[column]) if row is not None else None, "unit": unit, "table": SUMMARY,
+            "shape_key": d.shape_key, "variant": variant, "column": column}
+
+
+def ref_kernel(d: RunData, variant: str, kernel: str, column: str, unit: str = "") -> dict:
+    """Reference to the kernel table row of ``kernel`` (full name) in ``variant``."""
+    k = d.kernels_of(variant)
+    k = k[k["kernel"] == kernel]
+    return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": KERNELS,
+            "shape_key": d.shape_key, "variant": variant, "kernel": kernel, "column": column}
+
+
+def ref_launch(d: RunData, variant: str, api: str) -> dict:
+    """Reference to launches.csv calls_per_forward of ``api`` in ``variant`` (0 if absent)."""
+    la = d.launches_of(variant)
+    la = la[la["api"] == api]
+    return {"value": clean(la.iloc[0]["calls_per_forward"]) if len(la) else 0, "unit": "calls/forward",
+            "table": LAUNCHES, "shape_key": d.shape_key, "variant": variant, "api": api,
+            "column": "calls_per_forward"}
+
+
+def ref_op(d: RunData, variant: str, op: str) -> dict:
+    """Reference to ops.csv calls_per_forward of ``op`` in ``variant`` (0 if absent)."""
+    o = d.ops_of(variant)
+    o = o[o["op"] == op]
+    return {"value": clean(o.iloc[0]["calls_per_forward"]) if len(o) else 0, "unit": "calls/forward",
+            "table": OPS, "shape_key": d.shape_key, "variant": variant, "op": op, "column": "calls_per_forward"}
+
+
+def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:
+    """A number computed from references: formula 'ratio' (a/b), 'sum' or 'difference' (a-b)."""
+    vals = [i["value"] for i in inputs]
+    if any(v is None for v in vals):
+        value = None
+    elif formula == "ratio":
+        value = vals[0] / vals[1] if vals[1] else None
+    elif formula == "sum":
+        value = sum(vals)
+    elif formula == "difference":
+        value = vals[0] - vals[1]
+    else:
+        raise ValueError(f"unknown formula {formula!r}")
+    return {"value": value, "unit": unit, "formula": formula, "inputs": inputs}
+
+
+def fmt_ref(ref: dict, digits: int = 3) -> str:
+    """A reference's value for a statement: ``digits`` significant digits and its unit (not
+    'calls/forward', which the sentence says); 'n/a' when there is no value."""
+    v = ref["value"]
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        text = format_number(v, digits)
+    else:
+        text = str(v)
+    unit = ref.get("unit", "")
+    return f"{text} {unit}".strip() if unit not in ("calls/forward",) else text
+
+
+def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers: dict, evidence: list[dict],
+            kind: str = "observation", headline: str = "") -> dict:
+    """One finding: ``statement`` is the full sentence, ``headline`` a few words for the
+    summary table's findings column (defaults to the statement)."""
+    return {"id": f"{rule}/{'+'.join(variants)}/{d.shape_key}", "rule": rule, "shape_key": d.shape_key,
+            "variants": variants, "kind": kind, "headline": headline or statement, "statement": statement,
+            "numbers": numbers, "evidence": evidence}
+
+
+def lookup(ref: dict, tables: dict[str, pd.DataFrame]):
+    """Re-read a reference's value from ``tables`` (file name -> frame), recursing through
+    derived numbers. Raises KeyError when the cell does not exist."""
+    if "formula" in ref:
+        if ref["formula"] == "argmin":
+            return ref["value"]
+        return derived(ref["formula"], [{"value": lookup(i, tables)} for i in ref["inputs"]])["value"]
+    t = tables[ref["table"]]
+    sel = (t["variant"] == ref["variant"]) & (t["shape_key"] == ref["shape_key"])
+    for key, col in (("kernel", "kernel"), ("api", "api"), ("op", "op")):
+        if key in ref:
+            sel &= t[col] == ref[key]
+    rows = t[sel]
+    if rows.empty:
+        if ref["table"] in (LAUNCHES, OPS):
+            return 0
+        raise KeyError(f"no row for {ref}")
+    return clean(rows.iloc[0][ref["column"]])
+
+
+def iter_numbers(doc: dict):
+    """Every number reference in a findings.json document (findings and expectation checks)."""
+    for shape in doc["shapes"]:
+        for f in shape["findings"]:
+            yield from f["numbers"].values()
+        for c in shape["expectations"]:
+            if c.get("observed"):
+                yield c["observed"]

@@ -1,0 +1,102 @@
+"""Rules on which kernel ran and how it fills the GPU: single fused kernels with their names
+decoded (:func:`..kernel_names.decode_kernel_name`), the occupancy of each variant's longest
+kernel (the profiler's estimated achieved occupancy in %, beside the theoretical limit of
+:func:`..occupancy.theoretical_occupancy`), and the backend sdpa_auto dispatched to.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..data import FUSED, PINNED, SDPA_AUTO, RunData
+from ..kernel_names import decode_kernel_name
+from ..occupancy import theoretical_occupancy
+from ..refs import fmt_ref, finding, ref_kernel, ref_summary
+from ...trace import kernel_label
+
+#: The driver-API launch for which the profiler computes no occupancy estimate (it shows 0 %).
+DRIVER_LAUNCH = "cuLaunchKernelEx"
+
+
+def rule_fusion(d: RunData) -> list[dict]:
+    """Variants whose forward is a single fused kernel, with the kernel's name decoded."""
+    out = []
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if row is None or row["status"] != "ok" or row["kernels_per_forward"] != 1:
+            continue
+        k = d.kernels_of(variant)
+        main = k[k["category"] == "kernel"].iloc[0]
+        props = d.props_of(main)
+        sm = props.get("computeMajor"), props.get("computeMinor")
+        info = decode_kernel_name(main["kernel"])
+        nums = {"kernels_per_forward": ref_summary(d, variant, "kernels_per_forward"),
+                "kernel_us": ref_kernel(d, variant, main["kernel"], "mean_us", "us")}
+        parts = [f"{k_}: {v}" for k_, v in info.items()]
+        text = f"{variant}: one fused kernel per forward, {kernel_label(main['kernel'])} ({fmt_ref(nums['kernel_us'])}); " + "; ".join(parts)
+        if sm[0] and "arch" in info and info["arch"].startswith("sm8"):
+            text += f"; built for Ampere, running on this sm{sm[0]}{sm[1]} GPU without Hopper's wgmma/TMA"
+        headline = f"one fused kernel: {info['library'].split(' (')[0]}"
+        headline += f", {info['arch'].split(' ')[0]}" if "arch" in info else ""
+        headline += f", {info['mma'].split(' ')[0]}" if "mma" in info else ""
+        out.append(finding("fusion", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], headline=headline))
+    return out
+
+
+def rule_occupancy(d: RunData) -> list[dict]:
+    """Estimated achieved occupancy of each variant's longest kernel, the register-limited
+    theoretical value, and 0 % on driver-API launches flagged as a profiler artefact."""
+    out = []
+    for variant in d.summary["variant"]:
+        k = d.kernels_of(variant)
+        k = k[k["category"] == "kernel"]
+        if k.empty or not d.ok(variant):
+            continue
+        main = k.iloc[0]  # kernel tables are sorted by device time
+        nums = {"est_occupancy": ref_kernel(d, variant, main["kernel"], "est_occupancy_pct", "%"),
+                "registers": ref_kernel(d, variant, main["kernel"], "registers_per_thread")}
+        if nums["est_occupancy"]["value"] is None:
+            out.append(finding("occupancy", d, [variant], f"{variant}: the trace carries no occupancy estimate for {kernel_label(main['kernel'])} "
+                               "(no launch metadata)", nums, [{"kind": "kernel", "name": main["kernel"]}]))
+            continue
+        threads = math.prod(int(x) for x in str(main["block"]).split("x")) if isinstance(main["block"], str) else 0
+        theo = theoretical_occupancy(main["registers_per_thread"], threads, main["shared_memory_bytes"], d.props_of(main))
+        text = (f"{variant}: {kernel_label(main['kernel'])} has {fmt_ref(nums['est_occupancy'])} estimated achieved occupancy "
+                f"({fmt_ref(nums['registers'])} registers/thread, block {main['block']})")
+        if theo is not None:
+            text += f"; registers and shared memory allow {theo * 100:.1f} % at most"
+        kind = "observation"
+        if nums["est_occupancy"]["value"] == 0 and main["launch_api"] == DRIVER_LAUNCH:
+            text += (f"; 0 % is an artefact: the kernel was launched through the driver API ({DRIVER_LAUNCH}), for which "
+                     "the profiler's estimate is not computed; it ran for real")
+            kind = "artefact"
+        elif variant in FUSED and nums["est_occupancy"]["value"] <= 25:
+            text += "; low by design: fused attention kernels keep a whole tile of Q, K, V and the accumulators in registers and shared memory"
+        headline = (f"0 % occupancy shown: {DRIVER_LAUNCH} artefact" if kind == "artefact"
+                    else f"occupancy: estimated {math.floor(nums['est_occupancy']['value'] + 0.5)} %"  # both rounded half up,
+                    + (f", limit {math.floor(theo * 100 + 0.5)} %" if theo is not None else ""))  # as the profiler rounds
+        out.append(finding("occupancy", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], kind=kind, headline=headline))
+    return out
+
+
+def rule_dispatch(d: RunData) -> list[dict]:
+    """Which backend sdpa_auto ran: the pinned variant whose kernel set it matches, and the
+    backend-specific aten op it called."""
+    if not d.ok(SDPA_AUTO):
+        return []
+    auto = set(d.kernels_of(SDPA_AUTO)["kernel"])
+    auto_ops = set(d.ops_of(SDPA_AUTO)["op"])
+    matches = [v for v in PINNED if d.ok(v) and set(d.kernels_of(v)["kernel"]) == auto and (auto or set(d.ops_of(v)["op"]) == auto_ops)]
+    backend_ops = sorted(o for o in auto_ops if re.search(r"_scaled_dot_product_\w+|_attention_forward|_flash_attention|_efficient_attention", o))
+    nums = {"kernels_per_forward": ref_summary(d, SDPA_AUTO, "kernels_per_forward")}
+    if matches:
+        what = "kernels" if auto else "aten ops (CPU run: no kernels)"
+        text = f"{SDPA_AUTO} dispatched to {matches[0].removeprefix('sdpa_')}: same {what} as {matches[0]}"
+    else:
+        text = f"{SDPA_AUTO} matches no pinned variant's kernel set"
+    if backend_ops:
+        text += f"; backend op {', '.join(backend_ops)}"
+    headline = f"dispatched to {matches[0].removeprefix('sdpa_')}" if matches else "matches no pinned backend"
+    return [finding("dispatch", d, [SDPA_AUTO] + matches[:1], text, nums,
+                    [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(auto)], headline=headline)]

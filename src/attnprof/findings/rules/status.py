@@ -1,0 +1,68 @@
+"""Rules of the capture's own health: variants that did not run or lost a later check, trace
+defects the completeness rule found (attnprof.tables.assess_forwards), and results that fail the
+float64 check (relative error ||out - ref|| / ||ref||, no unit, against the dtype's tolerance).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..data import RunData
+from ..refs import fmt_ref, finding, ref_summary
+
+
+def rule_status(d: RunData) -> list[dict]:
+    """Variants that did not run (or whose trace was incomplete), with the reason; and
+    variants that ran but lost a later check (correctness, timing...), naming the check."""
+    out = []
+    for _, row in d.summary.iterrows():
+        if row["status"] != "ok":
+            reason = str(row["reason"]) if isinstance(row["reason"], str) else ""
+            out.append(finding("status", d, [row["variant"]], f"{row['variant']} did not run here: {row['status']} ({reason[:300]})",
+                               {}, [{"kind": "status", "name": row["status"]}],
+                               kind="failure" if row["status"] in ("failed", "incomplete_trace") else "observation",
+                               headline=f"{row['status']}: {reason[:160]}"))
+        elif isinstance(row.get("checks_missing"), str) and row["checks_missing"]:
+            out.append(finding("status", d, [row["variant"]], f"{row['variant']} was profiled, but a later check did not run to the end: "
+                               f"{row['checks_missing'][:400]}; the trace and its tables stand", {},
+                               [{"kind": "status", "name": "checks_missing"}], kind="warning",
+                               headline=f"check missing: {row['checks_missing'][:120]}"))
+    return out
+
+
+def rule_trace_quality(d: RunData) -> list[dict]:
+    """Defects of a trace the completeness rule found (attnprof.tables.assess_forwards):
+    forwards that lost GPU events or have impossible GPU times, forwards missing from the
+    trace, and complete forwards that launched different work (with each group's counts)."""
+    out = []
+    for _, row in d.summary.iterrows():
+        note = row.get("trace_note")
+        if row["status"] != "ok" or not isinstance(note, str) or not note:
+            continue
+        v = row["variant"]
+        nums = {c: ref_summary(d, v, c) for c in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
+                                                  "bad_time_events")}
+        groups = json.loads(row["forward_groups"]) if isinstance(row.get("forward_groups"), str) and row["forward_groups"] else []
+        differ = len(groups) > 1
+        headline = (f"forwards differ: {' / '.join(str(g['kernels']) for g in groups)} kernels" if differ
+                    else f"{fmt_ref(nums['forwards_complete'])} of {fmt_ref(nums['forwards_expected'])} forwards complete"
+                    if nums["forwards_complete"]["value"] != nums["forwards_expected"]["value"]
+                    else f"{fmt_ref(nums['bad_time_events'])} GPU events with impossible times")
+        out.append(finding("trace_quality", d, [v], f"{v}: {note}", nums, [{"kind": "metric", "name": "forwards_complete"}],
+                           kind="warning", headline=headline))
+    return out
+
+
+def rule_correctness(d: RunData) -> list[dict]:
+    """Relative error against the float64 reference, flagged above the dtype's tolerance."""
+    out = []
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if row is None or row["status"] != "ok" or row["rel_error"] != row["rel_error"]:
+            continue
+        nums = {"rel_error": ref_summary(d, variant, "rel_error")}
+        if not bool(row["rel_error_ok"]):
+            out.append(finding("correctness", d, [variant], f"{variant}: relative error {fmt_ref(nums['rel_error'])} against float64 is above the "
+                               f"{row['dtype']} tolerance", nums, [{"kind": "metric", "name": "rel_error"}], kind="failure",
+                               headline=f"relative error {fmt_ref(nums['rel_error'])} above tolerance"))
+    return out

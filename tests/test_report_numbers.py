@@ -1,0 +1,67 @@
+"""The report's numbers come from the findings and the report data (attnprof.report); the
+templates only format them."""
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnprof.findings import compute
+from attnprof.report import build_context, calibration_numbers, compare_context
+from attnprof.tables import concat_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("template", ["report.html.j2", "compare.html.j2"])
+def test_the_templates_compute_nothing(template):
+    """No arithmetic inside a template's expressions: ratios, spreads, shares and unit conversions
+    are computed in Python, where the findings' references and the tests can reach them."""
+    text = (ROOT / "report" / template).read_text()
+    expressions = re.findall(r"\{\{(.*?)\}\}|\{%(.*?)%\}", text, flags=re.S)
+    arithmetic = re.compile(r"[\w)\]]\s*(\*\*?|/|\+|-)\s*[\w(]|\|\s*(sum|min|max|round|abs)\b")
+    strings = re.compile(r"\"[^\"]*\"|'[^']*'")
+    found = [e for pair in expressions for e in pair if e and arithmetic.search(strings.sub("''", e))]
+    assert not found, found
+
+
+@pytest.fixture(scope="module")
+def context(h200, h200_data):
+    expectations = yaml.safe_load((ROOT / "config" / "expectations.yaml").read_text())
+    findings = {"shapes": [compute(h200_data, expectations)]}
+    env = {"gpu_name": "NVIDIA H200", "config": {}}
+    return build_context("t", h200["summary"], h200["kernels"], concat_tables(h200["launches"]), findings, env, expectations, {},
+                         css="", calibration={"gemm_tflops_bf16": 729.0, "datasheet_tflops_bf16": 989.0, "copy_tb_per_s": 4.07,
+                                              "datasheet_tb_per_s": 4.8, "copy_bytes": 2**31})
+
+
+def test_fidelity_ratios_are_the_ones_the_findings_state(context):
+    shape = context["shapes"][0]
+    stated = {f["variants"][0]: f["numbers"] for f in shape["findings"] if f["rule"] == "fidelity" and len(f["variants"]) == 1}
+    rows = [r for r in shape["rows"] if r["status"] == "ok"]
+    assert rows and {r["variant"] for r in rows} == set(stated)
+    for r in rows:
+        assert r["timed_over_trace"] == stated[r["variant"]]["timed_over_trace"]["value"]
+        assert r["timed_over_trace"] == pytest.approx(r["timed_ms_median"] / r["device_ms_per_forward"])
+        if r["graph_ms_median"] is not None:
+            assert r["graph_over_trace"] == pytest.approx(r["graph_ms_median"] / r["device_ms_per_forward"])
+        quartiles = r.get("timed_ms_q1") is not None
+        width = (r["timed_ms_q3"] - r["timed_ms_q1"]) if quartiles else (r["timed_ms_max"] - r["timed_ms_min"])
+        assert r["timed_spread_pct"] == pytest.approx(100 * width / r["timed_ms_median"])
+
+
+def test_shares_conversions_and_tolerances_in_percent(context):
+    cal = context["calibration"]
+    assert cal["gemm_bf16_pct_of_datasheet"] == pytest.approx(100 * 729 / 989) and cal["copy_gib"] == 2.0
+    assert cal["copy_pct_of_datasheet"] == pytest.approx(100 * 4.07 / 4.8)
+    assert "copy_gib" not in calibration_numbers({"skipped": "CPU run"})
+    approx = [c for c in context["shapes"][0]["expectations"] if c["compare"] == "approx"]
+    assert approx and all(c["tolerance_pct"] == pytest.approx(100 * c["tolerance"]) for c in approx)
+
+
+def test_compare_noise_in_percent():
+    doc = {"noise_floor": 0.05, "pairs": [{"rows": [{"noise_threshold": 0.0625}, {"noise_threshold": None}]}]}
+    cmp = compare_context(doc, "")["cmp"]
+    assert cmp["noise_floor_pct"] == pytest.approx(5.0)
+    assert [r["noise_threshold_pct"] for r in cmp["pairs"][0]["rows"]] == [pytest.approx(6.25), None]
+    assert "noise_floor_pct" not in doc  # compare.json's document is not changed
