@@ -13,13 +13,14 @@ with script_log(sm.log[0]) as log:
     kernels = pd.read_csv(sm.input.kernels)
     launches = [pd.read_csv(p) for p in sm.input.launches]
     ops = [pd.read_csv(p) for p in sm.input.ops]
+    backward_kernels = [pd.read_csv(p) for p in sm.input.kernels_backward]
     statuses = [json.loads(Path(p).read_text()) for p in sm.input.status]
     # every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
     devices = list({p["id"]: p for f in sm.input.device for p in json.loads(Path(f).read_text()) or [] if "id" in p}.values())
     expectations = load_expectations(sm.input.expectations, variants=summary["variant"])
     shapes = []
     for shape_key in dict.fromkeys(summary["shape_key"]):
-        data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, devices)
+        data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, devices, backward_kernels)
         shapes.append(compute(data, expectations))
     doc = json.loads(json.dumps({"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}, default=str))
     jsonschema.validate(doc, json.loads(Path(sm.input.schema).read_text()))

@@ -69,3 +69,59 @@ def test_backward_kernels_run_on_another_thread_than_the_ranges():
                   and "correlation" in e.get("args", {})}
         kernel_tids = {launch[e["args"]["correlation"]] for e in ev if e.get("cat") == "kernel"}
         assert kernel_tids - bwd_tid, capture
+
+
+@pytest.fixture(scope="module")
+def study_beyond():
+    """The study-shape fixtures (sdpa_flash, sdpa_cudnn, flex_attention, naive_compiled) through the
+    pipeline's own table code and the findings rules."""
+    import pandas as pd
+
+    from attnprof.backward import backward_summary
+    from attnprof.findings import compute, load_run_data
+    from attnprof.tables import kernel_table, summary_row
+
+    shape = "b8_h16_s1024_d64_bf16_causal"
+    rows, kernels, kb, statuses = [], [], [], []
+    for capture in [c for c in CAPTURES if c.startswith(shape)]:
+        trace, status = load(capture)
+        fwd, bwd = analyse_passes(trace, status["range_name"], expect_gpu=True)
+        tabs = backward_tables(bwd, status["variant"], shape)
+        row = summary_row(status, forward_table(fwd, status["variant"], shape), str(FIXTURES / capture / "trace.json.gz"))
+        row.update(backward_summary(status, tabs["backwards"]))
+        rows.append(row)
+        kernels.append(kernel_table(fwd, status["variant"], shape))
+        kb.append(tabs["kernels_backward"])
+        statuses.append(status)
+    data = load_run_data(shape, pd.DataFrame(rows), pd.concat(kernels), [], [], statuses, [], kb)
+    return compute(data), {s["variant"]: s for s in statuses}
+
+
+def test_compile_finding_states_the_first_call_and_what_fused(study_beyond):
+    result, statuses = study_beyond
+    found = {f["variants"][0]: f for f in result["findings"] if f["rule"] == "compile"}
+    assert set(found) == {"naive_compiled", "flex_attention"}
+    for variant, f in found.items():
+        comp = statuses[variant]["compile"]  # the capture's own record
+        assert f["numbers"]["first_call_s"]["value"] == comp["first_call_s"]
+        assert f"cache: {comp['cache']}" in f["statement"]
+    # naive_compiled's trace holds 3 kernels per forward (count on the JSON above); the Triton one fused softmax and mask
+    nc = found["naive_compiled"]
+    assert nc["numbers"]["kernels_per_forward"]["value"] == 3
+    assert "triton_per_fused__softmax" in nc["statement"] and "masked, fill" in nc["statement"]
+
+
+def test_backward_finding_names_main_and_helper_kernels(study_beyond):
+    result, _ = study_beyond
+    found = {f["variants"][0]: f for f in result["findings"] if f["rule"] == "backward"}
+    assert set(found) == {"sdpa_flash", "sdpa_cudnn", "flex_attention", "naive_compiled"}
+    flash = found["sdpa_flash"]["statement"]
+    # FlashAttention-2's backward: the dQ/dK/dV loop, then its pre- and post-processing kernels
+    assert "main kernel pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel" in flash
+    assert "flash_bwd_dot_do_o_kernel (preprocess)" in flash and "flash_bwd_convert_dq_kernel (postprocess)" in flash
+    cudnn = found["sdpa_cudnn"]["statement"]
+    assert "cuDNN" in cudnn and "compute_dot_do_o_specialized (preprocess)" in cudnn
+    # the shares of one backward add up to 100 % (kernels, memcpys and memsets)
+    for f in found.values():
+        shares = [n["value"] for k, n in f["numbers"].items() if k.startswith("share:") or k == "main_share"]
+        assert sum(shares) == pytest.approx(100, abs=0.01)

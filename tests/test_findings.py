@@ -40,9 +40,12 @@ def test_statements_quote_the_numbers_they_carry(result):
     assert "aten::copy_" in hidden["statement"] and "removes it" in hidden["statement"]
 
 
-def test_each_study_row_gets_a_verdict(result):
+def test_each_study_row_gets_a_verdict(result, h200_data):
     verdicts = {c["id"]: c["verdict"] for c in result["expectations"]}
-    assert set(verdicts) == {e["id"] for e in EXPECTATIONS["expectations"]}
+    # the fixture run has the study's seven variants: config/beyond.yaml's rows are left out, not "not measured"
+    ran = set(h200_data.summary["variant"])
+    assert set(verdicts) == {e["id"] for e in EXPECTATIONS["expectations"] if e["variants"][0] in ran}
+    assert {"compile-fuses", "flex-fused", "flex-vs-flash"}.isdisjoint(verdicts) and len(verdicts) == 16
     assert verdicts["naive-kernels"] == "same" and verdicts["inplace-no-memcpy"] == "same"
     assert verdicts["math-kernels"] == "same" and verdicts["math-fp32"] == "same"
     # on the H200 the cuDNN kernel (sm90, wgmma) beats FlashAttention-2 (sm80 code)

@@ -66,8 +66,10 @@ def _records(df: pd.DataFrame) -> list[dict]:
 
 
 def study_counts(expectations: dict) -> dict[str, int]:
-    """variant -> the study's kernels per forward, from the expectations of metric KERNEL_COUNT (kernels_plus_memcpy)."""
-    return {e["variants"][0]: e["expected"] for e in expectations["expectations"] if e["metric"] == KERNEL_COUNT}
+    """variant -> the study's kernels per forward, from the expectations of metric KERNEL_COUNT (kernels_plus_memcpy)
+    that are the study's own (no ``source`` of their own: those come from other documents)."""
+    return {e["variants"][0]: e["expected"] for e in expectations["expectations"]
+            if e["metric"] == KERNEL_COUNT and not e.get("source")}
 
 
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
@@ -87,8 +89,11 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
         for item in f["findings"]:
             if item["rule"] in ("status", "trace_quality"):  # the summary row shows status, reason and trace note itself
                 continue
+            if item["rule"] in ("backward", "compile"):  # stated in their own tables (backward_numbers)
+                continue
             for v in item["variants"][:1]:
                 per_variant.setdefault(v, []).append(item)
+        beyond = {(item["rule"], item["variants"][0]): [item] for item in f["findings"] if item["rule"] in ("backward", "compile")}
         table = []
         for row in _records(rows):
             v = row["variant"]
@@ -98,7 +103,9 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
             table.append({**row, "change": change_of(v, env), "study_kernels": counts.get(v),
                           "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la),
-                          **_row_numbers(row), **fidelity.get(v, {"timed_over_trace": None, "graph_over_trace": None})})
+                          **_row_numbers(row), **fidelity.get(v, {"timed_over_trace": None, "graph_over_trace": None}),
+                          **backward_numbers(row, gpu=bool(env.get("gpu_name"))),
+                          "backward_findings": beyond.get(("backward", v), []), "compile_findings": beyond.get(("compile", v), [])})
         shapes.append({
             "key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": f["findings"],
             "expectations": [_check_numbers(c) for c in f["expectations"]],
@@ -150,10 +157,20 @@ def _row_numbers(row: dict) -> dict:
     return {"timed_spread_pct": spread, "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
 
 
+def backward_numbers(row: dict, gpu: bool) -> dict:
+    """The backward columns the report states for a summary row (config passes): ``bwd_ms`` and its
+    quartiles ``bwd_q1``/``bwd_q3`` (device ms per backward on a GPU, host ms on a CPU) and
+    ``backward_over_forward``, bwd_ms over the same forward time (no unit). None where absent."""
+    kind = "device" if gpu else "cpu"
+    bwd, fwd = row.get(f"{kind}_ms_per_backward"), row.get(f"{kind}_ms_per_forward")
+    return {"bwd_ms": bwd, "bwd_q1": row.get(f"{kind}_ms_backward_q1"), "bwd_q3": row.get(f"{kind}_ms_backward_q3"),
+            "backward_over_forward": bwd / fwd if bwd is not None and fwd else None}
+
+
 def _check_numbers(check: dict) -> dict:
     """An expectation check with ``tolerance_pct``: its tolerance (a fraction for 'approx') times 100."""
     tol = check.get("tolerance")
-    return {**check, "tolerance_pct": 100 * tol if tol is not None else None}
+    return {**check, "tolerance_pct": 100 * tol if tol is not None else None, "own_source": check.get("own_source", False)}
 
 
 def calibration_numbers(calibration: dict) -> dict:
@@ -207,7 +224,9 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
     if study and study["expectations"]:
         exp = study["expectations"]
         devs = [c for c in exp if c["verdict"] == "different"]
-        text = f"{sum(c['verdict'] == 'same' for c in exp)} of {len(exp)} expectations of the study hold at its shape"
+        others = sum(bool(c.get("own_source")) for c in exp)
+        whose = f" (the study's and {others} from PyTorch's own documents)" if others else " of the study"
+        text = f"{sum(c['verdict'] == 'same' for c in exp)} of {len(exp)} expectations{whose} hold at its shape"
         if devs:
             text += "; deviating: " + "; ".join(
                 f"{c['id']} (expected {_fmt(c['expected'])}, observed {_fmt((c.get('observed') or {}).get('value'))}"

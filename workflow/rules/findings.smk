@@ -13,6 +13,7 @@ rule findings:
         status=per_capture(capture_file("status")),
         launches=per_capture(table_file("launches")),
         ops=per_capture(table_file("ops")),
+        kernels_backward=per_capture(table_file("kernels_backward")),
         device=per_capture(table_file("device")),
     output:
         run_file("findings"),

@@ -26,7 +26,7 @@ from .expectations import COMPARES, check_expectations, expectation_problems, lo
 from .kernel_names import (FP32_GEMM, GEMM, KERNEL_CLASSES, KERNEL_GROUPS, MASK_KERNEL, UPCAST_KERNEL, decode_kernel_name,
                            kernel_class, kernel_group, matches)
 from .metrics import (METRICS, metric_cpu_excess, metric_device_ratio, metric_fastest_fused, metric_fp32_gemms,
-                      metric_kernels_plus_memcpy, metric_main_occupancy, metric_mask_kernels, metric_memcpy, metric_safe_softmax)
+                      metric_kernels_plus_memcpy, metric_kernels_saved, metric_main_occupancy, metric_mask_kernels, metric_memcpy, metric_safe_softmax)
 from .occupancy import theoretical_occupancy
 from .refs import derived, finding, iter_numbers, lookup, ref_kernel, ref_launch, ref_op, ref_summary
 from .rules import (DRIVER_LAUNCH, INTERESTING_OPS, LIBRARY_OF_OP, RULE_NAMES, RULES, TIMING_DISAGREEMENT, rule_correctness, rule_cpu_cost,
@@ -53,7 +53,7 @@ __all__ = [
     "LOW_PRECISION", "MASK_KERNEL", "METRICS", "PINNED", "RULE_NAMES", "RULES", "TIMING_DISAGREEMENT", "UPCAST_KERNEL", "RunData",
     "check_expectations", "compute", "expectation_problems", "load_expectations", "decode_kernel_name", "derived", "finding", "iter_numbers", "kernel_class", "kernel_group",
     "load_run_data", "lookup", "matches", "metric_cpu_excess", "metric_device_ratio", "metric_fastest_fused", "metric_fp32_gemms",
-    "metric_kernels_plus_memcpy", "metric_main_occupancy", "metric_mask_kernels", "metric_memcpy", "metric_safe_softmax",
+    "metric_kernels_plus_memcpy", "metric_kernels_saved", "metric_main_occupancy", "metric_mask_kernels", "metric_memcpy", "metric_safe_softmax",
     "ref_kernel", "ref_launch", "ref_op", "ref_summary", "rule_correctness", "rule_cpu_cost", "rule_dispatch", "rule_extra_ops",
     "rule_fidelity", "rule_fusion", "rule_hidden_copy", "rule_mask", "rule_memset", "rule_occupancy", "rule_precision",
     "rule_speed", "rule_status", "rule_trace_quality", "theoretical_occupancy",

@@ -49,6 +49,8 @@ class RunData:
     ops: pd.DataFrame
     status: dict[str, dict]
     devices: list[dict] = field(default_factory=list)
+    #: the backward's kernel rows (kernels_backward.csv of every capture of the shape; empty without a backward)
+    kernels_backward: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def row(self, variant: str) -> pd.Series | None:
         rows = self.summary[self.summary["variant"] == variant]
@@ -60,6 +62,10 @@ class RunData:
 
     def kernels_of(self, variant: str) -> pd.DataFrame:
         return self.kernels[self.kernels["variant"] == variant]
+
+    def kernels_backward_of(self, variant: str) -> pd.DataFrame:
+        k = self.kernels_backward
+        return k[k["variant"] == variant] if len(k) else pd.DataFrame(columns=["kernel", "category", "share_pct"])
 
     def ops_of(self, variant: str) -> pd.DataFrame:
         return self.ops[self.ops["variant"] == variant]
@@ -77,9 +83,11 @@ class RunData:
 
 
 def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch_tables: list[pd.DataFrame],
-                  op_tables: list[pd.DataFrame], statuses: list[dict], devices: list[dict]) -> RunData:
+                  op_tables: list[pd.DataFrame], statuses: list[dict], devices: list[dict],
+                  backward_kernel_tables: list[pd.DataFrame] = ()) -> RunData:
     """Assemble one shape's RunData from the run's tables (all shapes) and status records;
-    ``devices``: the traces' deviceProperties entries (each with its ``id``)."""
+    ``devices``: the traces' deviceProperties entries (each with its ``id``);
+    ``backward_kernel_tables``: the captures' kernels_backward.csv (empty ones without a backward)."""
     def pick(frames: list[pd.DataFrame]) -> pd.DataFrame:
         df = concat_tables(frames)
         if df.empty:
@@ -94,4 +102,9 @@ def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, 
         ops=pick(op_tables),
         status={s["variant"]: s for s in statuses if s["shape_key"] == shape_key},
         devices=devices,
+        kernels_backward=_of_shape(concat_tables([t for t in backward_kernel_tables if len(t)]), shape_key),
     )
+
+
+def _of_shape(df: pd.DataFrame, shape_key: str) -> pd.DataFrame:
+    return df[df["shape_key"] == shape_key].reset_index(drop=True) if len(df) else pd.DataFrame()

@@ -78,13 +78,18 @@ def load_expectations(path, variants: Iterable[str] = ()) -> dict:
 
 def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> list[dict]:
     """Compare each expectation with this shape's data. verdict: 'same', 'different', or
-    'not measured' (a variant did not run, or a CPU run for GPU-only claims). Each check
+    'not measured' (a variant did not run, or a CPU run for GPU-only claims); an expectation whose
+    measured variant is not in this run at all is left out. An expectation's own ``source`` and
+    ``hardware`` replace the file's (claims from other documents than the study). Each check
     carries the observed reference and the statements of the findings that explain it."""
     checks = []
     for e in expectations["expectations"]:
         vs = e["variants"]
         check = {k: e.get(k) for k in ("id", "variants", "claim", "metric", "expected", "compare", "tolerance", "explained_by")}
-        check.update(shape_key=d.shape_key, source=expectations.get("source"), hardware=expectations.get("hardware"))
+        if d.row(vs[0]) is None:  # not a variant of this run (config/beyond.yaml's are optional): no row at all
+            continue
+        check.update(shape_key=d.shape_key, source=e.get("source") or expectations.get("source"),
+                     hardware=e.get("hardware") or expectations.get("hardware"), own_source=bool(e.get("source")))
         missing = [v for v in vs[:1] if not d.ok(v)]
         if missing or not d.on_gpu:
             why = f"{missing[0]} did not run" if missing else "CPU run: no GPU kernels to compare"

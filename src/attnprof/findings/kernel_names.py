@@ -38,15 +38,37 @@ UPCAST_KERNEL = re.compile(r"direct_copy_kernel|bfloat16_copy_kernel|float16_cop
 MASK_KERNEL = re.compile(r"triu_tril_kernel|FillFunctor<bool>|where_kernel", re.I)
 
 
-KERNEL_GROUPS = (("FP32 GEMM", FP32_GEMM), ("GEMM", GEMM), ("mask", MASK_KERNEL), ("cast/copy", UPCAST_KERNEL),
+#: Kernels that torch.compile's inductor generated in Triton: ``triton_<kind>_fused_<ops>_<n>`` with kind
+#: poi (pointwise), red (reduction), per (persistent reduction) or tem (a template, e.g. FlexAttention);
+#: ``<ops>`` lists the ATen ops fused into it (torch/_inductor/codegen/triton.py names kernels so).
+TRITON_KERNEL = re.compile(r"^triton_(poi|red|per|tem)_")
+TRITON_KINDS = {"poi": "pointwise", "red": "reduction", "per": "persistent reduction", "tem": "template"}
+
+
+def fused_ops(name: str) -> list[str]:
+    """The ATen ops an inductor Triton kernel fused, from its own name (``triton_per_fused__softmax_exp_
+    masked_fill_mul_0`` -> ['_softmax', 'exp', 'masked', 'fill', 'mul']); [] for any other kernel.
+    Inductor joins the op names with '_', so an op with an underscore inside its name reads as two
+    words: a label for people, not a count."""
+    m = re.match(r"^triton_(?:poi|red|per|tem)_fused_(.*?)_\d+$", name)
+    if not m:
+        return []
+    text = m.group(1)
+    lead = "_" if text.startswith("_") else ""
+    words = [w for w in text.lstrip("_").split("_") if w]
+    return ([lead + words[0]] + words[1:]) if words else []
+
+
+KERNEL_GROUPS = (("Triton (inductor)", TRITON_KERNEL), ("FP32 GEMM", FP32_GEMM), ("GEMM", GEMM), ("mask", MASK_KERNEL),
+                 ("cast/copy", UPCAST_KERNEL),
                  ("softmax", re.compile(r"softmax", re.I)),
                  # PyTorch's generic elementwise kernels (kernel_label names the functor: scale, masked_fill...)
                  ("elementwise", re.compile(r"elementwise_kernel")))
 
 
 #: Kernel classes for plots and breakdowns, in the order they are drawn (kernel_class).
-KERNEL_CLASSES = ("fused attention", "GEMM", "FP32 GEMM", "softmax", "mask", "cast/copy", "elementwise", "other kernel", "memcpy",
-                  "memset")
+KERNEL_CLASSES = ("fused attention", "attention pre/post", "Triton (inductor)", "GEMM", "FP32 GEMM", "softmax", "mask", "cast/copy",
+                  "elementwise", "other kernel", "memcpy", "memset")
 
 
 def matches(k: pd.DataFrame, pattern: re.Pattern) -> pd.Series:
@@ -68,8 +90,9 @@ def kernel_class(name: str, category: str = "kernel") -> str:
     'other kernel'. Never decided by words inside template arguments."""
     if category in ("memcpy", "memset"):
         return category
-    if decode_kernel_name(name)["library"] != "unknown":
-        return "fused attention"
+    info = decode_kernel_name(name)
+    if info["library"] != "unknown":
+        return "fused attention" if info.get("role", "main") == "main" else "attention pre/post"
     return kernel_group(name) or "other kernel"
 
 
@@ -86,6 +109,20 @@ def decode_kernel_name(name: str) -> dict:
     fn = short_kernel_name(name)
     base = fn.split("::")[-1].lower()
     info: dict = {}
+    if fn.startswith("triton_tem_fused_flex_attention"):
+        info = {"library": "FlexAttention (Triton template, torch.compile)"}
+        if "backward" in fn:
+            info["pass"] = "backward"
+        return info
+    if fn.startswith("cudnn::fusion::") and ("dot_do_o" in base or "convert_dq" in base):
+        # cuDNN's backward helpers: D = rowsum(dO * O) before the main kernel, dQ from fp32 to 16 bits after it
+        return {"library": "cuDNN", "pass": "backward", "role": "preprocess" if "dot_do_o" in base else "postprocess"}
+    if base.startswith("flash_bwd") and fn.startswith("pytorch_flash::"):
+        # FlashAttention-2's backward (Dao 2023, Algorithm 2): D = rowsum(dO * O) first, the dQ/dK/dV
+        # loop, then dQ converted from its fp32 accumulator
+        role = "preprocess" if "dot_do_o" in base else "postprocess" if "convert_dq" in base else "main"
+        return {"library": "FlashAttention-2 (PyTorch's pytorch_flash)", "pass": "backward", "role": role,
+                "mma": "mma.sync (SM80 instructions)"}
     if base.startswith("flash_fwd") and fn.startswith("pytorch_flash::"):
         info["library"] = "FlashAttention-2 (PyTorch's pytorch_flash)"
         m = re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+)", name)
@@ -96,6 +133,8 @@ def decode_kernel_name(name: str) -> dict:
         m = re.search(r"cutlass::(bfloat16_t|half_t)", name)
     elif base.startswith("fmha_cutlass"):
         info["library"] = "memory-efficient attention (xFormers kernels on CUTLASS)"
+        if base.startswith("fmha_cutlassb"):  # cutlassF: forward, cutlassB: backward
+            info["pass"] = "backward"
         m = re.search(r"aligned_(\d+x\d+)", base)
         if m:
             info["tile"] = m.group(1)
@@ -103,6 +142,8 @@ def decode_kernel_name(name: str) -> dict:
         m = re.search(r"_(bf16|f16|f32)_", base)
     elif base.startswith("cudnn_generated"):
         info["library"] = "cuDNN (runtime-generated kernel)"
+        if "_bprop_" in base:  # fprop: forward, bprop: backward
+            info["pass"] = "backward"
         m = re.search(r"knob_\d+_(\d+x\d+x\d+)", base)
         if m:
             info["tile"] = m.group(1)

@@ -85,6 +85,12 @@ def metric_cpu_excess(d, vs):
     return derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), worst], "ms")
 
 
+def metric_kernels_saved(d, vs):
+    """Kernels plus memcpys per forward of ``vs[1]`` minus those of ``vs[0]``: how many launches a
+    variant saves against another (e.g. torch.compile's fusion against the naive path)."""
+    return derived("difference", [metric_kernels_plus_memcpy(d, vs[1:]), metric_kernels_plus_memcpy(d, vs[:1])])
+
+
 #: The metric whose expected values are the study's kernel counts per forward (the report's "study" column).
 KERNEL_COUNT = "kernels_plus_memcpy"
 
@@ -99,4 +105,5 @@ METRICS = {
     "fastest_fused": metric_fastest_fused,
     "main_kernel_occupancy_pct": metric_main_occupancy,
     "cpu_ms_excess_over_others": metric_cpu_excess,
+    "kernels_saved": metric_kernels_saved,
 }

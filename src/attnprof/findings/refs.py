@@ -23,7 +23,9 @@ from .data import RunData
 #: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
 SUMMARY, KERNELS = RUN_FILES["summary"], RUN_FILES["kernels"]
 LAUNCHES, OPS = CAPTURE_TABLES["launches"], CAPTURE_TABLES["ops"]
-TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS)
+#: The backward's kernel table (per capture, config passes; attnprof.backward).
+KERNELS_BACKWARD = CAPTURE_TABLES["kernels_backward"]
+TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS, KERNELS_BACKWARD)
 
 
 def clean(v):
@@ -47,6 +49,14 @@ def ref_kernel(d: RunData, variant: str, kernel: str, column: str, unit: str = "
     k = d.kernels_of(variant)
     k = k[k["kernel"] == kernel]
     return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": KERNELS,
+            "shape_key": d.shape_key, "variant": variant, "kernel": kernel, "column": column}
+
+
+def ref_kernel_backward(d: RunData, variant: str, kernel: str, column: str, unit: str = "") -> dict:
+    """Reference to the backward kernel table row of ``kernel`` (full name) in ``variant``."""
+    k = d.kernels_backward_of(variant)
+    k = k[k["kernel"] == kernel]
+    return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": KERNELS_BACKWARD,
             "shape_key": d.shape_key, "variant": variant, "kernel": kernel, "column": column}
 
 

@@ -1,0 +1,111 @@
+"""Rules on what the study did not profile: torch.compile variants (compile time kept apart,
+which kernels inductor fused) and the backward pass (config ``passes``: which kernels each
+backend's backward runs, the extra pre- and post-processing kernels, their share of time).
+
+Units: seconds for the first call (status.json ``compile.first_call_s`` via summary.csv), ms per
+forward or backward (summary.csv), µs per backward and % of backward device time
+(kernels_backward.csv). Sources: inductor names its Triton kernels ``triton_<kind>_fused_<ops>_<n>``
+(torch/_inductor/codegen/triton.py); FlashAttention-2's backward computes D = rowsum(dO * O) in a
+preprocessing kernel before the dQ/dK/dV loop and converts dQ from its fp32 accumulator after it
+(Dao 2023, "FlashAttention-2", Algorithm 2); cuDNN's backward has the same helpers
+(``cudnn::fusion::compute_dot_do_o_specialized``, ``convert_dq_to_16bits``).
+"""
+
+from __future__ import annotations
+
+from ...trace import kernel_label
+from ...variants import COMPILED
+from ..data import NAIVE, RunData
+from ..kernel_names import TRITON_KERNEL, decode_kernel_name, fused_ops
+from ..refs import clean, derived, finding, fmt_ref, ref_kernel, ref_kernel_backward, ref_summary
+
+
+#: Backward kernels named one by one in a finding, besides the main one (the rest are summed).
+MAX_NAMED = 4
+
+
+def rule_compile(d: RunData) -> list[dict]:
+    """Each torch.compile variant: its first call's time and inductor's cache verdict (never part
+    of the steady-state numbers), its kernels per forward against the uncompiled naive path's,
+    and the ops each of its Triton kernels fused."""
+    out = []
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if variant not in COMPILED or not d.ok(variant) or row is None:
+            continue
+        first = ref_summary(d, variant, "compile_first_call_s", "s")
+        if first["value"] is None:
+            continue
+        cache = clean(row.get("compile_cache"))
+        nums = {"first_call_s": first}
+        text = (f"{variant}: the first call compiled in {fmt_ref(first)} (inductor's FX-graph cache: {cache}); "
+                "that call is kept out of every steady-state number")
+        k = d.kernels_of(variant)
+        triton = k[(k["category"] == "kernel") & k["kernel"].map(lambda n: bool(TRITON_KERNEL.search(kernel_label(n))))]
+        if d.on_gpu and clean(row.get("kernels_per_forward")) is not None:
+            nums["kernels_per_forward"] = ref_summary(d, variant, "kernels_per_forward")
+            text += f"; {fmt_ref(nums['kernels_per_forward'])} kernels per forward"
+            if d.ok(NAIVE) and variant != "flex_attention":
+                nums["naive_kernels_per_forward"] = ref_summary(d, NAIVE, "kernels_per_forward")
+                text += f" against {fmt_ref(nums['naive_kernels_per_forward'])} for the uncompiled {NAIVE}"
+        evidence = []
+        for name in triton["kernel"]:
+            ops = fused_ops(kernel_label(name))
+            share = ref_kernel(d, variant, name, "share_pct", "%")
+            nums[f"share:{name}"] = share
+            text += f"; {kernel_label(name)} ({fmt_ref(share)} of device time)" + (f" fuses {', '.join(ops)}" if ops else "")
+            evidence.append({"kind": "kernel", "name": name})
+        headline = f"compiled in {fmt_ref(first)} (cache {cache})"
+        out.append(finding("compile", d, [variant], text, nums, evidence, headline=headline))
+    return out
+
+
+def rule_backward(d: RunData) -> list[dict]:
+    """Each variant whose backward was profiled: kernels per backward, backward over forward device
+    time, the main backward kernel decoded and the kernels besides it (pre- and post-processing,
+    copies) with their share of backward device time."""
+    out = []
+    if "kernels_per_backward" not in d.summary:
+        return out
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        if row is None or not d.ok(variant) or row.get("backward_status") != "ok":
+            continue
+        col = "device_ms_per_backward" if d.on_gpu else "cpu_ms_per_backward"
+        fcol = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
+        bwd, fwd = ref_summary(d, variant, col, "ms"), ref_summary(d, variant, fcol, "ms")
+        nums = {"ms_per_backward": bwd, "backward_over_forward": derived("ratio", [bwd, fwd])}
+        what = "device" if d.on_gpu else "host"
+        text = f"{variant} backward: {fmt_ref(bwd)} {what} time per backward, {fmt_ref(nums['backward_over_forward'])}x its forward"
+        evidence = []
+        k = d.kernels_backward_of(variant)
+        kernels = k[k["category"] == "kernel"].sort_values("share_pct", ascending=False)
+        if d.on_gpu and clean(row.get("kernels_per_backward")) is not None:
+            nums["kernels_per_backward"] = ref_summary(d, variant, "kernels_per_backward")
+            text += f"; {fmt_ref(nums['kernels_per_backward'])} kernels per backward"
+        if len(kernels):
+            main = kernels.iloc[0]
+            info = decode_kernel_name(main["kernel"])
+            nums["main_share"] = ref_kernel_backward(d, variant, main["kernel"], "share_pct", "%")
+            lib = f", {info['library']}" if info["library"] != "unknown" else ""
+            text += f"; main kernel {kernel_label(main['kernel'])}{lib} ({fmt_ref(nums['main_share'])})"
+            evidence.append({"kind": "kernel", "name": main["kernel"]})
+            extra, rest = [], []
+            for _, r in k[k["kernel"] != main["kernel"]].sort_values("share_pct", ascending=False).iterrows():
+                share = ref_kernel_backward(d, variant, r["kernel"], "share_pct", "%")
+                nums[f"share:{r['kernel']}"] = share
+                if len(extra) < MAX_NAMED:
+                    role = decode_kernel_name(r["kernel"]).get("role")
+                    extra.append(f"{kernel_label(r['kernel'])}{f' ({role})' if role else ''} {fmt_ref(share)}")
+                else:
+                    rest.append(share)
+            if extra:
+                text += "; besides it " + ", ".join(extra)
+            if rest:
+                nums["rest_share"] = derived("sum", rest, "%")
+                text += f" and {len(rest)} more ({fmt_ref(nums['rest_share'])} together)"
+        headline = f"backward {fmt_ref(nums['backward_over_forward'])}x forward"
+        if "kernels_per_backward" in nums:
+            headline += f", {fmt_ref(nums['kernels_per_backward'])} kernels"
+        out.append(finding("backward", d, [variant], text, nums, evidence, headline=headline))
+    return out
