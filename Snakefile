@@ -42,6 +42,7 @@ include: "workflow/rules/findings.smk"
 include: "workflow/rules/plots.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/counters.smk"
 
 
 # The HTML and PDF report of the current result set (the default target).

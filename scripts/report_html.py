@@ -20,7 +20,13 @@ with script_log(sm.log[0]) as log:
     launches = [pd.read_csv(p) for p in sm.input.launches]
     launches = concat_tables(launches)
     summary = pd.read_csv(sm.input.summary)
+    from attnprof.counters_findings import load_counter_findings
+
+    run_dir = Path(sm.input.summary).parent
+    counters = {shape: load_counter_findings(run_dir, shape, list(dict.fromkeys(summary["variant"])))
+                for shape in {Path(p).parent.name for p in sm.input.counters}}
     context = build_context(
+        counters=counters,
         run=sm.wildcards.run,
         summary=summary,
         kernels=pd.read_csv(sm.input.kernels),

@@ -74,10 +74,12 @@ def study_counts(expectations: dict) -> dict[str, int]:
 
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
                   env: dict, expectations: dict, plots: dict[str, dict[str, Path]], css: str,
-                  run_plots: dict[str, Path] | None = None, calibration: dict | None = None) -> dict:
+                  run_plots: dict[str, Path] | None = None, calibration: dict | None = None,
+                  counters: dict[str, list[dict]] | None = None) -> dict:
     """Everything the template needs, as plain Python values. ``plots`` maps shape key ->
     plot name -> PNG path; ``run_plots`` the run-wide plots (scaling, roofline) by name;
-    ``calibration`` is calibration.json."""
+    ``calibration`` is calibration.json; ``counters`` maps shape key -> the hardware-counter rows
+    of attnprof.counters_findings (Nsight Compute, where rule measure_counters ran)."""
     shapes = []
     by_shape = {s["shape_key"]: s for s in findings["shapes"]}
     counts = study_counts(expectations)
@@ -112,6 +114,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "is_study": bool(f["expectations"]), "part1": False,
             "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
             "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),
+            "counters": (counters or {}).get(shape_key, []),
         })
     # part 1 of the report: the shape the study's expectations were checked at (else the first)
     study = next((sh for sh in shapes if sh["is_study"]), shapes[0] if shapes else None)

@@ -1,5 +1,7 @@
 # Stage 6: report.html (self-contained, jinja2) and report.pdf (WeasyPrint, from the HTML).
 
+import glob
+
 
 rule report_html:
     input:
@@ -14,6 +16,8 @@ rule report_html:
         plots=plot_files,
         calibration=run_file("calibration"),
         launches=per_capture(table_file("launches")),
+        # the optional hardware counters (rule measure_counters), where they were measured
+        counters=lambda wc: sorted(glob.glob(f"results/{wc.run}/counters/*/*.json")),
     output:
         run_file("html"),
     log:

@@ -1,0 +1,158 @@
+"""Findings that set the trace's occupancy estimate beside what Nsight Compute measured.
+
+Inputs per (shape, variant): the counters table of :func:`attnprof.counters.measure`
+(``results/<run>/counters/<shape>/<variant>.csv`` and its ``.json`` status), the capture's kernel
+table (``results/<run>/tables/<shape>/<variant>/kernels.csv``) and the trace's device properties
+(``.../device.json``). ncu prints kernel names shortened (``flash_fwd_kernel<...>`` for the
+trace's ``pytorch_flash::flash_fwd_kernel<...>``, ``at::`` for ``at::native::``, ``<unnamed>`` for
+``(anonymous namespace)``), so a counters row is matched to a trace kernel by the last component of
+its function name (:func:`base_name`), grid and block; failing that by that name alone. Kept apart from the findings package (which the lead wires); each finding is a plain dict.
+
+Per kernel it states: the profiler's ``est. achieved occupancy %`` (``est_occupancy_pct`` in the
+kernel table; 0 for kernels launched with ``cuLaunchKernelEx``, where Kineto does not compute it),
+the limit the launch configuration allows (registers, shared memory, warps;
+:func:`attnprof.findings.theoretical_occupancy` over the trace's device properties), and ncu's
+theoretical occupancy, achieved occupancy, tensor-pipe, SM and DRAM throughput (all %).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .trace import kernel_label, properties_of, short_kernel_name
+
+DRIVER_LAUNCH = "cuLaunchKernelEx"
+#: counters columns carried into each finding (all %, ncu; :data:`attnprof.counters.METRICS`)
+MEASURED = ("theoretical_occupancy_pct", "achieved_occupancy_pct", "tensor_pipe_pct", "sm_throughput_pct",
+            "dram_throughput_pct", "memory_throughput_pct", "duration_ns", "tensor_gmma_inst", "tensor_hmma_inst")
+
+
+def _num(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v):
+        return None
+    return float(v)
+
+
+def _threads(block) -> int:
+    return math.prod(int(x) for x in str(block).split("x")) if isinstance(block, str) and block else 0
+
+
+def _launch_limit(row: pd.Series, devices: list[dict]) -> float | None:
+    """Occupancy (%) the trace's launch configuration allows: theoretical_occupancy of the
+    findings (registers, shared memory, warps) with the device's properties; None if unknown."""
+    try:
+        from .findings import theoretical_occupancy
+    except ImportError:  # the findings package moved it: give the measured values alone
+        return None
+    theo = theoretical_occupancy(row.get("registers_per_thread"), _threads(row.get("block")),
+                                 row.get("shared_memory_bytes"), properties_of(devices, row.get("device")))
+    return None if theo is None else round(theo * 100, 2)
+
+
+def base_name(name: str) -> str:
+    """The kernel's function name without namespaces, templates and parameters, as both the
+    trace and ncu spell it: ``flash_fwd_kernel`` for ``void pytorch_flash::flash_fwd_kernel<...>(...)``
+    (trace) and ``void flash_fwd_kernel<...>(...)`` (ncu)."""
+    name = str(name).replace("<unnamed>", "(anonymous namespace)")
+    return short_kernel_name(name).split("::")[-1].strip()
+
+
+def match_kernels(counters: pd.DataFrame, kernels: pd.DataFrame) -> list[tuple[pd.Series, pd.Series | None]]:
+    """Pair each counters row with its trace kernel row (category kernel): same :func:`base_name`,
+    grid and block; else the same base name; else None. Each trace row is used once, first come
+    first served."""
+    trace = kernels[kernels["category"] == "kernel"] if "category" in kernels else kernels
+    labels = trace["kernel"].map(base_name) if len(trace) else pd.Series(dtype=str)
+    used: set = set()
+    pairs = []
+    for _, c in counters.iterrows():
+        label = base_name(c["kernel"])
+        same = trace[(labels == label) & ~trace.index.isin(used)]
+        exact = same[(same["grid"].astype(str) == str(c.get("grid"))) & (same["block"].astype(str) == str(c.get("block")))]
+        pick = exact if len(exact) else same
+        if len(pick):
+            used.add(pick.index[0])
+            pairs.append((c, pick.iloc[0]))
+        else:
+            pairs.append((c, None))
+    return pairs
+
+
+def counter_findings(variant: str, counters: pd.DataFrame, kernels: pd.DataFrame, devices: list[dict] | None = None,
+                     status: dict | None = None) -> list[dict]:
+    """One finding dict per measured kernel of ``variant`` (module docstring), or one saying why
+    nothing was measured when ``status`` is not ``ok``. Keys: rule ('counters'), variant, kernel,
+    label, launch_api, trace_est_occupancy_pct, launch_limit_pct, the :data:`MEASURED` columns,
+    artefact (the trace shows 0 % for a driver-API launch that ncu saw run with warps active),
+    text."""
+    if status is not None and status.get("status") != "ok":
+        return [{"rule": "counters", "variant": variant, "status": status.get("status"),
+                 "text": f"{variant}: no hardware counters ({status.get('status')}: {status.get('reason')})"}]
+    out = []
+    for c, t in match_kernels(counters, kernels):
+        label = kernel_label(str(c["kernel"] if t is None else t["kernel"])).lstrip(":")
+        f = {"rule": "counters", "variant": variant, "kernel": str(c["kernel"]), "label": label,
+             "grid": c.get("grid"), "block": c.get("block"),
+             "launch_api": None if t is None else t.get("launch_api"),
+             "trace_est_occupancy_pct": None if t is None else _num(t.get("est_occupancy_pct")),
+             "launch_limit_pct": None if t is None else _launch_limit(t, devices or []),
+             **{m: _num(c.get(m)) for m in MEASURED}}
+        f["artefact"] = bool(f["trace_est_occupancy_pct"] == 0 and f["launch_api"] == DRIVER_LAUNCH
+                             and (f["achieved_occupancy_pct"] or 0) > 0)
+        f["text"] = _text(f, t is None)
+        out.append(f)
+    return out
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{v:.1f} %"
+
+
+def _tensor_path(f: dict) -> str:
+    """' (wgmma)' or ' (HMMA class: ...)' for a kernel whose tensor pipe is busy (5 % or more),
+    from ncu's instruction counts; '' otherwise (elementwise kernels issue a few HFMA2.MMA)."""
+    if (f.get("tensor_pipe_pct") or 0) < 5:
+        return ""
+    if (f.get("tensor_gmma_inst") or 0) > 0:
+        return " (wgmma)"
+    return " (HMMA class: mma.sync or HFMA2.MMA)" if (f.get("tensor_hmma_inst") or 0) > 0 else ""
+
+
+def _text(f: dict, unmatched: bool) -> str:
+    head = f"{f['variant']}: {f['label']}"
+    if unmatched:
+        trace = "not in the trace's kernel table"
+    else:
+        trace = f"trace estimate {_pct(f['trace_est_occupancy_pct'])} ({f['launch_api']}), launch-config limit {_pct(f['launch_limit_pct'])}"
+    text = (f"{head}: {trace}; ncu theoretical {_pct(f['theoretical_occupancy_pct'])}, achieved "
+            f"{_pct(f['achieved_occupancy_pct'])}; tensor pipe {_pct(f['tensor_pipe_pct'])}"
+            + _tensor_path(f)
+            + f", SM {_pct(f['sm_throughput_pct'])}, DRAM {_pct(f['dram_throughput_pct'])}")
+    if f["artefact"]:
+        text += (f"; the trace's 0 % is an artefact of the {DRIVER_LAUNCH} launch (Kineto computes no estimate there): "
+                 f"the kernel ran at {_pct(f['achieved_occupancy_pct'])} achieved occupancy")
+    return text
+
+
+def load_counter_findings(run_dir: Path, shape_key: str, variants: list[str]) -> list[dict]:
+    """:func:`counter_findings` for each variant with a counters status under ``run_dir``
+    (``counters/<shape>/<variant>.json``); its kernel table and device properties from
+    ``tables/<shape>/<variant>/`` where they exist (else the measured values alone)."""
+    run_dir = Path(run_dir)
+    out = []
+    for v in variants:
+        status_path = run_dir / "counters" / shape_key / f"{v}.json"
+        if not status_path.exists():
+            continue
+        status = json.loads(status_path.read_text())
+        counters = pd.read_csv(status_path.with_suffix(".csv"), dtype={"grid": str, "block": str})
+        tables = run_dir / "tables" / shape_key / v
+        kernels = (pd.read_csv(tables / "kernels.csv", dtype={"grid": str, "block": str}) if (tables / "kernels.csv").exists()
+                   else pd.DataFrame(columns=["kernel", "category", "grid", "block"]))
+        devices = json.loads((tables / "device.json").read_text()) if (tables / "device.json").exists() else []
+        out += counter_findings(v, counters, kernels, devices, status)
+    return out
