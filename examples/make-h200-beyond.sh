@@ -4,7 +4,7 @@
 # H200, then a tarball of the result set in $OUT. torch.compile's caches start empty (a fresh
 # machine), so the compile times are cold ones.
 #
-#   bash examples/make-h200-beyond.sh [extra snakemake args, e.g. --config 'passes=[forward,backward]']
+#   bash examples/make-h200-beyond.sh
 #
 # .whl/ as for examples/make-h200-example.sh. The PDF is rendered elsewhere:
 #   snakemake --profile workflow/profiles/render results/<run>/report.pdf
@@ -20,7 +20,10 @@ echo "result set: results/$run"
 rm -rf "results/$run"
 start=$(date +%s.%N)
 set +e
-timeout --signal=TERM "${BEYOND_TIMEOUT_S:-540}" snakemake html --cores 16 --keep-going --configfile config/beyond.yaml "$@" 2>&1 | tee "$OUT/snakemake.log"
+# the hardware counters first (they run after every capture; rule measure_counters), then the
+# report, which shows them (its input lists the counters that exist when it is planned)
+timeout --signal=TERM "${BEYOND_TIMEOUT_S:-540}" snakemake counters --cores 16 --keep-going --configfile config/beyond.yaml "$@" 2>&1 | tee "$OUT/snakemake.log"
+timeout --signal=TERM 120 snakemake html --cores 16 --keep-going --configfile config/beyond.yaml "$@" 2>&1 | tee -a "$OUT/snakemake.log"
 rc=${PIPESTATUS[0]}
 set -e
 end=$(date +%s.%N)

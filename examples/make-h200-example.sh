@@ -36,4 +36,5 @@ tar czf "$OUT/sweep.tgz" "results/$run"
 gzip -f "$OUT/snakemake.log"
 # then the study shape alone from scratch in the worker design (issue 10's "study shape" row)
 python3 benchmarks/capture_design.py --configs study --modes worker --cores 1 --out "$OUT/study_worker_h200.json" || true
+cp results/design_study_worker/snakemake.log "$OUT/study_worker_snakemake.log" 2>/dev/null || true  # job by job
 ls -la "$OUT"
