@@ -222,3 +222,24 @@ def test_load_counter_findings_reads_the_result_set(tmp_path):
     (t / "device.json").write_text(json.dumps(H200_PROPS))
     found = load_counter_findings(tmp_path, "k", ["naive", "sdpa_flash"])  # sdpa_flash: not measured, left out
     assert len(found) == 3 and found[0]["artefact"] and found[1]["launch_limit_pct"] == 62.5
+
+
+def test_flex_kernel_zero_estimate_is_contradicted_by_ncu():
+    """FlexAttention's Triton kernel on the H200 (beyond example): launched with cuLaunchKernel, the
+    trace estimates 0 % occupancy; ncu measured 12.02 % achieved of 12.5 % theoretical (the CSV's
+    own cells), so the finding marks the trace's 0 % as wrong there."""
+    import gzip
+    import json
+
+    from attnprof.backward import analyse_passes
+    from attnprof.tables import kernel_table
+
+    root = Path(__file__).resolve().parents[1]
+    counters = pd.read_csv(root / "examples/nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56-beyond/counters/"
+                           "b8_h16_s1024_d64_bf16_causal/flex_attention.csv", dtype={"grid": str, "block": str})
+    capture = root / "tests/fixtures/h200_beyond/b8_h16_s1024_d64_bf16_causal/flex_attention"
+    fwd, _ = analyse_passes(json.load(gzip.open(capture / "trace.json.gz")), "attn_fwd", expect_gpu=True)
+    (flex,) = counter_findings("flex_attention", counters, kernel_table(fwd, "flex_attention", "s"), H200_PROPS, {"status": "ok"})
+    assert flex["launch_api"] == "cuLaunchKernel" and flex["trace_est_occupancy_pct"] == 0
+    assert flex["achieved_occupancy_pct"] == 12.02 and flex["theoretical_occupancy_pct"] == 12.5
+    assert flex["artefact"] and "launched with cuLaunchKernel" in flex["text"]

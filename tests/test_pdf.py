@@ -102,3 +102,19 @@ COMPARE = EXAMPLE.parent / "compare_h200_process_vs_worker"
 def test_committed_compare_pdf_reads_cleanly():
     """No text running into the next cell (the ratio under the verdict badge), nothing under 7 pt."""
     assert pdf_problems(COMPARE / "compare.pdf", COMPARE / "compare.html", 110, document=False) == []
+
+
+BEYOND = EXAMPLE.parent / (EXAMPLE.name + "-beyond")
+
+
+@pytest.mark.skipif(not (BEYOND / "report.pdf").exists(), reason="no committed beyond-the-study example")
+def test_committed_beyond_pdf_reads_as_a_document():
+    """The beyond-the-study example (config/beyond.yaml: compiled and Flex variants, backward pass,
+    grouped-query and decode shapes, hardware counters): the same checks, and its own sections."""
+    env = json.loads((BEYOND / "env.json").read_text())
+    with pdfplumber.open(BEYOND / "report.pdf") as pdf:
+        assert pdf_problems(pdf, BEYOND / "report.html", env["config"]["plots"]["dpi"]) == []
+        text = "\n".join(p.extract_text() or "" for p in pdf.pages)
+    for heading in ("Backward pass", "torch.compile", "Hardware counters (Nsight Compute)"):
+        assert heading in text, heading
+    assert "causal lower-right" in text and "grouped-query" in text  # the shapes described in words

@@ -101,8 +101,10 @@ def counter_findings(variant: str, counters: pd.DataFrame, kernels: pd.DataFrame
              "trace_est_occupancy_pct": None if t is None else _num(t.get("est_occupancy_pct")),
              "launch_limit_pct": None if t is None else _launch_limit(t, devices or []),
              **{m: _num(c.get(m)) for m in MEASURED}}
-        f["artefact"] = bool(f["trace_est_occupancy_pct"] == 0 and f["launch_api"] == DRIVER_LAUNCH
-                             and (f["achieved_occupancy_pct"] or 0) > 0)
+        # the trace says 0 % but ncu saw warps active: the trace's estimate is wrong here. Seen for
+        # cuLaunchKernelEx launches (cuDNN, cuBLAS nvjet; Kineto computes no estimate for them) and
+        # for FlexAttention's Triton kernel launched with cuLaunchKernel (H200, torch 2.11)
+        f["artefact"] = bool(f["trace_est_occupancy_pct"] == 0 and (f["achieved_occupancy_pct"] or 0) > 0)
         f["text"] = _text(f, t is None)
         out.append(f)
     return out
@@ -133,8 +135,9 @@ def _text(f: dict, unmatched: bool) -> str:
             + _tensor_path(f)
             + f", SM {_pct(f['sm_throughput_pct'])}, DRAM {_pct(f['dram_throughput_pct'])}")
     if f["artefact"]:
-        text += (f"; the trace's 0 % is an artefact of the {DRIVER_LAUNCH} launch (Kineto computes no estimate there): "
-                 f"the kernel ran at {_pct(f['achieved_occupancy_pct'])} achieved occupancy")
+        why = (f" of the {DRIVER_LAUNCH} launch (Kineto computes no estimate there)" if f["launch_api"] == DRIVER_LAUNCH
+               else f" (launched with {f['launch_api']})")
+        text += f"; the trace's 0 % is an artefact{why}: the kernel ran at {_pct(f['achieved_occupancy_pct'])} achieved occupancy"
     return text
 
 

@@ -50,7 +50,8 @@ def rule_compile(d: RunData) -> list[dict]:
                 text += f" against {fmt_ref(nums['naive_kernels_per_forward'])} for the uncompiled {NAIVE}"
         evidence = []
         for name in triton["kernel"]:
-            ops = fused_ops(kernel_label(name))
+            # a template kernel (tem: FlexAttention) is named after its template, not after fused ops
+            ops = [] if kernel_label(name).startswith("triton_tem_") else fused_ops(kernel_label(name))
             share = ref_kernel(d, variant, name, "share_pct", "%")
             nums[f"share:{name}"] = share
             text += f"; {kernel_label(name)} ({fmt_ref(share)} of device time)" + (f" fuses {', '.join(ops)}" if ops else "")
