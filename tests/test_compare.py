@@ -96,3 +96,24 @@ def test_a_measurably_slower_variant_is_a_change_despite_one_outlier():
 def test_an_extra_kernel_is_reported():
     row = compare_runs([_result_set("a", NOISY), _result_set("b", NOISY, extra_kernel=True)])["pairs"][0]["rows"][0]
     assert row["kernels_added"] == ["extra"] and (row["kernels_a"], row["kernels_b"]) == (5, 6)
+
+
+def test_backward_and_compile_changes_are_reported_with_their_own_noise():
+    a, b = run("a", 1.0, 0.01, ["k"]), run("b", 1.0, 0.01, ["k"])
+    # backward: 2.0 ms with IQR 0.02 ms (1 %) against 2.3 ms with IQR 0.23 ms (10 %): 15 % slower, outside
+    # max(5 % floor, 1 %, 10 %) = 10 %; kernels per backward 5 -> 4
+    for r, ms, iqr, kb in ((a, 2.0, 0.02, 5), (b, 2.3, 0.23, 4)):
+        r["summary"]["device_ms_per_backward"] = ms
+        r["summary"]["device_ms_backward_q1"], r["summary"]["device_ms_backward_q3"] = ms - iqr / 2, ms + iqr / 2
+        r["summary"]["kernels_per_backward"] = kb
+    a["summary"]["compile_first_call_s"], a["summary"]["compile_cache"] = 8.0, "miss"
+    b["summary"]["compile_first_call_s"], b["summary"]["compile_cache"] = 2.0, "hit"
+    row = compare_runs([a, b])["pairs"][0]["rows"][0]
+    assert (row["bwd_kernels_a"], row["bwd_kernels_b"]) == (5, 4)
+    assert row["bwd_ratio"] == pytest.approx(1.15) and row["bwd_noise_threshold"] == pytest.approx(0.10)
+    assert row["bwd_verdict"] == "slower" and row["verdict"] == "within noise"  # the forward did not move
+    assert row["compile_ratio"] == 0.25 and (row["compile_cache_a"], row["compile_cache_b"]) == ("miss", "hit")
+    # without a backward in one of them: nothing to compare, no verdict
+    del b["summary"]["device_ms_per_backward"]
+    row = compare_runs([a, b])["pairs"][0]["rows"][0]
+    assert row["bwd_ratio"] is None and row["bwd_verdict"] is None

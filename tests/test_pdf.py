@@ -95,13 +95,19 @@ def test_committed_h200_pdf_has_every_shape_and_the_timeline(h200_pdf):
     assert "report.html" in text  # the PDF says where the per-shape detail it leaves out is
 
 
-COMPARE = EXAMPLE.parent / "compare_h200_process_vs_worker"
 
 
-@pytest.mark.skipif(not (COMPARE / "compare.pdf").exists(), reason="no committed compare example")
-def test_committed_compare_pdf_reads_cleanly():
-    """No text running into the next cell (the ratio under the verdict badge), nothing under 7 pt."""
-    assert pdf_problems(COMPARE / "compare.pdf", COMPARE / "compare.html", 110, document=False) == []
+@pytest.mark.parametrize("name", ["compare_h200_process_vs_worker", "compare_h200_beyond_rerun"])
+def test_committed_compare_pdf_reads_cleanly(name):
+    """No text running into the next cell (the ratio under the verdict badge), nothing under 7 pt;
+    the beyond rerun also has the backward and torch.compile table."""
+    folder = EXAMPLE.parent / name
+    if not (folder / "compare.pdf").exists():
+        pytest.skip("no committed compare example")
+    assert pdf_problems(folder / "compare.pdf", folder / "compare.html", 110, document=False) == []
+    if name.endswith("beyond_rerun"):
+        with pdfplumber.open(folder / "compare.pdf") as pdf:
+            assert "Backward pass and torch.compile" in "\n".join(p.extract_text() or "" for p in pdf.pages)
 
 
 BEYOND = EXAMPLE.parent / (EXAMPLE.name + "-beyond")

@@ -3,8 +3,9 @@
 The first result set is the baseline; every other one is compared with it, per (variant,
 shape) present in both: kernels per forward, kernels added and removed (names normalised
 by stripping template arguments and parameter lists), aten ops added and removed, time
-ratios judged against noise, status changes, what ``sdpa_auto`` dispatched to, and the
-environment and config differences.
+ratios judged against noise, status changes, what ``sdpa_auto`` dispatched to, the backward
+pass (kernels and time per backward, same noise rule) and torch.compile's first call where both
+result sets have them, and the environment and config differences.
 
 Noise threshold for a time ratio: the larger robust relative spread of the two runs -- the
 inter-quartile range over the median, ``(q3 - q1) / median``, of the per-forward times (falling
@@ -120,12 +121,39 @@ def compare_pair(a: dict, b: dict, noise_floor: float = 0.05) -> dict:
             row.update(ratio=ratio, noise_threshold=threshold, timed_ratio=timed_ratio, verdict=verdict)
         else:
             row.update(ratio=None, noise_threshold=None, timed_ratio=None, verdict="not comparable")
+        row.update(_backward_change(ra, rb, med, noise_floor), **_compile_change(ra, rb))
         rows.append(row)
     shapes = sorted(set(sa["shape_key"]) & set(sb["shape_key"]))
     dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s)} for s in shapes]
     return {"a": a["name"], "b": b["name"], "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
             "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
             "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
+
+
+def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str, noise_floor: float) -> dict:
+    """The backward pass of one (variant, shape) in both result sets (config passes): kernels per
+    backward (``bwd_kernels_a``/``_b``), ms per backward (device on a GPU run, host on a CPU run, as
+    the forward), their ratio b/a and its verdict against the same noise rule as the forward (the
+    larger of the noise floor and each run's IQR / median of per-backward times). All None when either
+    result set did not profile this backward."""
+    col = forward_col.replace("per_forward", "per_backward")
+    lo, hi = col.replace("per_backward", "backward_min"), col.replace("per_backward", "backward_max")
+    ta, tb = _num(ra.get(col)), _num(rb.get(col))
+    out = {"bwd_kernels_a": _num(ra.get("kernels_per_backward")), "bwd_kernels_b": _num(rb.get("kernels_per_backward")),
+           "bwd_a_ms": ta, "bwd_b_ms": tb, "bwd_ratio": None, "bwd_noise_threshold": None, "bwd_verdict": None}
+    if ta and tb:
+        threshold = max(noise_floor, _spread(ra, col, lo, hi), _spread(rb, col, lo, hi))
+        out.update(bwd_ratio=tb / ta, bwd_noise_threshold=threshold, bwd_verdict=_judge(tb / ta, threshold))
+    return out
+
+
+def _compile_change(ra: pd.Series, rb: pd.Series) -> dict:
+    """A torch.compile variant's first call (compile) in both result sets, in seconds, with
+    inductor's cache verdicts; one measurement each, so no noise verdict: a cache hit against a
+    miss explains most of a difference. None when either has no compile record."""
+    a, b = _num(ra.get("compile_first_call_s")), _num(rb.get("compile_first_call_s"))
+    return {"compile_a_s": a, "compile_b_s": b, "compile_ratio": b / a if a and b else None,
+            "compile_cache_a": ra.get("compile_cache") if a else None, "compile_cache_b": rb.get("compile_cache") if b else None}
 
 
 def _num(v):

@@ -192,10 +192,14 @@ def calibration_numbers(calibration: dict) -> dict:
 
 def compare_context(doc: dict, css: str) -> dict:
     """What the compare template needs: compare.json (``cmp``) with the noise floor and each row's
-    noise threshold in % (``noise_floor_pct``, ``noise_threshold_pct``: the fractions times 100),
+    noise threshold in % (``noise_floor_pct``, ``noise_threshold_pct``, ``bwd_noise_threshold_pct``: the fractions times 100),
     and the CSS."""
     cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"]}
-    cmp["pairs"] = [{**pair, "rows": [{**r, "noise_threshold_pct": 100 * r["noise_threshold"] if r.get("noise_threshold") else None}
+    def pct(v):
+        return 100 * v if v else None
+
+    cmp["pairs"] = [{**pair, "rows": [{**r, "noise_threshold_pct": pct(r.get("noise_threshold")),
+                                       "bwd_noise_threshold_pct": pct(r.get("bwd_noise_threshold"))}
                                       for r in pair["rows"]]} for pair in doc["pairs"]]
     return {"cmp": cmp, "css": css}
 
