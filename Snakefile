@@ -19,10 +19,18 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from attnprof.config import CONFIGFILE_HINT, check_variants, coerce_to_schema
+from attnprof.config import (
+    CONFIGFILE_HINT,
+    check_variants,
+    coerce_to_schema,
+    config_problems,
+)
 
 _SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 config.update(coerce_to_schema(dict(config), yaml.safe_load(_SCHEMA.read_text())))
+# shape grids, passes and counters first: the schema's own message for them names neither key nor cause
+if _problems := config_problems(config):
+    raise WorkflowError("config: " + "; ".join(_problems))
 try:
     validate(config, str(_SCHEMA))
 except WorkflowError as exc:

@@ -58,3 +58,33 @@ def test_a_key_without_description_is_an_error():
     bare = {"type": "object", "properties": {"x": {"type": "integer"}}}
     with pytest.raises(ValueError, match="'x' has no description"):
         configuration_markdown(bare, {"x": 1})
+
+
+def test_shape_grid_problems_name_the_grid_the_key_and_the_cause():
+    from attnprof.config import config_problems, grid_problems
+
+    base = {"batch": [1], "heads": [4], "head_dim": [16], "dtype": ["fp32"], "causal": [True]}
+    assert grid_problems({"cpu": [{**base, "seq_len": [64]}]}) == []
+    (why,) = grid_problems({"cpu": [{**base, "seq_len": [64]}, {**base, "seq_len": [64], "q_len": [1]}]})
+    assert why.startswith("shapes.cpu[1]: seq_len") and "q_len" in why
+    (why,) = grid_problems({"cuda": {**base, "q_len": [1]}})
+    assert why == "shapes.cuda: q_len needs kv_len (the key/value length)"
+    (why,) = grid_problems({"cpu": {**base, "seq_len": [64], "kv_heads": [0]}})
+    assert why.startswith("shapes.cpu.kv_heads: [0] must be a list of integers >= 1")
+    (why,) = grid_problems({"cpu": {**base, "seq_len": [64], "causal_alignment": ["diagonal"]}})
+    assert why.startswith("shapes.cpu.causal_alignment: ['diagonal']")
+    # every combination is a point: heads 6 with kv_heads 4 is not grouped-query attention
+    (why,) = grid_problems({"cpu": {**base, "heads": [4, 6], "kv_heads": [2, 4], "seq_len": [64]}})
+    assert why.startswith("shapes.cpu: heads 6 is not a multiple of kv_heads 4") and "every combination" in why
+    (why,) = grid_problems({"cpu": {**base, "kv_len": [64], "q_len": [128]}})
+    assert "would see no key" in why
+    problems = config_problems({"shapes": {"cpu": {**base, "seq_len": [64]}}, "passes": ["backward"], "variants": ["naive"],
+                                "counters": {"variants": ["sdpa_flsh", "sdpa_flash"]}})
+    assert any(p.startswith("passes ['backward']: must list forward") for p in problems)
+    assert any(p.startswith("counters.variants ['sdpa_flsh']") for p in problems) and len(problems) == 2
+
+
+def test_a_grid_of_ones_own_replaces_the_default_grid_whole():
+    """config.yaml's CPU grid is a list of one grid: Snakemake merges a --configfile mapping into a
+    mapping key by key, so a default mapping would leak its seq_len into a user's decode grid."""
+    assert isinstance(DEFAULTS["shapes"]["cpu"], list) and isinstance(DEFAULTS["shapes"]["cuda"], list)

@@ -124,3 +124,16 @@ def test_every_variant_matches_the_reference_on_gqa_and_decode_shapes(variant, k
     if sq < 64:
         other = reference_attention(q, k, v, True, offset=64 - sq - shape.causal_offset)
         assert (out.double() - other).norm() / other.norm() > 1e-3
+
+
+def test_one_shape_one_key():
+    # a hand-typed key that is not the one attnprof writes would capture into a second directory
+    for typed, canonical in (("b01_h4_s64_d16_fp32_causal", "b1_h4_s64_d16_fp32_causal"),
+                             ("b1_h4_kv4_s64_d16_fp32_causal", "b1_h4_s64_d16_fp32_causal"),
+                             ("b1_h4_q64_s64_d16_fp32_causal", "b1_h4_s64_d16_fp32_causal"),
+                             ("b1_h4_s64_d16_fp32_causal-lr", "b1_h4_s64_d16_fp32_causal")):
+        with pytest.raises(ValueError, match=canonical):
+            Shape.from_key(typed)
+    for bad in ("b0_h4_s64_d16_fp32_causal", "b1_h4_s0_d16_fp32_causal", "b1_h4_s64_d0_fp32_causal"):
+        with pytest.raises(ValueError, match="must be an integer >= 1"):
+            Shape.from_key(bad)

@@ -61,6 +61,80 @@ def check_variants(variants: list[str], custom: dict | None, built_in=None) -> N
         raise ValueError("; ".join(problems))
 
 
+#: The keys of a shape grid (workflow/schemas/config.schema.yaml, $defs.grid).
+GRID_KEYS = ("batch", "heads", "kv_heads", "seq_len", "q_len", "kv_len", "head_dim", "dtype", "causal", "causal_alignment")
+
+
+def grid_problems(shapes: dict) -> list[str]:
+    """What is wrong with the config's ``shapes`` ({device: grid or list of grids}), one line per
+    problem naming the grid (``shapes.cpu[1]``) and the key, checked before the schema (whose own
+    message for a grid is 'is not valid under any of the given schemas'): an unknown key, a value
+    that is not a non-empty list (or a scalar) of positive integers / known names, seq_len together
+    with q_len or kv_len, q_len without kv_len, neither seq_len nor kv_len; then every point of the
+    grid through :class:`attnprof.variants.Shape` (heads not a multiple of kv_heads, q_len > kv_len
+    with a lower-right mask). [] when all is well."""
+    from .variants import CAUSAL_ALIGNMENTS, DTYPES, expand_shapes
+
+    problems = []
+    for device, grids in (shapes or {}).items():
+        for i, grid in enumerate(grids if isinstance(grids, list) else [grids]):
+            where = f"shapes.{device}" + (f"[{i}]" if isinstance(grids, list) else "")
+            if not isinstance(grid, dict):
+                problems.append(f"{where} is not a mapping of lists (keys: {', '.join(GRID_KEYS)})")
+                continue
+            bad_keys = [k for k in grid if k not in GRID_KEYS]
+            if bad_keys:
+                problems.append(f"{where}: unknown keys {bad_keys} (known: {', '.join(GRID_KEYS)})")
+            for key, value in grid.items():
+                values = value if isinstance(value, list) else [value]
+                if key in ("batch", "heads", "kv_heads", "seq_len", "q_len", "kv_len", "head_dim"):
+                    wrong = [v for v in values if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1)]
+                    if wrong or not values:
+                        problems.append(f"{where}.{key}: {value!r} must be a list of integers >= 1")
+                elif key == "dtype" and (not values or any(v not in DTYPES for v in values)):
+                    problems.append(f"{where}.dtype: {value!r} must be a list of {', '.join(DTYPES)}")
+                elif key == "causal" and (not values or any(not isinstance(v, bool) for v in values)):
+                    problems.append(f"{where}.causal: {value!r} must be a list of true/false")
+                elif key == "causal_alignment" and (not values or any(v not in CAUSAL_ALIGNMENTS for v in values)):
+                    problems.append(f"{where}.causal_alignment: {value!r} must be a list of {', '.join(CAUSAL_ALIGNMENTS)}")
+            if "seq_len" in grid and ("q_len" in grid or "kv_len" in grid):
+                problems.append(f"{where}: seq_len (queries and keys alike) together with "
+                                f"{' and '.join(k for k in ('q_len', 'kv_len') if k in grid)}; give seq_len, or kv_len with q_len")
+            elif "q_len" in grid and "kv_len" not in grid:
+                problems.append(f"{where}: q_len needs kv_len (the key/value length)")
+            elif "seq_len" not in grid and "kv_len" not in grid:
+                problems.append(f"{where}: no sequence length; give seq_len, or kv_len with q_len")
+            missing = [k for k in ("batch", "heads", "head_dim", "dtype", "causal") if k not in grid]
+            if missing:
+                problems.append(f"{where}: missing {missing}")
+            if problems:
+                continue
+            try:
+                expand_shapes(grid)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc} (every combination of the grid's lists is a point)")
+    return problems
+
+
+def config_problems(config: dict) -> list[str]:
+    """Problems the schema cannot name well, checked before it: :func:`grid_problems` of
+    ``shapes``; ``passes`` without forward (the backward is profiled after its forward); and
+    ``counters.variants`` that name no variant at all (a typo would otherwise be skipped silently)."""
+    problems = grid_problems(config.get("shapes"))
+    passes = config.get("passes")
+    if isinstance(passes, list) and "forward" not in passes:
+        problems.append(f"passes {passes}: must list forward (each profiled step runs the forward, then its backward)")
+    from .variants import VARIANTS
+
+    counters = config.get("counters") or {}
+    known = set(VARIANTS) | set(config.get("custom_variants") or {})
+    unknown = [v for v in counters.get("variants") or [] if v not in known]
+    if unknown:
+        problems.append(f"counters.variants {unknown} are neither built in nor under custom_variants "
+                        "(those not in this run's variants are left out; an unknown name would be too, silently)")
+    return problems
+
+
 def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],
                    shapes_recorded: list[str], variants_recorded: list[str]) -> str | None:
     """Why a config must not write into ``run_dir``, or None: the config asks for fewer shapes or

@@ -73,6 +73,12 @@ class Shape:
     causal_alignment: str | None = None
 
     def __post_init__(self):
+        for name in ("batch", "heads", "seq_len", "head_dim", "kv_heads", "q_len"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} {value!r}: must be an integer >= 1")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
         if self.kv_heads == self.heads:
             object.__setattr__(self, "kv_heads", None)
         if self.q_len == self.seq_len:
@@ -122,15 +128,20 @@ class Shape:
 
     @classmethod
     def from_key(cls, key: str) -> Shape:
-        """Inverse of :attr:`key`. Raises ValueError on a malformed key."""
+        """Inverse of :attr:`key`. Raises ValueError on a malformed key, an impossible shape, or a
+        key that is not the one :attr:`key` writes for its shape (leading zeros, a redundant kv or
+        q part, a lower-right mark on a square shape): one shape, one key, one set of files."""
         m = KEY_PATTERN.fullmatch(key)
         if not m:
             raise ValueError(f"not a shape key: {key!r}")
         g = m.groupdict()
         opt = {k: int(g[k]) for k in ("kv_heads", "q_len") if g[k]}
         mode = g["mode"]
-        return cls(int(g["batch"]), int(g["heads"]), int(g["seq_len"]), int(g["head_dim"]), g["dtype"], mode != "full",
-                   causal_alignment="lower_right" if mode == "causal-lr" else "upper_left" if mode == "causal" else None, **opt)
+        shape = cls(int(g["batch"]), int(g["heads"]), int(g["seq_len"]), int(g["head_dim"]), g["dtype"], mode != "full",
+                    causal_alignment="lower_right" if mode == "causal-lr" else "upper_left" if mode == "causal" else None, **opt)
+        if shape.key != key:  # one key per shape: b01, kv4 with heads 4, q64 with seq_len 64, a square causal-lr
+            raise ValueError(f"{key!r} is not a shape key as attnprof writes them; that shape's key is {shape.key!r}")
+        return shape
 
     def as_dict(self) -> dict:
         return asdict(self)
