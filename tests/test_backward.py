@@ -188,3 +188,20 @@ def test_backward_kernels_finding_names_main_and_extra_kernels():
     assert {found["main"]["kernel"], found["extra"][0]["kernel"]} == {"bwd_kernel", "bwd_preprocess"}
     assert found["statement"].startswith("sdpa_x backward: 2 kernels, main ") and "(33 %)" in found["statement"]
     assert backward_kernels_finding(empty_backward_tables()["kernels_backward"]) == []
+
+
+def test_a_backward_range_around_its_forward_leaves_both_unpublished():
+    """attn_bwd opened around attn_fwd on the same thread (a mistaken nesting): the forward's kernel
+    would count in both passes; both ranges must be incomplete instead, with the reason."""
+    import copy
+
+    trace = synthetic()
+    ev = trace["traceEvents"]
+    fwd0 = next(e for e in ev if e.get("name") == "attn_fwd")
+    bwd0 = next(e for e in ev if e.get("name") == "attn_bwd")
+    bwd = copy.deepcopy(bwd0)
+    bwd["ts"], bwd["dur"] = fwd0["ts"] - 1, (bwd0["ts"] + bwd0["dur"]) - (fwd0["ts"] - 1)  # spans forward 0 and backward 0
+    ev[ev.index(bwd0)] = bwd
+    fwd, bwdf = analyse_passes(trace, "attn_fwd", expect_gpu=True)
+    assert not fwd["completeness"].loc[0, "complete"] and not bwdf["completeness"].loc[0, "complete"]
+    assert fwd["completeness"]["complete"].iloc[1:].all()  # the other steps stand

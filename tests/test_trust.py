@@ -546,3 +546,20 @@ def test_own_arrow_inside_template_arguments():
     assert short_kernel_name(name) == "kern"
     k = pd.DataFrame({"kernel": [name]})
     assert not matches(k, GEMM).any() and not matches(k, FP32_GEMM).any()
+
+
+def test_a_reused_launch_correlation_hides_no_lost_gpu_event():
+    """Forward 3's second kernel lost its GPU record and its launch reuses forward 2's first launch's
+    correlation id: without the duplicate-launch check, forward 3 looks complete with 4 kernels and
+    the forwards differ. Both forwards that share the id are incomplete instead; the other 8 give
+    naive's 5 kernels per forward (counted by hand in the fixture)."""
+    trace = naive()
+    (launch2, _), *_ = launch_and_gpu(trace, 2)
+    _, (launch3, gpu3), *_ = launch_and_gpu(trace, 3)
+    trace["traceEvents"].remove(gpu3)
+    launch3["args"]["correlation"] = launch2["args"]["correlation"]
+    _, fw, row = run(trace)
+    assert not fw.loc[2, "complete"] and not fw.loc[3, "complete"] and fw["complete"].sum() == 8
+    assert fw.loc[3, "duplicate_launches"] == 1 and fw.loc[2, "duplicate_launches"] == 1
+    assert row["status"] == "ok" and row["kernels_per_forward"] == 5
+    assert "launch calls sharing a correlation id" in row["trace_note"]

@@ -107,6 +107,24 @@ def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     return out
 
 
+def _mark_pass_overlaps(fwd_ranges: pd.DataFrame, bwd_ranges: pd.DataFrame) -> None:
+    """A forward range and a backward range on one thread that overlap in time (one inside the
+    other, or crossing): neither can be told apart from the other's work, so both get
+    ``range_ok`` False (incomplete, left out of every statistic; the trace note says so). In
+    place. The capture never nests them: each step closes its forward range before it opens the
+    backward's."""
+    if fwd_ranges.empty or bwd_ranges.empty:
+        return
+    for tid in set(fwd_ranges["tid"]) & set(bwd_ranges["tid"]):
+        f = fwd_ranges[fwd_ranges["tid"] == tid]
+        b = bwd_ranges[bwd_ranges["tid"] == tid]
+        fs, fe = f["ts"].to_numpy(float)[:, None], f["end"].to_numpy(float)[:, None]
+        bs, be = b["ts"].to_numpy(float)[None, :], b["end"].to_numpy(float)[None, :]
+        overlap = (np.maximum(fs, bs) < np.minimum(fe, be))  # [forward, backward] pairs sharing time
+        fwd_ranges.loc[f.index[overlap.any(axis=1)], "range_ok"] = False
+        bwd_ranges.loc[b.index[overlap.any(axis=0)], "range_ok"] = False
+
+
 def analyse_passes(trace: dict, range_name: str, backward_name: str | None = None,
                    expect_gpu: bool | None = None) -> tuple[dict, dict]:
     """Parse a trace once into the frames of both passes, ``(forward, backward)``, each as
@@ -121,6 +139,7 @@ def analyse_passes(trace: dict, range_name: str, backward_name: str | None = Non
         expect_gpu = bool(trace.get("deviceProperties"))
     fwd_ranges = forward_ranges(events, range_name)
     bwd_ranges = forward_ranges(events, backward_name or backward_range_name(range_name))
+    _mark_pass_overlaps(fwd_ranges, bwd_ranges)
     bwd_ranges.attrs["forward_ranges"] = fwd_ranges
     fwd = {"ranges": fwd_ranges, "gpu": gpu_events(events, fwd_ranges), "api": launches(events, fwd_ranges),
            "ops": cpu_ops(events, fwd_ranges)}

@@ -21,8 +21,8 @@ KERNEL_COLUMNS = [
 ]
 FORWARD_COLUMNS = [
     "variant", "shape_key", "forward", "cpu_us", "device_us", "device_span_us", "kernels", "memcpy", "memset",
-    "launch_calls", "launches_without_gpu_event", "gpu_events_without_launch", "duplicate_gpu_events", "bad_time_events",
-    "range_ok", "complete", "timing_complete", "signature", "unattributed_gpu_events",
+    "launch_calls", "launches_without_gpu_event", "gpu_events_without_launch", "duplicate_gpu_events", "duplicate_launches",
+    "bad_time_events", "range_ok", "complete", "timing_complete", "signature", "unattributed_gpu_events",
 ]
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
@@ -69,10 +69,13 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     - gpu_events_without_launch: GPU events with no launch record whose own External id names an
       aten op of this forward (Kineto lost the CPU-side record);
     - duplicate_gpu_events: the forward's GPU events that share a correlation id with another;
+    - duplicate_launches: the forward's launch calls that share a correlation id with another launch
+      call of the trace (each launch has its own id; a reused one can hide a lost GPU event behind
+      the other launch's);
     - bad_time_events: the forward's GPU events with impossible times (``time_ok`` in
       :func:`attnprof.trace.gpu_events`);
     - range_ok: the forward's range has valid times and overlaps no other (forward_ranges);
-    - complete: range_ok, and no lost, orphaned or duplicate records, and -- when
+    - complete: range_ok, and no lost, orphaned or duplicate records (GPU events or launches), and -- when
       ``expect_gpu`` -- at least one GPU event (on a GPU, a forward with no recorded GPU
       activity at all is lost, not empty);
     - timing_complete: complete, and every GPU event has valid times.
@@ -82,6 +85,9 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     fwd = pd.Index(ranges["forward"], name="forward")
     launch = api[(api["forward"] >= 0) & is_launch_api(api["name"])]
     lost = launch[~launch["correlation"].isin(gpu["correlation"].dropna())]
+    every_launch = api[is_launch_api(api["name"])]
+    reused = every_launch["correlation"].dropna()
+    reused = set(reused[reused.duplicated(keep=False)])
     inside = gpu[gpu["forward"] >= 0]
 
     def per_forward(frame: pd.DataFrame, key: str = "forward") -> pd.Series:
@@ -92,10 +98,11 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     out["launches_without_gpu_event"] = per_forward(lost)
     out["gpu_events_without_launch"] = per_forward(gpu[gpu["orphan_forward"] >= 0], "orphan_forward")
     out["duplicate_gpu_events"] = per_forward(inside[inside["duplicate"]])
+    out["duplicate_launches"] = per_forward(launch[launch["correlation"].isin(reused)])
     out["bad_time_events"] = per_forward(inside[~inside["time_ok"]])
     out["range_ok"] = ranges.set_index("forward")["range_ok"].reindex(fwd).astype(bool)
     out["complete"] = (out["range_ok"] & (out["launches_without_gpu_event"] == 0) & (out["gpu_events_without_launch"] == 0)
-                       & (out["duplicate_gpu_events"] == 0))
+                       & (out["duplicate_gpu_events"] == 0) & (out["duplicate_launches"] == 0))
     if expect_gpu:
         out["complete"] &= per_forward(inside) > 0
     out["timing_complete"] = out["complete"] & (out["bad_time_events"] == 0)
@@ -306,6 +313,7 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
         for col, words in (("launches_without_gpu_event", "launches without a GPU event"),
                            ("gpu_events_without_launch", "GPU events without their launch record"),
                            ("duplicate_gpu_events", "GPU events sharing one launch's correlation id"),
+                           ("duplicate_launches", "launch calls sharing a correlation id with another launch"),
                            # backward ranges only (attnprof.backward): launches on another thread in two windows
                            ("ambiguous_launches", "launches on another thread inside the windows of several ranges")):
             n = int(bad_rows[col].sum()) if col in bad_rows else 0
