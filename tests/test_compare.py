@@ -117,3 +117,20 @@ def test_backward_and_compile_changes_are_reported_with_their_own_noise():
     del b["summary"]["device_ms_per_backward"]
     row = compare_runs([a, b])["pairs"][0]["rows"][0]
     assert row["bwd_ratio"] is None and row["bwd_verdict"] is None
+
+
+def test_a_backward_in_one_result_set_only_is_shown_not_dropped():
+    a, b = run("a", 1.0, 0.01, ["k"]), run("b", 1.0, 0.01, ["k"])
+    a["summary"]["backward_status"], a["summary"]["device_ms_per_backward"] = "ok", 2.0
+    b["summary"]["backward_status"] = "failed"  # profiled, but no time: it failed in b
+    a["env"]["config"]["passes"], b["env"]["config"]["passes"] = ["forward", "backward"], ["forward", "backward"]
+    pair = compare_runs([a, b])["pairs"][0]
+    row = pair["rows"][0]
+    assert row["bwd_verdict"] == "not comparable" and (row["bwd_status_a"], row["bwd_status_b"]) == ("ok", "failed")
+    assert pair["notes"] == []
+    # b without a backward at all: its forwards ran under no_grad, a's with grad
+    b["env"]["config"]["passes"] = ["forward"]
+    del b["summary"]["backward_status"]
+    pair = compare_runs([a, b])["pairs"][0]
+    assert pair["rows"][0]["bwd_verdict"] == "not comparable" and pair["rows"][0]["bwd_status_b"] is None
+    assert len(pair["notes"]) == 1 and "no_grad" in pair["notes"][0]

@@ -125,7 +125,14 @@ def compare_pair(a: dict, b: dict, noise_floor: float = 0.05) -> dict:
         rows.append(row)
     shapes = sorted(set(sa["shape_key"]) & set(sb["shape_key"]))
     dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s)} for s in shapes]
+    notes = []
+    pa, pb = ((x["env"].get("config") or {}).get("passes") or ["forward"] for x in (a, b))
+    if ("backward" in pa) != ("backward" in pb):
+        notes.append(f"{a['name'] if 'backward' in pa else b['name']} profiled the backward too: its forwards ran with "
+                     "grad (saving what the backward needs; flash and efficient also write their log-sum-exp), the other's "
+                     "under no_grad, so forward ratios compare slightly different work")
     return {"a": a["name"], "b": b["name"], "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
+            "notes": notes,
             "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
             "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
 
@@ -139,12 +146,21 @@ def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str, noise_floor
     col = forward_col.replace("per_forward", "per_backward")
     lo, hi = col.replace("per_backward", "backward_min"), col.replace("per_backward", "backward_max")
     ta, tb = _num(ra.get(col)), _num(rb.get(col))
-    out = {"bwd_kernels_a": _num(ra.get("kernels_per_backward")), "bwd_kernels_b": _num(rb.get("kernels_per_backward")),
+    sa, sb = _text(ra.get("backward_status")), _text(rb.get("backward_status"))
+    out = {"bwd_status_a": sa, "bwd_status_b": sb,
+           "bwd_kernels_a": _num(ra.get("kernels_per_backward")), "bwd_kernels_b": _num(rb.get("kernels_per_backward")),
            "bwd_a_ms": ta, "bwd_b_ms": tb, "bwd_ratio": None, "bwd_noise_threshold": None, "bwd_verdict": None}
     if ta and tb:
         threshold = max(noise_floor, _spread(ra, col, lo, hi), _spread(rb, col, lo, hi))
         out.update(bwd_ratio=tb / ta, bwd_noise_threshold=threshold, bwd_verdict=_judge(tb / ta, threshold))
+    elif sa or sb:  # profiled in one or both, but no time in one of them: say so rather than drop the row
+        out["bwd_verdict"] = "not comparable"
     return out
+
+
+def _text(v) -> str | None:
+    """A table cell as text, None for an empty one (NaN)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
 
 
 def _compile_change(ra: pd.Series, rb: pd.Series) -> dict:
@@ -153,7 +169,8 @@ def _compile_change(ra: pd.Series, rb: pd.Series) -> dict:
     miss explains most of a difference. None when either has no compile record."""
     a, b = _num(ra.get("compile_first_call_s")), _num(rb.get("compile_first_call_s"))
     return {"compile_a_s": a, "compile_b_s": b, "compile_ratio": b / a if a and b else None,
-            "compile_cache_a": ra.get("compile_cache") if a else None, "compile_cache_b": rb.get("compile_cache") if b else None}
+            "compile_cache_a": _text(ra.get("compile_cache")) if a else None,
+            "compile_cache_b": _text(rb.get("compile_cache")) if b else None}
 
 
 def _num(v):
