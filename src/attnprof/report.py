@@ -198,9 +198,14 @@ def compare_context(doc: dict, css: str) -> dict:
     def pct(v):
         return 100 * v if v else None
 
-    cmp["pairs"] = [{**pair, "rows": [{**r, "noise_threshold_pct": pct(r.get("noise_threshold")),
-                                       "bwd_noise_threshold_pct": pct(r.get("bwd_noise_threshold"))}
-                                      for r in pair["rows"]]} for pair in doc["pairs"]]
+    pairs = []
+    for pair in doc["pairs"]:
+        rows = [{**r, "noise_threshold_pct": pct(r.get("noise_threshold")), "bwd_noise_threshold_pct": pct(r.get("bwd_noise_threshold"))}
+                for r in pair["rows"]]
+        # the backward / torch.compile table: rows with a backward or a compile record in either result set
+        extra = [r for r in rows if r.get("bwd_verdict") or r.get("compile_a_s") or r.get("compile_b_s")]
+        pairs.append({**pair, "rows": rows, "extra_rows": extra})
+    cmp["pairs"] = pairs
     return {"cmp": cmp, "css": css}
 
 
@@ -248,8 +253,16 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
     for (variant, status), rows in failed.groupby(["variant", "status"], sort=False):
         out.append(f"{variant}: {status} at {', '.join(rows['shape_key'])}.")
     warned = [f for sh in shapes for f in sh["findings"] if f["rule"] in ("trace_quality", "status") and f["kind"] == "warning"]
-    out.append(f"{len(warned)} captures with an incomplete trace or a missing check (named in each variant's row)." if warned else
-               "Every capture's trace was complete: every launch found its GPU event, no impossible times, forwards alike.")
+    gpu = bool((summary.get("device") == "cuda").any()) if "device" in summary else False
+    complete = ("Every capture's trace was complete: every launch found its GPU event, no impossible times, forwards alike."
+                if gpu else "Every capture's trace was complete: every profiled forward range is in it, valid and alike.")
+    out.append(f"{len(warned)} captures with an incomplete trace or a missing check (named in each variant's row)." if warned
+               else complete)
+    # a backward that was asked for and did not run is stated here too, with PyTorch's reason in the backward table
+    if "backward_status" in summary:
+        nb = summary[summary["backward_status"].notna() & (summary["backward_status"] != "ok") & (summary["status"] == "ok")]
+        for (variant, status), rows in nb.groupby(["variant", "backward_status"], sort=False):
+            out.append(f"{variant} backward: {status} at {', '.join(rows['shape_key'])} (its forward is published).")
     return out
 
 
