@@ -14,6 +14,10 @@ with script_log(sm.log[0]) as log:
     launches = [pd.read_csv(p) for p in sm.input.launches]
     ops = [pd.read_csv(p) for p in sm.input.ops]
     backward_kernels = [pd.read_csv(p) for p in sm.input.kernels_backward]
+    for path, table in zip(sm.input.kernels_backward, backward_kernels):
+        missing = [c for c in ("variant", "shape_key", "kernel", "category", "share_pct") if c not in table.columns]
+        if missing:
+            raise ValueError(f"{path}: no column {missing} (rule extract writes them; re-run it: --forcerun extract)")
     statuses = [json.loads(Path(p).read_text()) for p in sm.input.status]
     # every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
     devices = list({p["id"]: p for f in sm.input.device for p in json.loads(Path(f).read_text()) or [] if "id" in p}.values())

@@ -125,3 +125,17 @@ def test_backward_finding_names_main_and_helper_kernels(study_beyond):
     for f in found.values():
         shares = [n["value"] for k, n in f["numbers"].items() if k.startswith("share:") or k == "main_share"]
         assert sum(shares) == pytest.approx(100, abs=0.01)
+
+
+@pytest.mark.parametrize("record,expected", [({"first_call_s": 4.33, "cache": "miss"}, (4.33, "miss")),
+                                             ({"first_call_s": -1, "cache": "miss"}, (None, "miss")),
+                                             ({"first_call_s": float("inf")}, (None, None)),
+                                             ({"first_call_s": "4 s", "cache": 3}, (None, None)), ("compiled", (None, None))])
+def test_a_malformed_compile_record_publishes_nothing(record, expected):
+    from attnprof.tables import summary_row
+
+    _, status = load("b8_h16_s1024_d64_bf16_causal/naive_compiled")
+    trace, _ = load("b8_h16_s1024_d64_bf16_causal/naive_compiled")
+    fwd, _ = analyse_passes(trace, status["range_name"], expect_gpu=True)
+    row = summary_row({**status, "compile": record}, forward_table(fwd, "naive_compiled", "s"), "t")
+    assert (row["compile_first_call_s"], row["compile_cache"]) == expected

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from attnprof.counters import measure, parse_raw_csv, permission_message
 from attnprof.counters_findings import counter_findings, load_counter_findings
@@ -243,3 +244,31 @@ def test_flex_kernel_zero_estimate_is_contradicted_by_ncu():
     assert flex["launch_api"] == "cuLaunchKernel" and flex["trace_est_occupancy_pct"] == 0
     assert flex["achieved_occupancy_pct"] == 12.02 and flex["theoretical_occupancy_pct"] == 12.5
     assert flex["artefact"] and "launched with cuLaunchKernel" in flex["text"]
+
+
+def test_broken_ncu_output_is_a_reason_not_a_crash_nor_a_number():
+    import csv
+    import io
+
+    text = (NCU_FIXTURES / "sdpa_flash.csv").read_text()
+    # a trailing ncu message is not a kernel
+    table, _ = parse_raw_csv(text + '==WARNING== Backing up device memory in system memory.\n')
+    assert len(table) == 1
+    # no Kernel Name column, or no rows at all: ValueError naming it (measure records 'failed' with it)
+    header, units, row = list(csv.reader(io.StringIO(text)))
+    i = header.index("Kernel Name")
+    drop = io.StringIO()
+    csv.writer(drop, quoting=csv.QUOTE_ALL).writerows([r[:i] + r[i + 1:] for r in (header, units, row)])
+    with pytest.raises(ValueError, match="Kernel Name"):
+        parse_raw_csv(drop.getvalue())
+    with pytest.raises(ValueError, match="no units row"):
+        parse_raw_csv(text.splitlines()[0] + "\n")
+    # a percentage outside 0..100, and a decimal comma, are not readings
+    j = header.index("sm__throughput.avg.pct_of_peak_sustained_elapsed")
+    for bad in ("250", "inf", "-5", "1.234,5"):
+        r = list(row)
+        r[j] = bad
+        out = io.StringIO()
+        csv.writer(out, quoting=csv.QUOTE_ALL).writerows([header, units, r])
+        value = parse_raw_csv(out.getvalue())[0]["sm_throughput_pct"].iloc[0]
+        assert value != value, bad  # NaN

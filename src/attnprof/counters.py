@@ -146,7 +146,9 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     """Parse ``ncu --import REPORT --csv --page raw`` output: a header row (``"ID"``, ...,
     ``"Kernel Name"``, ``"Block Size"``, ``"Grid Size"``, then one column per metric), a row of
     units, then one row per profiled kernel. Lines before the header (``==PROF==`` messages)
-    are skipped. Returns ``(table, units)``: ``table`` one row per kernel with
+    are skipped, and so are ``==``-prefixed lines after it. Raises ValueError (naming what is
+    missing) for a CSV without the ID or Kernel Name column, or with no units row. Percentages
+    outside 0..100 and unparseable cells become NaN. Returns ``(table, units)``: ``table`` one row per kernel with
     :data:`ID_COLUMNS`' id, kernel, grid, block (``"8x8x16"``, as the kernels tables write
     them) and each metric of ``columns`` (default :func:`all_columns`) that the CSV holds, under
     its column name, as a float (the raw page also lists every device attribute: those are
@@ -158,7 +160,17 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
     if start is None:
         raise ValueError("no ncu CSV header (a line starting with \"ID\") in the output")
-    raw = pd.read_csv(io.StringIO("\n".join(lines[start:])), dtype=str, keep_default_na=False)
+    # ncu may print ==PROF==/==WARNING==/==ERROR== lines after the table too: they are not kernels
+    body = [ln for ln in lines[start:] if ln.strip() and not ln.startswith("==")]
+    try:
+        raw = pd.read_csv(io.StringIO("\n".join(body)), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"ncu's CSV cannot be read: {exc}") from None
+    missing = [c for c in ("ID", "Kernel Name") if c not in raw.columns]
+    if missing:
+        raise ValueError(f"ncu's CSV has no {missing} column (columns: {list(raw.columns)[:8]}...)")
+    if raw.empty:
+        raise ValueError("ncu's CSV has a header but no units row and no kernel")
     units_row, rows = raw.iloc[0], raw.iloc[1:].reset_index(drop=True)
     empty = pd.Series([""] * len(rows), dtype=str)
     data = {
@@ -170,8 +182,13 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     units = {}
     for metric, (name, _) in columns.items():
         if metric in raw.columns:
-            data[name] = pd.to_numeric(rows[metric].str.replace(",", "", regex=False), errors="coerce")
+            # thousands separators only ("1,234.5"); a decimal comma ("1.234,5") is not a number: NaN, shown as such
+            text = rows[metric].where(~rows[metric].str.fullmatch(r"[\d.]*,\d{1,2}"), "")
+            value = pd.to_numeric(text.str.replace(",", "", regex=False), errors="coerce")
             units[name] = str(units_row[metric]).strip()
+            if units[name] == "%":  # a percentage of peak outside 0..100 (or inf) is not a reading: NaN
+                value = value.where((value >= 0) & (value <= 100))
+            data[name] = value
     return pd.DataFrame(data), units
 
 

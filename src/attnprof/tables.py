@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 import pandas as pd
 
@@ -51,6 +52,16 @@ SUMMARY_COLUMNS += BACKWARD_SUMMARY_COLUMNS
 #: Fewest complete forwards a capture must have for its numbers to be published (the study
 #: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
 DEFAULT_MIN_COMPLETE_FORWARDS = 3
+
+
+def _compile_columns(record) -> dict:
+    """summary.csv's compile columns from a status record's ``compile`` entry: the first call's
+    seconds when it is a finite number >= 0, the cache verdict when it is text; None otherwise
+    (a malformed record publishes nothing rather than a wrong number)."""
+    record = record if isinstance(record, dict) else {}
+    first, cache = record.get("first_call_s"), record.get("cache")
+    ok = isinstance(first, (int, float)) and not isinstance(first, bool) and math.isfinite(first) and first >= 0
+    return {"compile_first_call_s": first if ok else None, "compile_cache": cache if isinstance(cache, str) else None}
 
 
 def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -393,8 +404,7 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "reason": status.get("reason", ""),
         "oom_bytes": status.get("oom_bytes"),
         # torch.compile variants: the first call (compile) apart from the steady state, and inductor's cache verdict
-        "compile_first_call_s": (status.get("compile") or {}).get("first_call_s"),
-        "compile_cache": (status.get("compile") or {}).get("cache"),
+        **_compile_columns(status.get("compile")),
     }
     graph = status.get("graph_timing") or {}
     row.update(graph_ms_median=graph.get("median_ms"), graph_ms_q1=graph.get("q1_ms"), graph_ms_q3=graph.get("q3_ms"),

@@ -36,7 +36,7 @@ def rule_compile(d: RunData) -> list[dict]:
         first = ref_summary(d, variant, "compile_first_call_s", "s")
         if first["value"] is None:
             continue
-        cache = clean(row.get("compile_cache"))
+        cache = clean(row.get("compile_cache")) or "not recorded"
         nums = {"first_call_s": first}
         text = (f"{variant}: the first call compiled in {fmt_ref(first)} (inductor's FX-graph cache: {cache}); "
                 "that call is kept out of every steady-state number")
