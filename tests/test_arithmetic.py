@@ -10,6 +10,7 @@ different sets.
 """
 import copy
 import gzip
+import hashlib
 import json
 import statistics
 from collections import Counter, defaultdict
@@ -244,7 +245,24 @@ def test_forward_table_counted_by_hand():
     assert (fw.loc[3, "bad_time_events"], fw.loc[3, "memcpy"]) == (1, 1)
     # same work, same signature; forward 0 ran one kernel less as far as the trace knows
     assert fw.loc[COUNTED, "signature"].nunique() == 1 and fw.loc[0, "signature"] != fw.loc[1, "signature"]
+    # the signature: the first 12 hex digits of the SHA-1 of the forward's sorted GPU event names, one a line
+    names = "\n".join(sorted(g["name"] for g in hand["gpu"] if g["forward"] == 1))
+    assert fw.loc[1, "signature"] == hashlib.sha1(names.encode()).hexdigest()[:12]
+    counts = ["kernels", "memcpy", "memset", "launch_calls", "launches_without_gpu_event", "gpu_events_without_launch",
+              "duplicate_gpu_events", "bad_time_events", "unattributed_gpu_events"]
+    assert all(str(fw[c].dtype) == "int64" for c in counts), fw[counts].dtypes  # counts, never 5.0
     assert (fw["unattributed_gpu_events"] == 0).all()
+
+
+def test_a_forward_without_a_memset_counts_zero_memsets():
+    """naive's forward 2 without its memset (launch and GPU record): 0 there, 1 in the others."""
+    trace = h200("naive")
+    hand = plain(trace)
+    corr = next(e["args"]["correlation"] for e, f in hand["calls"] if f == 2 and e["name"] == "cudaMemsetAsync")
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e.get("args", {}).get("correlation") != corr]
+    fw = forward_table(analyse_trace(trace, "attn_fwd", expect_gpu=True), "naive", STUDY)
+    assert fw["memset"].tolist() == [1, 1, 0, 1, 1, 1, 1, 1, 1, 1] and (fw["memcpy"] == 1).all() and fw["complete"].all()
+    assert fw["launch_calls"].tolist() == [7, 7, 6, 7, 7, 7, 7, 7, 7, 7]
 
 
 def _example_status(variant: str) -> dict:
@@ -349,6 +367,10 @@ def test_gpu_events_joined_to_launch_and_op_by_hand():
     events = events_frame(trace)
     gpu = gpu_events(events, forward_ranges(events, "attn_fwd"))
     assert len(gpu) == len(hand) == 70 and list(gpu.index) == list(range(70))
+    assert list(gpu.columns) == ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation",
+                                 "device", "time_ok", "duplicate", "orphan_forward", "grid", "block", "registers_per_thread",
+                                 "shared_memory_bytes", "est_occupancy_pct", "blocks_per_sm", "warps_per_sm"]
+    assert str(gpu["forward"].dtype) == "int64"
     fwd = plain(trace)
     forward_by_ts = {g["ts"]: g["forward"] for g in fwd["gpu"]}
     for row, e in zip(gpu.itertuples(), hand):
@@ -385,16 +407,20 @@ def test_ranges_and_attribution_at_the_boundaries():
     events = events_frame({"traceEvents": [
         _x("user_annotation", "attn_fwd", 400, 100), _x("user_annotation", "attn_fwd", 100, 100),
         _x("user_annotation", "attn_fwd", 200, 100), _x("user_annotation", "attn_fwd", 600, 0),
-        _x("user_annotation", "attn_fwd", 700, 50, tid=2), _x("user_annotation", "other", 0, 1000)]})
+        _x("user_annotation", "attn_fwd", 700, 50, tid=2), _x("user_annotation", "other", 0, 1000),
+        _x("user_annotation", "attn_fwd", None, 50, tid=4), _x("user_annotation", "attn_fwd", 900, None, tid=5)]})
     ranges = forward_ranges(events, "attn_fwd")
-    assert ranges["ts"].tolist() == [100, 200, 400, 600, 700] and ranges["forward"].tolist() == [0, 1, 2, 3, 4]
-    assert ranges["cpu_us"].tolist() == [100, 100, 100, 0, 50] and ranges["end"].tolist() == [200, 300, 500, 600, 750]
-    assert ranges["range_ok"].tolist() == [False, False, True, True, True]  # a zero-length range is a range
-    ts = pd.Series([400.0, 500.0, 399.0, 501.0, 600.0, 450.0, 725.0, 725.0, 150.0, float("nan")])
-    tid = pd.Series([1, 1, 1, 1, 1, 2, 2, 1, 1, 1])
+    assert ranges["ts"].tolist()[:6] == [100, 200, 400, 600, 700, 900] and ranges["forward"].tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert ranges["cpu_us"].tolist()[:5] == [100, 100, 100, 0, 50] and ranges["end"].tolist()[:5] == [200, 300, 500, 600, 750]
+    # touching ranges are flagged, a zero-length range is a range, a range without a start (sorted last)
+    # or without a duration is not
+    assert ranges["range_ok"].tolist() == [False, False, True, True, True, False, False]
+    assert ranges["tid"].tolist()[5:] == [5, 4]
+    ts = pd.Series([400.0, 500.0, 399.0, 501.0, 600.0, 450.0, 725.0, 725.0, 150.0, float("nan"), 420.0, 910.0])
+    tid = pd.Series([1, 1, 1, 1, 1, 2, 2, 1, 1, 1, 3, 5])
     # start, end, just before, just after, zero-length range, other thread, thread 2's range, its time
-    # on thread 1, inside a flagged range, no time
-    assert assign_forward(ts, tid, ranges).tolist() == [2, 2, -1, -1, 3, -1, 4, -1, -1, -1]
+    # on thread 1, inside a flagged range, no time, a thread without ranges, after a range with no end
+    assert assign_forward(ts, tid, ranges).tolist() == [2, 2, -1, -1, 3, -1, 4, -1, -1, -1, -1, -1]
 
 
 def test_a_range_inside_a_long_one_flags_both_and_not_the_next():
@@ -428,21 +454,22 @@ def test_gpu_time_checks_at_their_boundaries():
 
 
 def test_orphan_gpu_event_is_credited_to_the_forward_of_its_own_op():
-    """Two forwards; in the second, a kernel lost its launch record: its own External id (7) names an
-    aten op of forward 1, so forward 1 is incomplete; a kernel with an unknown id belongs nowhere."""
+    """Two forwards; in each a kernel lost its launch record: its own External id (3, 7) names an aten
+    op of forward 0, 1, so both are incomplete; a kernel with an unknown id belongs nowhere."""
     trace = {"traceEvents": [
         _x("user_annotation", "attn_fwd", 0, 100), _x("user_annotation", "attn_fwd", 200, 100),
         _x("cpu_op", "aten::bmm", 10, 50, **{"External id": 3}), _x("cpu_op", "aten::softmax", 210, 50, **{"External id": 7}),
         _launch(20, 1, ext=3), _x("kernel", "k1", 25, 5, correlation=1),
+        _x("kernel", "k0", 30, 5, correlation=4, **{"External id": 3}),
         _x("kernel", "k2", 230, 5, correlation=2, **{"External id": 7}),
         _x("kernel", "k3", 240, 5, correlation=3, **{"External id": 99}),
     ]}
     events = events_frame(trace)
     gpu = gpu_events(events, forward_ranges(events, "attn_fwd")).set_index("name")
-    assert gpu["orphan_forward"].to_dict() == {"k1": -1, "k2": 1, "k3": -1}
-    assert gpu["forward"].to_dict() == {"k1": 0, "k2": -1, "k3": -1}
+    assert gpu["orphan_forward"].to_dict() == {"k1": -1, "k0": 0, "k2": 1, "k3": -1}
+    assert gpu["forward"].to_dict() == {"k1": 0, "k0": -1, "k2": -1, "k3": -1}
     fw = forward_table(analyse_trace(trace, "attn_fwd"), "v", "s")
-    assert fw["gpu_events_without_launch"].tolist() == [0, 1] and fw["complete"].tolist() == [True, False]
+    assert fw["gpu_events_without_launch"].tolist() == [1, 1] and fw["complete"].tolist() == [False, False]
     assert (fw["unattributed_gpu_events"] == 1).all()  # k3: outside every forward, no op to name one
 
 
@@ -563,7 +590,10 @@ def test_a_gpu_forward_without_any_gpu_activity_says_so():
     r = hand["ranges"][5]
     gone = {e["args"]["correlation"] for e, f in hand["calls"] if f == 5 and "correlation" in e["args"]}
     trace["traceEvents"] = [e for e in trace["traceEvents"] if e.get("args", {}).get("correlation") not in gone]
-    fw = forward_table(analyse_trace(trace, "attn_fwd", expect_gpu=True), "naive", STUDY)
+    # expect_gpu left to the trace: it has deviceProperties, so it is a GPU trace
+    fw = forward_table(analyse_trace(trace, "attn_fwd"), "naive", STUDY).set_index("forward", drop=False)
+    assert (fw.loc[5, "kernels"], fw.loc[5, "device_us"], fw.loc[5, "device_span_us"], fw.loc[5, "signature"]) == (0, 0.0, 0.0, "")
+    assert not fw.loc[5, "complete"] and fw.drop(index=5)["complete"].all()
     row = summary_row(_example_status("naive"), fw)
     assert row["trace_note"] == ("1 of 10 forwards incomplete (forward 5: no GPU activity recorded), left out of every "
                                  "statistic") and r["dur"] > 0
@@ -633,3 +663,35 @@ def test_device_time_not_published_note_follows_the_other_notes():
     assert row["device_ms_per_forward"] is None and row["tflops"] is None and row["kernels_per_forward"] == 5
     cpu = [r["dur"] / 1e3 for r in hand["ranges"]]
     assert row["cpu_ms_per_forward"] == pytest.approx(statistics.median(cpu))
+
+
+def test_events_frame_of_events_as_written():
+    """Names that are not strings, categories that are not strings, times as numeric strings or words."""
+    events = events_frame({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": None, "ts": "100.5", "dur": 4, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": 12345, "ts": 200, "dur": "2.25", "args": {"correlation": "2"}},
+        {"ph": "X", "cat": 5, "name": "k", "ts": "soon", "dur": None, "args": {}},
+        {"ph": "i", "cat": "kernel", "name": "instant", "ts": 1},
+    ]})
+    assert events["name"].tolist() == ["(no name)", "12345", "k"] and events["cat"].tolist()[:2] == ["kernel", "kernel"]
+    assert pd.isna(events["cat"][2])  # not a category: matches none
+    assert events["ts"].tolist()[:2] == [100.5, 200.0] and pd.isna(events["ts"][2])
+    assert events["dur"].tolist()[:2] == [4.0, 2.25] and events["end"].tolist()[:2] == [104.5, 202.25]
+    assert events["correlation"].tolist() == [1, 2, pd.NA]
+
+
+def test_one_launch_recorded_twice_or_one_op_twice_still_gives_one_gpu_event():
+    """The same correlation on two API records (runtime and driver) and the same External id on two op
+    records: one GPU event, with the first record's launch and op; ts must be > 0, not > 1."""
+    trace = {"traceEvents": [
+        _x("user_annotation", "attn_fwd", 0.1, 100),
+        _x("cpu_op", "aten::mm", 0.15, 50, **{"External id": 3}), _x("cpu_op", "aten::other", 0.16, 40, **{"External id": 3}),
+        _launch(0.2, 1, ext=3), _x("cuda_driver", "cuLaunchKernel", 0.3, 1, correlation=1),
+        _x("kernel", "k", 0.5, 1, correlation=1),
+        _x("kernel", "orphan_at_0", 0, 1, correlation=9, **{"External id": 3}),
+    ]}
+    events = events_frame(trace)
+    gpu = gpu_events(events, forward_ranges(events, "attn_fwd")).set_index("name")
+    assert len(gpu) == 2 and (gpu.loc["k", "launch_api"], gpu.loc["k", "launch_ts"], gpu.loc["k", "op"]) == (
+        "cudaLaunchKernel", 0.2, "aten::mm")
+    assert gpu["time_ok"].to_dict() == {"orphan_at_0": False, "k": True} and not gpu["duplicate"].any()
