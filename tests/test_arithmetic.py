@@ -315,6 +315,7 @@ def test_op_table_in_order_of_first_appearance_in_the_first_complete_forward():
     ot = op_table(frames, "naive", STUDY)
     first = [e["name"] for e, f in sorted(hand["ops"], key=lambda p: p[0]["ts"]) if f == COUNTED[0]]
     assert list(ot["op"]) == list(dict.fromkeys(first))
+    assert list(ot.columns) == ["variant", "shape_key", "op", "calls_per_forward", "calls_min", "calls_max", "mean_us"]
     assert set(ot["variant"]) == {"naive"} and set(ot["shape_key"]) == {STUDY} and list(ot.index) == list(range(len(ot)))
     for row in ot.itertuples():
         durs = [e["dur"] for e, f in hand["ops"] if e["name"] == row.op and f in COUNTED]
@@ -346,6 +347,7 @@ def test_launch_api_table_by_name():
     at = launch_api_table(analyse_trace(trace, "attn_fwd", expect_gpu=True), "naive", STUDY)
     names = sorted({e["name"] for e, f in hand["calls"] if f in COUNTED})
     assert list(at["api"]) == names and set(at["variant"]) == {"naive"} and set(at["shape_key"]) == {STUDY}
+    assert list(at.columns) == ["variant", "shape_key", "api", "calls_per_forward", "calls_min", "calls_max", "mean_us"]
     for row in at.itertuples():
         durs = [e["dur"] for e, f in hand["calls"] if e["name"] == row.api and f in COUNTED]
         assert row.mean_us == pytest.approx(statistics.mean(durs)) and row.calls_max * 9 >= len(durs)
@@ -695,3 +697,42 @@ def test_one_launch_recorded_twice_or_one_op_twice_still_gives_one_gpu_event():
     assert len(gpu) == 2 and (gpu.loc["k", "launch_api"], gpu.loc["k", "launch_ts"], gpu.loc["k", "op"]) == (
         "cudaLaunchKernel", 0.2, "aten::mm")
     assert gpu["time_ok"].to_dict() == {"orphan_at_0": False, "k": True} and not gpu["duplicate"].any()
+
+
+def test_a_trace_without_forward_ranges_says_only_that():
+    """A capture that said ok but whose trace has no range of that name (another range_name): no
+    forward, no defect to invent; the minimum is not met."""
+    trace = h200("naive")
+    fw = forward_table(analyse_trace(trace, "not_attn_fwd", expect_gpu=True), "naive", STUDY)
+    row = summary_row(_example_status("naive"), fw)
+    assert len(fw) == 0 and row["status"] == "incomplete_trace" and row["forwards_profiled"] == 0
+    assert row["trace_note"] == "0 of 10 profiled forwards are in the trace"
+    assert row["bad_time_events"] == 0 and row["incomplete_forwards"] == ""
+
+
+def test_two_of_each_defect_is_plural():
+    """naive: forwards 3 and 4 lose a kernel's GPU record, forward 6 has two kernels with dur 0, and
+    two launches of forward 8 come from another thread (their 2 GPU events belong to no forward)."""
+    trace = h200("naive")
+    hand = plain(trace)
+    lose = {min(g["ts"] for g in hand["gpu"] if g["forward"] == f and g["category"] == "kernel") for f in (3, 4)}
+    zero = sorted(g["ts"] for g in hand["gpu"] if g["forward"] == 6 and g["category"] == "kernel")[:2]
+    moved = sorted(e["ts"] for e, f in hand["calls"] if f == 8 and e["name"] == "cudaLaunchKernel")[:2]
+    kept = []
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "kernel" and e["ts"] in lose:
+            continue
+        if e.get("cat") == "kernel" and e["ts"] in zero:
+            e["dur"] = 0
+        if e.get("cat") == "cuda_runtime" and e["ts"] in moved:
+            e["tid"] = 999
+        kept.append(e)
+    trace["traceEvents"] = kept
+    fw = forward_table(analyse_trace(trace, "attn_fwd", expect_gpu=True), "naive", STUDY)
+    note = summary_row(_example_status("naive"), fw)["trace_note"]
+    assert note.startswith(
+        "2 of 10 forwards incomplete (forwards 3-4: 2 launches without a GPU event), left out of every statistic; "
+        "2 GPU events with impossible times (ts or duration missing, <= 0 or not finite, starting before its launch, or "
+        "ending long after the trace) in forward 6: counted, but those forwards are left out of device times; ")
+    assert note.endswith("; 2 GPU events of the trace launched outside every forward range (or with no launch record): not "
+                         "counted, the forwards may miss work")
