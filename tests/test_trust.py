@@ -563,3 +563,15 @@ def test_a_reused_launch_correlation_hides_no_lost_gpu_event():
     assert fw.loc[3, "duplicate_launches"] == 1 and fw.loc[2, "duplicate_launches"] == 1
     assert row["status"] == "ok" and row["kernels_per_forward"] == 5
     assert "launch calls sharing a correlation id" in row["trace_note"]
+
+
+def test_own_gpu_event_without_launch_record_whose_op_is_unknown():
+    """A kernel lost its launch record and its own External id names no aten op of the trace (the op
+    record is gone too): it belongs to no forward and is reported as such, never a crash."""
+    trace = naive()
+    call, g = launch_and_gpu(trace, 2)[3]
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e is not call]
+    g["args"]["External id"] = 999999
+    _, fw, row = run(trace)
+    assert fw.loc[2, "kernels"] == 4 and (fw["unattributed_gpu_events"] == 1).all()
+    assert "1 GPU event of the trace launched outside every forward range" in row["trace_note"]
