@@ -1,6 +1,8 @@
 import copy
 import gzip
 import json
+import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -125,4 +127,36 @@ def pytest_collection_modifyitems(config, items):
                 except ImportError:  # another pytest: the tests still run, only slower
                     break
                 item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    return result
+
+
+# --- mutation testing (mutmut 3: pyproject [tool.mutmut], benchmarks/mutation.py) -----------------
+
+#: Functions of the mutated modules that each fixture called while it was built (mutmut's stats run).
+_FIXTURE_HITS: dict[str, set[str]] = {}
+
+
+def _mutmut_hits() -> set[str] | None:
+    """mutmut's set of the functions that the running test has called, while mutmut records which
+    tests call which functions (it then runs only those tests against a function's mutants); None
+    otherwise, and always outside mutmut."""
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats" or "mutmut.state" not in sys.modules:
+        return None
+    return sys.modules["mutmut.state"].state()._stats
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    # mutmut credits the calls made while a shared fixture (h200, h200_data) is built to the first
+    # test that built it only: credit them to every test that uses the fixture
+    hits = _mutmut_hits()
+    if hits is None:
+        return (yield)
+    shared = {name: defs[-1] for name, defs in item._fixtureinfo.name2fixturedefs.items() if defs[-1].scope != "function"}
+    fresh = [name for name, d in shared.items() if d.cached_result is None]
+    result = yield
+    for name in fresh:
+        _FIXTURE_HITS.setdefault(name, set()).update(hits)
+    for name in shared:
+        hits |= _FIXTURE_HITS.get(name, set())
     return result

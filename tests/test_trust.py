@@ -546,3 +546,15 @@ def test_own_arrow_inside_template_arguments():
     assert short_kernel_name(name) == "kern"
     k = pd.DataFrame({"kernel": [name]})
     assert not matches(k, GEMM).any() and not matches(k, FP32_GEMM).any()
+
+
+def test_own_gpu_event_without_launch_record_whose_op_is_unknown():
+    """A kernel lost its launch record and its own External id names no aten op of the trace (the op
+    record is gone too): it belongs to no forward and is reported as such, never a crash."""
+    trace = naive()
+    call, g = launch_and_gpu(trace, 2)[3]
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e is not call]
+    g["args"]["External id"] = 999999
+    _, fw, row = run(trace)
+    assert fw.loc[2, "kernels"] == 4 and (fw["unattributed_gpu_events"] == 1).all()
+    assert "1 GPU event of the trace launched outside every forward range" in row["trace_note"]

@@ -15,14 +15,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+#: Two CPU shapes, so that the run is a sweep (summary rows, per-shape plots and report sections for
+#: each, the scaling plots over both); the CUDA grid (test_gpu_captures_never_overlap) keeps one.
 TINY = """
 run: tiny
 shapes:
-  cpu: {batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [fp32], causal: [true]}
+  cpu: {batch: [1], heads: [2], seq_len: [64, 128], head_dim: [32], dtype: [fp32], causal: [true]}
   cuda: {batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}
 profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 2}, min_complete_forwards: 2}
 timing: {repeats: 3, input_sets: 2}
 """
+
+VARIANTS = ["naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"]
+SHAPES = ["b1_h2_s64_d32_fp32_causal", "b1_h2_s128_d32_fp32_causal"]
 
 pytestmark = pytest.mark.workflow
 
@@ -88,17 +93,46 @@ def test_report_and_tables_are_built(run_dir):
     for name in ("report.html", "report.pdf", "summary.csv", "kernels.csv", "env.json", "findings.json"):
         assert (out / name).stat().st_size > 0, name
     summary = pd.read_csv(out / "summary.csv")
-    assert list(summary["variant"]) == ["naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"]
+    assert list(summary["variant"]) == VARIANTS * 2 and list(summary["shape_key"]) == [SHAPES[0]] * 7 + [SHAPES[1]] * 7
     status = dict(zip(summary["variant"], summary["status"]))
     assert status["sdpa_efficient"] == status["sdpa_cudnn"] == "unsupported"
     ok = summary[summary["status"] == "ok"]
-    assert len(ok) == 5 and (ok["cpu_ms_per_forward"] > 0).all() and (ok["forwards_profiled"] == 2).all()
+    assert len(ok) == 10 and (ok["cpu_ms_per_forward"] > 0).all() and (ok["forwards_profiled"] == 2).all()
     assert ok["rel_error_ok"].all()
     env = json.loads((out / "env.json").read_text())
     assert env["torch"] and env["python"] and env["snakemake"] and env["config"]["run"] == "tiny"
     html = (out / "report.html").read_text()
     assert "unsupported" in html and "sdp_utils_cpp" in html and "data:image/png;base64," in html
     assert (out / "report.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_the_sweep_over_two_shapes_runs_end_to_end(run_dir):
+    """Both shapes reach every stage: their summary rows agree with their own per-capture forward
+    tables, each has its per-shape plots, timeline, findings and report section, and the run-wide
+    scaling plots are drawn over both."""
+    out = run_dir / "results" / "tiny"
+    summary = pd.read_csv(out / "summary.csv")
+    assert sorted(set(zip(summary["shape_key"], summary["seq_len"]))) == [(SHAPES[1], 128), (SHAPES[0], 64)]
+    for row in summary[summary["status"] == "ok"].itertuples():
+        fw = pd.read_csv(out / "tables" / row.shape_key / row.variant / "forwards.csv")
+        assert len(fw) == row.forwards_profiled == 2 and fw["complete"].all(), (row.shape_key, row.variant)
+        # summary: median over the complete forwards of the range's host time, us -> ms
+        assert row.cpu_ms_per_forward == pytest.approx(fw["cpu_us"].median() / 1e3, rel=1e-9), (row.shape_key, row.variant)
+        assert row.cpu_ms_min == pytest.approx(fw["cpu_us"].min() / 1e3, rel=1e-9)
+        assert row.cpu_ms_max == pytest.approx(fw["cpu_us"].max() / 1e3, rel=1e-9)
+    # the two shapes are two measurements, not one copied: their forwards' host times differ
+    ok = summary[summary["status"] == "ok"].set_index(["variant", "shape_key"])["cpu_ms_per_forward"]
+    assert any(ok[(v, SHAPES[0])] != ok[(v, SHAPES[1])] for v in ("naive", "naive_inplace", "sdpa_math", "sdpa_flash", "sdpa_auto"))
+    for shape in SHAPES:
+        for name in ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device", "timeline"):
+            assert (out / "plots" / shape / f"{name}.png").read_bytes()[:4] == b"\x89PNG", (shape, name)
+    scaling = [out / "plots" / f"{name}.png" for name in ("scaling_time", "scaling_tflops", "scaling_memory", "roofline")]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in scaling)
+    assert (out / "logs" / "plots" / "scaling.log").read_text().split() == [str(p.relative_to(run_dir)) for p in scaling]
+    findings = json.loads((out / "findings.json").read_text())
+    assert [s["shape_key"] for s in findings["shapes"]] == SHAPES
+    html = (out / "report.html").read_text()
+    assert all(f'id="shape-{shape}"' in html for shape in SHAPES)
 
 
 def test_cpu_pdf_reads_as_a_document(run_dir):
@@ -116,12 +150,12 @@ def test_nothing_reruns_when_nothing_changed(run_dir):
 def test_plot_setting_reruns_only_plots_and_report(run_dir):
     # env.json records the config used, so it is rewritten too; no capture, extract or findings job
     assert planned_jobs(run_dir, "plots: {dpi: 100, top_kernels: 6}") == {
-        "environment": 1, "plots": 1, "timeline": 1, "scaling_plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
+        "environment": 1, "plots": 2, "timeline": 2, "scaling_plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
 
 
 def test_profiler_schedule_reruns_every_capture(run_dir):
     jobs = planned_jobs(run_dir, "profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 3}}")
-    assert jobs["capture"] == 7 and jobs["extract"] == 7 and jobs["report_pdf"] == 1
+    assert jobs["capture"] == 14 and jobs["extract"] == 14 and jobs["report_pdf"] == 1
 
 
 def test_template_change_reruns_only_the_report(run_dir):
@@ -132,7 +166,7 @@ def test_template_change_reruns_only_the_report(run_dir):
 def test_extraction_code_change_reruns_extract_and_downstream_not_captures(run_dir):
     with edited(run_dir / "src" / "attnprof" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
         jobs = planned_jobs(run_dir)
-    assert "capture" not in jobs and jobs["extract"] == 7 and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
+    assert "capture" not in jobs and jobs["extract"] == 14 and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
 
 
 def test_findings_code_change_reruns_findings_and_report_not_extract(run_dir):
@@ -151,15 +185,15 @@ def test_torch_version_change_reruns_every_capture(run_dir):
     common = run_dir / "workflow" / "rules" / "common.smk"
     with edited(common, "TORCH_BUILD = torch_build()", "TORCH_BUILD = dict(torch_build(), torch='9.9.9')"):
         jobs = planned_jobs(run_dir)
-    assert jobs["capture"] == 7 and jobs["extract"] == 7
+    assert jobs["capture"] == 14 and jobs["extract"] == 14
 
 
 def test_one_variants_code_change_reruns_only_its_captures(run_dir):
     variants = run_dir / "src" / "attnprof" / "variants.py"
     with edited(variants, "return torch.softmax(scores, dim=-1) @ v", "return torch.softmax(scores, dim=-1).matmul(v)"):
         jobs = planned_jobs(run_dir)
-    # naive and naive_inplace share that code; the five SDPA variants do not rerun
-    assert jobs["capture"] == 2 and jobs["extract"] == 2 and jobs["summarize"] == 1
+    # naive and naive_inplace share that code (at both shapes); the five SDPA variants do not rerun
+    assert jobs["capture"] == 4 and jobs["extract"] == 4 and jobs["summarize"] == 1
 
 
 def test_render_profile_rerenders_a_result_set_without_recapturing(run_dir):
@@ -189,7 +223,7 @@ def test_compare_target_builds_a_comparison_of_two_result_sets(run_dir):
     doc = json.loads((results / "compare" / "t" / "compare.json").read_text())
     pair = doc["pairs"][0]
     assert {"key": "torch", "a": env_torch(results / "tiny"), "b": "9.9.9"} in pair["env_diff"]
-    assert len(pair["rows"]) == 7 and all(not r["kernels_added"] and not r["ops_added"] for r in pair["rows"])
+    assert len(pair["rows"]) == 14 and all(not r["kernels_added"] and not r["ops_added"] for r in pair["rows"])
     assert (results / "compare" / "t" / "compare.pdf").read_bytes()[:5] == b"%PDF-"
 
 

@@ -452,7 +452,7 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
         return out
     for thread, rr in good.groupby("tid"):
         rr = rr.sort_values("ts")
-        sel = (tid == thread).to_numpy() & np.isfinite(ts.to_numpy(float))
+        sel = (tid == thread).fillna(False).to_numpy(bool) & np.isfinite(ts.to_numpy(float))  # no thread (<NA>): none
         t = ts.to_numpy(float)[sel]
         i = np.searchsorted(rr["ts"].to_numpy(float), t, side="right") - 1
         inside = (i >= 0) & (t <= rr["end"].to_numpy(float)[np.clip(i, 0, None)])
