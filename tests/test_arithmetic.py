@@ -297,7 +297,7 @@ def test_summary_row_counted_by_hand():
     timing, graph = status["timing"], status["graph_timing"]
     assert (row["timed_ms_median"], row["timed_ms_q1"], row["timed_ms_q3"], row["timed_ms_min"], row["timed_ms_max"]) == (
         timing["median_ms"], timing["q1_ms"], timing["q3_ms"], timing["min_ms"], timing["max_ms"])
-    assert (row["timed_repeats"], row["timing_method"], row["host_load_1m"]) == (50, "cuda_events", 0.85)
+    assert (row["timed_repeats"], row["timing_method"], row["host_load_1m"]) == (50, "cuda_events", 1.32)  # status.json host
     assert (row["graph_ms_median"], row["graph_ms_q1"], row["graph_ms_q3"], row["graph_ms_min"], row["graph_ms_max"]) == (
         graph["median_ms"], graph["q1_ms"], graph["q3_ms"], graph["min_ms"], graph["max_ms"])
     assert (row["batch"], row["heads"], row["seq_len"], row["head_dim"], row["dtype"], row["causal"], row["device"]) == (
@@ -620,7 +620,7 @@ def test_out_of_memory_capture_publishes_its_reason_and_bytes_and_no_trace_note(
     assert row["trace_note"] == "" and row["forward_groups"] is None  # no trace: "0 of 10 forwards" would say nothing
     assert row["forward_gflop"] == 4432.406249472 and row["flop_per_byte"] == 4432406249472 / 1073741824
     assert row["peak_memory_mb"] is None and row["device_ms_per_forward"] is None and row["cpu_ms_per_forward"] is None
-    assert row["host_load_1m"] == 0.57 and (row["seq_len"], row["head_dim"]) == (16384, 64)
+    assert row["host_load_1m"] == 1.72 and (row["seq_len"], row["head_dim"]) == (16384, 64)  # status.json host
     no_reason = {k: v for k, v in status.items() if k != "reason"}
     assert summary_row(no_reason, _empty_forwards())["reason"] == ""
 

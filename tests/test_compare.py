@@ -243,7 +243,10 @@ def test_every_row_of_a_two_shape_comparison_worked_by_hand():
                                 {"shape_key": "s2", "a": "dispatched to cudnn", "b": None}]
     rows = {(r["variant"], r["shape_key"]): r for r in pair["rows"]}
     assert list(rows) == [("naive", "s1"), ("naive", "s2"), ("sdpa_auto", "s1"), ("sdpa_math", "s1")]
-    same = {"timing": "device time per forward (trace)"}
+    # no backward and no torch.compile in either run: the backward and compile columns are empty
+    none = dict.fromkeys(["bwd_status_a", "bwd_status_b", "bwd_kernels_a", "bwd_kernels_b", "bwd_a_ms", "bwd_b_ms", "bwd_ratio", "bwd_noise_threshold", "bwd_verdict",
+                          "compile_a_s", "compile_b_s", "compile_ratio", "compile_cache_a", "compile_cache_b"])
+    same = {"timing": "device time per forward (trace)", **none}
     # naive/s1: 3.0 / 2.0 = 1.5; threshold max(0.05, 0.2 / 2.0, 0.06 / 3.0) = 0.10; timing 3.3 / 2.2 = 1.5 agrees
     assert rows[("naive", "s1")] == {
         "variant": "naive", "shape_key": "s1", "status_a": "ok", "status_b": "ok", "kernels_a": 2.0, "kernels_b": 3.0,
