@@ -204,7 +204,11 @@ def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     q_len = summary["q_len"] if "q_len" in summary else seq
     summary["q_len"] = [("= kv_len" if pd.isna(q) or q == s else str(int(q))) for q, s in zip(q_len, seq)]
     summary["kv_heads"] = summary["kv_heads"].fillna(summary["heads"]) if "kv_heads" in summary else summary["heads"]
-    summary["causal_alignment"] = summary["causal_alignment"].fillna("") if "causal_alignment" in summary else ""
+    if "causal_alignment" in summary:  # an all-empty column reads as float: '' by object, without a dtype warning
+        align = summary["causal_alignment"]
+        summary["causal_alignment"] = [a if isinstance(a, str) else "" for a in align]
+    else:
+        summary["causal_alignment"] = ""
     keys = ["head_dim", "batch", "heads", "kv_heads", "q_len", "dtype", "causal", "causal_alignment"]
     out = []
     for vals, part in summary.groupby(keys, sort=True):
