@@ -204,7 +204,7 @@ def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     q_len = summary["q_len"] if "q_len" in summary else seq
     summary["q_len"] = [("= kv_len" if pd.isna(q) or q == s else str(int(q))) for q, s in zip(q_len, seq)]
     summary["kv_heads"] = summary["kv_heads"].fillna(summary["heads"]) if "kv_heads" in summary else summary["heads"]
-    summary["causal_alignment"] = summary["causal_alignment"].fillna("") if "causal_alignment" in summary else ""
+    summary["causal_alignment"] = summary["causal_alignment"].astype(object).fillna("") if "causal_alignment" in summary else ""
     keys = ["head_dim", "batch", "heads", "kv_heads", "q_len", "dtype", "causal", "causal_alignment"]
     out = []
     for vals, part in summary.groupby(keys, sort=True):
