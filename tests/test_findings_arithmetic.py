@@ -58,6 +58,8 @@ def by_hand(variant: str) -> dict:
     (16, 32, 0, 0.5),
     # shared memory decides: 233472 // 100000 = 2 blocks x 4 warps = 8 of 64
     (32, 128, 100000, 0.125),
+    # 96 threads = 3 warps, 16 regs: threads allow 64 // 3 = 21 blocks (not 21.3), registers 42: 63 of 64 warps
+    (16, 96, 0, 63 / 64),
     # 255 regs x 128 threads (FlashAttention-2): 255 x 32 = 8160 -> 32 units = 8192 per warp; 65536 // 32768 = 2 blocks
     (255, 128, 49152, 0.125),
 ])
@@ -123,6 +125,7 @@ def test_fused_ops_of_triton_names():
     assert fused_ops("triton_poi_fused_add_12") == ["add"]
     assert fused_ops("triton_red_fused__to_copy_sum_3") == ["_to", "copy", "sum"]
     assert fused_ops("triton_poi_fused_add") == [] and fused_ops("void at::native::add_kernel()") == []
+    assert fused_ops("triton_poi_fused__0") == []  # the name's pattern, but no op in it
 
 
 # --- metrics on the H200 fixture, against counts on the trace JSON ----------------------------------
@@ -144,6 +147,8 @@ def test_device_ratio_and_fastest_fused_from_the_json(h200_data):
     med = {v: statistics.median(by_hand(v)["ms"]) for v in ("sdpa_math", "naive_inplace", *FUSED)}
     r = metric_device_ratio(h200_data, ["sdpa_math", "naive_inplace"])
     assert r["value"] == pytest.approx(med["sdpa_math"] / med["naive_inplace"], rel=1e-6) and r["formula"] == "ratio"
+    assert [(i["variant"], i["column"], i["unit"]) for i in r["inputs"]] == [
+        ("sdpa_math", "device_ms_per_forward", "ms"), ("naive_inplace", "device_ms_per_forward", "ms")]
     best = min(FUSED, key=med.get)
     assert metric_fastest_fused(h200_data, list(FUSED))["value"] == best
     assert metric_fastest_fused(h200_data, list(reversed(FUSED)))["value"] == best
@@ -172,10 +177,14 @@ def _rows(times: dict, device: str = "cpu") -> RunData:
 
 
 def test_metrics_on_a_cpu_run_use_host_times():
-    d = _rows({"sdpa_flash": (3.0, 2.9, 3.1, 3.0), "sdpa_efficient": (2.0, 1.9, 2.1, 2.0), "sdpa_cudnn": (1.0, 0.9, 1.1, 1.0, "failed")})
-    assert metric_device_ratio(d, ["sdpa_flash", "sdpa_efficient"])["value"] == pytest.approx(1.5)
-    # cudnn has the lowest number but did not run
-    assert metric_fastest_fused(d, ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn"])["value"] == "sdpa_efficient"
+    # flash is the fastest that ran, though not the first by name; cudnn has the lowest number but did not run
+    d = _rows({"sdpa_flash": (2.0, 1.9, 2.1, 2.0), "sdpa_efficient": (3.0, 2.9, 3.1, 3.0), "sdpa_cudnn": (1.0, 0.9, 1.1, 1.0, "failed")})
+    r = metric_device_ratio(d, ["sdpa_efficient", "sdpa_flash"])
+    assert r["value"] == pytest.approx(1.5) and [i["column"] for i in r["inputs"]] == ["cpu_ms_per_forward"] * 2
+    r = metric_fastest_fused(d, ["sdpa_efficient", "sdpa_flash", "sdpa_cudnn"])
+    assert (r["value"], r["unit"], r["formula"]) == ("sdpa_flash", "", "argmin")
+    assert [(i["variant"], i["column"], i["unit"], i["value"]) for i in r["inputs"]] == [
+        ("sdpa_efficient", "cpu_ms_per_forward", "ms", 3.0), ("sdpa_flash", "cpu_ms_per_forward", "ms", 2.0)]
     assert metric_fastest_fused(d, ["sdpa_cudnn"]) == {"value": None}
 
 
@@ -183,9 +192,9 @@ def test_cpu_excess_is_over_the_slowest_other_that_ran():
     # naive 5.0 ms; others 3.0 and 4.0 (mean 3.5, min 3.0): the excess is over 4.0; the 4.5 one failed
     d = _rows({"naive": (5.0, 4.9, 5.1, 5.0), "a": (3.0, 2.9, 3.1, 3.0), "b": (4.0, 3.9, 4.1, 4.0),
                "c": (4.5, 4.4, 4.6, 4.5, "failed")})
-    r = metric_cpu_excess(d, ["naive", "a", "b", "c"])
+    r = metric_cpu_excess(d, ["naive", "b", "a", "c"])
     assert r["value"] == pytest.approx(1.0) and r["formula"] == "difference" and r["unit"] == "ms"
-    assert [i["variant"] for i in r["inputs"]] == ["naive", "b"]
+    assert [(i["variant"], i["unit"]) for i in r["inputs"]] == [("naive", "ms"), ("b", "ms")]
     assert metric_cpu_excess(d, ["naive", "c"]) == {"value": None}
 
 
@@ -264,6 +273,13 @@ def test_timing_disagreement_boundary(math, inplace, doubt):
     assert "overlap" not in f["statement"]
 
 
+def test_timing_disagreement_when_math_is_the_faster():
+    # trace 1.0 / 2.0 = 0.5, independent 1.6 / 2.0 = 0.8: 1.6x apart, a warning with both ratios below 1
+    f = rule_speed(_rows({"sdpa_math": (1.0, 0.9, 1.1, 1.6), "naive_inplace": (2.0, 1.9, 2.1, 2.0)}))[0]
+    assert f["kind"] == "warning" and "disagree" in f["statement"] and "overlap" not in f["statement"]
+    assert (f["numbers"]["ratio"]["value"], f["numbers"]["timed_ratio"]["value"]) == (0.5, 0.8)
+
+
 @pytest.mark.parametrize("math, inplace, overlap", [
     ((2.0, 1.5, 2.5, 2.0), (1.2, 1.0, 1.5, 1.2), True),   # math's fastest == inplace's slowest
     ((2.0, 1.51, 2.5, 2.0), (1.2, 1.0, 1.5, 1.2), False),
@@ -318,6 +334,17 @@ def test_engine_launches_at_the_window_edges_belong_to_the_backward():
     assert list(assign_backward(pd.Series([105.0]), pd.Series([ENGINE]), ranges)) == [-1]
 
 
+def test_a_forward_of_the_engine_thread_inside_a_backward_window_keeps_its_launch():
+    """A forward range on the engine thread at [125, 135], inside backward 0's window [120, 150] on the main
+    thread: its launch at 130 is the forward's, never the backward's; the engine's launch at 140 is the backward's."""
+    from attnprof.trace import events_frame, forward_ranges
+
+    ev = events_frame({"traceEvents": step(100, 1, 50) + [rng("attn_fwd", 125, 10, tid=ENGINE)]})
+    ranges = forward_ranges(ev, "attn_bwd")
+    ranges.attrs["forward_ranges"] = forward_ranges(ev, "attn_fwd")
+    assert list(assign_backward(pd.Series([130.0, 140.0]), pd.Series([ENGINE, ENGINE]), ranges)) == [-1, 0]
+
+
 def test_a_launch_in_two_windows_is_counted_once_per_range_as_ambiguous():
     # backward 1's window [220, 250] and a third thread's [240, 260]: the launch at 245 is in both, the one at
     # 255 only in the third's (so it is attributed, not ambiguous)
@@ -357,6 +384,16 @@ def test_backward_summary_statistics_by_hand():
         assert got == pytest.approx([statistics.median(ms), min(ms), max(ms), q1, q3]), prefix
     assert (row["backwards_profiled"], row["backwards_complete"], row["backwards_timed"]) == (5, 5, 4)
     assert (row["kernels_per_backward"], row["memcpy_per_backward"], row["memset_per_backward"]) == (2, 0, 1)
+    assert (row["backward_status"], row["backward_reason"]) == ("ok", "")
+
+
+def test_backward_summary_counts_against_the_schedule():
+    """6 active steps in the schedule, 5 backward ranges in the trace: the verdict counts against 6."""
+    row = backward_summary(_status(minimum=5, active=6), _backwards())
+    assert row["backward_status"] == "ok" and row["backwards_profiled"] == 5
+    assert "5 of 6" in row["backward_note"]  # 5 ranges in the trace, 6 in the schedule
+    row = backward_summary(_status(minimum=6, active=6), _backwards())
+    assert row["backward_reason"].startswith("5 complete backwards of 6 profiled, fewer than the minimum of 6")
 
 
 def test_backward_device_times_need_the_minimum_of_timed_backwards():
@@ -393,25 +430,70 @@ def test_backward_counts_only_on_a_gpu_and_only_when_the_backwards_agree():
     assert row["backward_status"] == "ok" and row["backwards_profiled"] is None
 
 
+def test_breakdown_groups_ordered_by_their_summed_time():
+    """sdpa_math kernels set here: two FP32 GEMMs (3 + 4 us), two kernels of no group (5 + 4 us), a softmax (1 us),
+    a mask kernel (0.5 us): 'other' 9 us first, then FP32 GEMM 7 us (not the alphabetical order), softmax, mask;
+    the headline names the first three."""
+    d = _rows({"sdpa_math": (1.0, 0.9, 1.1, 1.0)}, "cuda")
+    d.kernels = pd.DataFrame({"variant": "sdpa_math", "kernel": ["sgemm_a", "foo_kernel", "sgemm_b", "bar_kernel", "softmax_k",
+                                                                 "void at::native::triu_tril_kernel<bool>()"],
+                              "category": "kernel", "us_per_forward": [3.0, 5.0, 4.0, 4.0, 1.0, 0.5]})
+    (f,) = [f for f in rule_speed(d) if "by kernel group" in f["statement"]]
+    assert [(k, n["value"], n["unit"]) for k, n in f["numbers"].items()] == [
+        ("other_us_per_forward", 9.0, "us"), ("FP32 GEMM_us_per_forward", 7.0, "us"), ("softmax_us_per_forward", 1.0, "us"),
+        ("mask_us_per_forward", 0.5, "us")]
+    assert [(i["kernel"], i["unit"]) for i in f["numbers"]["other_us_per_forward"]["inputs"]] == [
+        ("foo_kernel", "us"), ("bar_kernel", "us")]
+    assert f["statement"] == ("sdpa_math: device time per forward by kernel group: other 9 us (2 kernels), "
+                              "FP32 GEMM 7 us (2 kernels), softmax 1 us (1 kernel), mask 0.5 us (1 kernel)")
+    assert f["headline"] == "time by kernel group: other 9 us, FP32 GEMM 7 us, softmax 1 us"
+
+
 # --- rule_backward: the main kernel, the named ones, the rest summed --------------------------------
+
+def _backward_run(device: str) -> RunData:
+    """naive failed (its backward_status says ok: the forward's status decides); sdpa_flash's backward 5.0 ms
+    against its 2.0 ms forward (device on a GPU run; host on a CPU one, where _rows' host time is the median)."""
+    d = _rows({"naive": (1.0, 0.9, 1.1, 1.0, "failed"), "sdpa_flash": (2.0, 1.9, 2.1, 2.0)}, device)
+    d.summary["kernels_per_backward"] = 7
+    d.summary["backward_status"] = "ok"
+    d.summary["device_ms_per_backward" if device == "cuda" else "cpu_ms_per_backward"] = 5.0
+    if device == "cuda":
+        d.summary["cpu_ms_per_backward"] = 50.0
+    else:
+        d.summary["device_ms_per_backward"] = None
+    return d
+
 
 def test_backward_finding_sums_the_kernels_it_does_not_name():
     # seven kernels, shares set here: main 40 (not the first row), 4 named (20, 15, 10, 6), the rest 5 + 4 = 9
     shares = {"k_a": 15.0, "k_main": 40.0, "k_b": 5.0, "k_c": 20.0, "k_d": 4.0, "k_e": 10.0, "k_f": 6.0}
-    kb = pd.DataFrame({"variant": "sdpa_flash", "shape_key": "s", "kernel": list(shares), "category": "kernel",
-                       "share_pct": list(shares.values())})
-    d = _rows({"sdpa_flash": (2.0, 1.9, 2.1, 2.0)}, "cuda")
-    d.summary["kernels_per_backward"] = 7
-    d.summary["backward_status"] = "ok"
-    d.summary["device_ms_per_backward"] = 5.0
-    d.kernels_backward = kb
+    d = _backward_run("cuda")
+    d.kernels_backward = pd.DataFrame({"variant": "sdpa_flash", "shape_key": "s", "kernel": list(shares), "category": "kernel",
+                                       "share_pct": list(shares.values())})
     (f,) = rule_backward(d)
     n = f["numbers"]
+    assert f["variants"] == ["sdpa_flash"]
     assert MAX_NAMED == 4 and n["main_share"]["value"] == 40.0 and n["main_share"]["kernel"] == "k_main"
+    assert (n["ms_per_backward"]["value"], n["ms_per_backward"]["column"], n["ms_per_backward"]["unit"]) == (
+        5.0, "device_ms_per_backward", "ms")
     assert n["backward_over_forward"]["value"] == pytest.approx(2.5)  # 5.0 / 2.0
+    assert [(i["column"], i["unit"]) for i in n["backward_over_forward"]["inputs"]] == [
+        ("device_ms_per_backward", "ms"), ("device_ms_per_forward", "ms")]
     assert n["rest_share"]["value"] == pytest.approx(9.0) and "and 2 more (9 % together)" in f["statement"]
     assert "besides it k_c 20 %, k_a 15 %, k_e 10 %, k_f 6 %" in f["statement"]
-    assert f["headline"] == "backward 2.5x forward, 7 kernels"
-    # a variant whose backward did not run gets no finding; a CPU run uses host times
+    assert f["statement"].startswith("sdpa_flash backward: 5 ms device time per backward, 2.5x its forward; 7 kernels per backward")
+    assert f["headline"] == "backward 2.5x forward, 7 kernels" and n["kernels_per_backward"]["value"] == 7
+    # a variant whose backward did not run gets no finding
     d.summary["backward_status"] = "failed"
     assert rule_backward(d) == []
+
+
+def test_backward_finding_on_a_cpu_run_uses_host_times_and_no_kernel_count():
+    (f,) = rule_backward(_backward_run("cpu"))
+    n = f["numbers"]
+    assert [(i["column"], i["value"]) for i in n["backward_over_forward"]["inputs"]] == [
+        ("cpu_ms_per_backward", 5.0), ("cpu_ms_per_forward", 2.0)]
+    assert n["backward_over_forward"]["value"] == pytest.approx(2.5) and "kernels_per_backward" not in n
+    assert f["statement"] == "sdpa_flash backward: 5 ms host time per backward, 2.5x its forward"
+    assert f["headline"] == "backward 2.5x forward"
