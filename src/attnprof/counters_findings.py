@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .findings.rules.kernels import DRIVER_LAUNCH
 from .trace import kernel_label, properties_of, short_kernel_name
 
-DRIVER_LAUNCH = "cuLaunchKernelEx"
 #: counters columns carried into each finding (all %, ncu; :data:`attnprof.counters.METRICS`)
 MEASURED = ("theoretical_occupancy_pct", "achieved_occupancy_pct", "tensor_pipe_pct", "sm_throughput_pct",
             "dram_throughput_pct", "memory_throughput_pct", "duration_ns", "tensor_gmma_inst", "tensor_hmma_inst")

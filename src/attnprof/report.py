@@ -106,7 +106,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             table.append({**row, "change": change_of(v, env), "study_kernels": counts.get(v),
                           "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la),
                           **_row_numbers(row), **fidelity.get(v, {"timed_over_trace": None, "graph_over_trace": None}),
-                          **backward_numbers(row, gpu=bool(env.get("gpu_name"))),
+                          **backward_numbers(row, bool(env.get("gpu_name")), beyond.get(("backward", v), [])),
                           "backward_findings": beyond.get(("backward", v), []), "compile_findings": beyond.get(("compile", v), [])})
         shapes.append({
             "key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": f["findings"],
@@ -160,14 +160,15 @@ def _row_numbers(row: dict) -> dict:
     return {"timed_spread_pct": spread, "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
 
 
-def backward_numbers(row: dict, gpu: bool) -> dict:
+def backward_numbers(row: dict, gpu: bool, findings: list[dict]) -> dict:
     """The backward columns the report states for a summary row (config passes): ``bwd_ms`` and its
-    quartiles ``bwd_q1``/``bwd_q3`` (device ms per backward on a GPU, host ms on a CPU) and
-    ``backward_over_forward``, bwd_ms over the same forward time (no unit). None where absent."""
+    quartiles ``bwd_q1``/``bwd_q3`` (device ms per backward on a GPU, host ms on a CPU), and
+    ``backward_over_forward`` as the row's backward finding (``findings``, rule backward) computed
+    it. None where absent."""
     kind = "device" if gpu else "cpu"
-    bwd, fwd = row.get(f"{kind}_ms_per_backward"), row.get(f"{kind}_ms_per_forward")
-    return {"bwd_ms": bwd, "bwd_q1": row.get(f"{kind}_ms_backward_q1"), "bwd_q3": row.get(f"{kind}_ms_backward_q3"),
-            "backward_over_forward": bwd / fwd if bwd is not None and fwd else None}
+    ratio = next((f["numbers"]["backward_over_forward"]["value"] for f in findings), None)
+    return {"bwd_ms": row.get(f"{kind}_ms_per_backward"), "bwd_q1": row.get(f"{kind}_ms_backward_q1"),
+            "bwd_q3": row.get(f"{kind}_ms_backward_q3"), "backward_over_forward": ratio}
 
 
 def _check_numbers(check: dict) -> dict:
