@@ -99,6 +99,23 @@ REPORT_DIR = Path(rel(Path(workflow.basedir) / "report"))
 PLOT_NAMES = list(SHAPE_PLOTS)
 SCALING_PLOT_NAMES = list(SCALING_PLOTS)
 EXPECTATIONS = rel(Path(workflow.basedir) / "config" / "expectations.yaml")
+SCRIPTS = Path(rel(Path(workflow.basedir) / "scripts"))
+
+
+# The light stages (tables, findings, plots, report, compare) declare their script as the input
+# `script` and run it with run_job(locals()): in a forked child of one preloaded process instead of
+# a fresh Python per job (attnprof.jobs). The script is an input so that editing it reruns the rule.
+def script_file(name):
+    """scripts/<name>.py, the script a light stage runs (its input ``script``)."""
+    return str(SCRIPTS / f"{name}.py")
+
+
+def run_job(job):
+    """Body of a light stage's ``run:`` block: ``job`` is the block's ``locals()``."""
+    from attnprof.jobs import run_script
+
+    run_script(job, workflow.is_main_process)
+
 
 # GPU captures never overlap, whatever --cores says. In capture_mode process every capture
 # job takes one unit of the global 'capture' resource (and of 'gpu' on CUDA), and there is one
@@ -234,3 +251,13 @@ def compare_inputs(wc):
             variant=variants,
         )
     return files
+
+
+# On a GPU run the light stages' fork server imports its modules while the first captures run;
+# on a CPU run it starts with the first light job instead, so that its imports never share the
+# cores with a capture's CPU timings.
+onstart:
+    if DEVICE == "cuda" and workflow.is_main_process and workflow.use_threads:
+        from attnprof.jobs import start_forkserver
+
+        start_forkserver()

@@ -4,6 +4,7 @@
 rule compare_json:
     input:
         unpack(compare_inputs),
+        script=script_file("compare"),
         code=code("compare", "trace"),
     output:
         "results/compare/{name}/compare.json",
@@ -14,13 +15,14 @@ rule compare_json:
     params:
         runs=COMPARE_RUNS,
         noise_floor=config["compare"]["noise_floor"],
-    script:
-        "../../scripts/compare.py"
+    run:
+        run_job(locals())
 
 
 rule compare_html:
     input:
         code("compare", "report"),
+        script=script_file("compare_html"),
         json="results/compare/{name}/compare.json",
         template=str(REPORT_DIR / "compare.html.j2"),
         css=str(REPORT_DIR / "report.css"),
@@ -30,13 +32,14 @@ rule compare_html:
         "results/compare/{name}/compare_html.log",
     conda:
         "../envs/attnprof.yaml"
-    script:
-        "../../scripts/compare_html.py"
+    run:
+        run_job(locals())
 
 
 rule compare_pdf:
     input:
         code("report"),
+        script=script_file("report_pdf"),
         html="results/compare/{name}/compare.html",
     output:
         "results/compare/{name}/compare.pdf",
@@ -44,8 +47,8 @@ rule compare_pdf:
         "results/compare/{name}/compare_pdf.log",
     conda:
         "../envs/attnprof.yaml"
-    script:
-        "../../scripts/report_pdf.py"
+    run:
+        run_job(locals())
 
 
 rule compare:

@@ -4,6 +4,7 @@
 rule extract:
     input:
         code("trace", "tables", "backward", "names"),
+        script=script_file("extract"),
         trace=capture_file("trace"),
         status=capture_file("status"),
     output:
@@ -22,5 +23,5 @@ rule extract:
         "../envs/attnprof.yaml"
     params:
         range_name=config["profiler"]["range_name"],
-    script:
-        "../../scripts/extract.py"
+    run:
+        run_job(locals())

@@ -4,6 +4,7 @@
 rule findings:
     input:
         code("findings", "fmt", "trace", "variants"),
+        script=script_file("findings"),
         expectations=EXPECTATIONS,
         schema=str(
             Path(workflow.basedir) / "workflow" / "schemas" / "findings.schema.json"
@@ -21,5 +22,5 @@ rule findings:
         "results/{run}/logs/findings.log",
     conda:
         "../envs/attnprof.yaml"
-    script:
-        "../../scripts/findings.py"
+    run:
+        run_job(locals())

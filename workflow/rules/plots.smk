@@ -4,6 +4,7 @@
 rule plots:
     input:
         code("plots", "trace", "findings/kernel_names"),
+        script=script_file("plots"),
         summary=run_file("summary"),
         kernels=run_file("kernels"),
     output:
@@ -15,14 +16,15 @@ rule plots:
     params:
         dpi=config["plots"]["dpi"],
         top=config["plots"]["top_kernels"],
-    script:
-        "../../scripts/plots.py"
+    run:
+        run_job(locals())
 
 
 rule scaling_plots:
     """Run-wide figures: device time, TFLOP/s and peak memory against seq_len; roofline."""
     input:
         code("plots"),
+        script=script_file("scaling_plots"),
         summary=run_file("summary"),
         calibration=run_file("calibration"),
     output:
@@ -33,14 +35,15 @@ rule scaling_plots:
         "../envs/attnprof.yaml"
     params:
         dpi=config["plots"]["dpi"],
-    script:
-        "../../scripts/scaling_plots.py"
+    run:
+        run_job(locals())
 
 
 rule timeline:
     """One profiled forward per variant of a shape, drawn from the traces (CPU launches, GPU work)."""
     input:
         code("plots", "trace", "tables", "findings/kernel_names"),
+        script=script_file("timeline"),
         status=lambda wc: expand(
             capture_file("status"),
             run=wc.run,
@@ -62,5 +65,5 @@ rule timeline:
     params:
         dpi=config["plots"]["dpi"],
         range_name=config["profiler"]["range_name"],
-    script:
-        "../../scripts/timeline.py"
+    run:
+        run_job(locals())

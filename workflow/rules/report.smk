@@ -6,6 +6,7 @@ import glob
 rule report_html:
     input:
         code("report", "fmt", "findings/metrics"),
+        script=script_file("report_html"),
         template=str(REPORT_DIR / "report.html.j2"),
         css=str(REPORT_DIR / "report.css"),
         expectations=EXPECTATIONS,
@@ -24,14 +25,15 @@ rule report_html:
         "results/{run}/logs/report_html.log",
     conda:
         "../envs/attnprof.yaml"
-    script:
-        "../../scripts/report_html.py"
+    run:
+        run_job(locals())
 
 
 rule report_pdf:
     """Renders the HTML; needs WeasyPrint and Pango, not the GPU or the traces."""
     input:
         code("report"),
+        script=script_file("report_pdf"),
         html=run_file("html"),
     output:
         run_file("pdf"),
@@ -39,5 +41,5 @@ rule report_pdf:
         "results/{run}/logs/report_pdf.log",
     conda:
         "../envs/attnprof.yaml"
-    script:
-        "../../scripts/report_pdf.py"
+    run:
+        run_job(locals())

@@ -4,6 +4,7 @@
 rule summarize:
     input:
         code("tables", "backward"),
+        script=script_file("summarize"),
         status=per_capture(capture_file("status")),
         forwards=per_capture(table_file("forwards")),
         kernels=per_capture(table_file("kernels")),
@@ -15,5 +16,5 @@ rule summarize:
         "results/{run}/logs/summarize.log",
     conda:
         "../envs/attnprof.yaml"
-    script:
-        "../../scripts/summarize.py"
+    run:
+        run_job(locals())
