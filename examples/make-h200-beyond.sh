@@ -6,16 +6,11 @@
 #
 #   bash examples/make-h200-beyond.sh
 #
-# .whl/ as for examples/make-h200-example.sh. The PDF is rendered elsewhere:
+# .whl/ and the environment: tools/device-env.sh. The PDF is rendered elsewhere:
 #   snakemake --profile workflow/profiles/render results/<run>/report.pdf
 set -euo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
-fi
-run=$(python3 -c "import sys; sys.path.insert(0, 'src'); from attnprof.env import default_run_id, detect_gpu, torch_build; print(default_run_id('cuda', detect_gpu(), torch_build()) + '-beyond')")
+source tools/device-env.sh
+run=$(device_run_id -beyond)
 echo "result set: results/$run"
 rm -rf "results/$run"
 start=$(date +%s.%N)
@@ -28,7 +23,7 @@ rc=${PIPESTATUS[0]}
 set -e
 end=$(date +%s.%N)
 python3 -c "import json; json.dump({'target': 'html', 'config': 'config/beyond.yaml', 'cores': 16, 'wall_s': round($end - $start, 2), 'exit': $rc, 'run': '$run'}, open('$OUT/beyond_h200.json', 'w'), indent=1)"
-echo "snakemake exit: $rc, wall $(python3 -c "print(round($end - $start, 1))") s"
+echo "snakemake exit: $rc, wall $(wall_since "$start") s"
 tar czf "$OUT/beyond.tgz" "results/$run"
 gzip -f "$OUT/snakemake.log"
 ls -la "$OUT"

@@ -6,21 +6,11 @@
 #
 #   bash examples/make-h200-example.sh
 #
-# .whl/ holds the wheels Snakemake needs there (bash ../shared/device/make-wheels.sh) plus
-# msgspec, attnprof's trace reader, for Python 3.12:
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux2014_x86_64 -d .whl msgspec
-#
-# The PDF is rendered elsewhere (no Pango on the GPU machine):
+# .whl/ and the environment: tools/device-env.sh. The PDF is rendered elsewhere (no Pango on the GPU machine):
 #   snakemake --profile workflow/profiles/render results/<run>/report.pdf
 set -euo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then  # the GPU image has torch, pandas, matplotlib, jinja2; Snakemake travels as wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
-fi
-run=$(python3 -c "import sys; sys.path.insert(0, 'src'); from attnprof.env import default_run_id, detect_gpu, torch_build; print(default_run_id('cuda', detect_gpu(), torch_build()))")
+source tools/device-env.sh
+run=$(device_run_id)
 echo "result set: results/$run"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 rm -rf "results/$run"
@@ -31,7 +21,7 @@ rc=${PIPESTATUS[0]}
 set -e
 end=$(date +%s.%N)
 python3 -c "import json, sys; json.dump({'target': 'html', 'cores': 16, 'wall_s': round($end - $start, 2), 'exit': $rc, 'run': '$run'}, open('$OUT/sweep_h200.json', 'w'), indent=1)"
-echo "snakemake exit: $rc, wall $(python3 -c "print(round($end - $start, 1))") s"
+echo "snakemake exit: $rc, wall $(wall_since "$start") s"
 tar czf "$OUT/sweep.tgz" "results/$run"
 gzip -f "$OUT/snakemake.log"
 # then the study shape alone from scratch in the worker design (issue 10's "study shape" row)
