@@ -16,7 +16,8 @@ def spec(variant, **kw):
             "tolerance": DEFAULT_TOLERANCE, "min_complete_forwards": 2, **kw}
 
 
-@pytest.mark.parametrize("variant", COMPILED)
+# flex_attention's match is checked by the capture below (its float64 check, same shape): one compile, not two
+@pytest.mark.parametrize("variant", [v for v in COMPILED if v != "flex_attention"])
 def test_compiled_variants_match_the_reference(variant):
     gen = torch.Generator().manual_seed(5)
     q = torch.randn(1, 4, 16, 16, generator=gen)
@@ -30,6 +31,7 @@ def test_compiled_variants_match_the_reference(variant):
 def test_capture_keeps_the_compile_apart_and_the_process_is_not_reused(tmp_path):
     rec = run_isolated(spec("flex_attention"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=600)
     assert rec["status"] == "ok" and rec["rel_error_ok"], rec.get("reason")
+    assert rec["rel_error"] < 1e-5  # against the float64 reference, as test_compiled_variants_match_the_reference
     comp = rec["compile"]
     # the first call compiled (it took longer than a steady call) and looked up inductor's cache
     assert comp["first_call_s"] > comp["second_call_s"] and comp["cache"] in ("hit", "miss", "partial")

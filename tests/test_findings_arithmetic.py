@@ -16,7 +16,7 @@ from attnprof.backward import analyse_passes, assign_backward, backward_summary,
 from attnprof.findings import (FUSED, RunData, derived, kernel_class, kernel_group, matches, metric_cpu_excess,
                                metric_device_ratio, metric_fastest_fused, metric_kernels_plus_memcpy, metric_kernels_saved,
                                metric_main_occupancy, rule_speed, theoretical_occupancy)
-from attnprof.findings.expectations import _compare
+from attnprof.findings.expectations import WITHIN_NOISE, _compare, verdict
 from attnprof.findings.kernel_names import FP32_GEMM, fused_ops
 from attnprof.findings.refs import clean
 from attnprof.findings.rules.beyond import MAX_NAMED, rule_backward
@@ -218,6 +218,80 @@ def test_compare_boundaries():
     assert _compare(3.1, 3, "gt", None) and not _compare(3, 3, "gt", None)
     with pytest.raises(ValueError, match="unknown compare"):
         _compare(1, 1, "ge", None)
+
+
+# --- expectations on times and rankings: they must hold outside the spread of the forwards -------
+
+def test_cpu_excess_spread_uses_the_others_largest_max_and_largest_min():
+    # the other with the largest median (b, 4.0) is not the one with the largest max (a, 4.6) nor min (b2)
+    d = _rows({"naive": (5.0, 4.2, 5.5, 5.0), "a": (3.0, 2.0, 4.6, 3.0), "b": (4.0, 3.95, 4.1, 4.0),
+               "b2": (3.98, 3.97, 4.05, 4.0)})
+    r = metric_cpu_excess(d, ["naive", "a", "b", "b2"])
+    assert r["value"] == pytest.approx(1.0)  # 5.0 - 4.0
+    low, high = r["spread"]["low"], r["spread"]["high"]
+    assert low["value"] == pytest.approx(4.2 - 4.6) and [(i["variant"], i["column"]) for i in low["inputs"]] == [
+        ("naive", "cpu_ms_min"), ("a", "cpu_ms_max")]
+    assert high["value"] == pytest.approx(5.5 - 3.97) and [(i["variant"], i["column"]) for i in high["inputs"]] == [
+        ("naive", "cpu_ms_max"), ("b2", "cpu_ms_min")]
+
+
+def test_device_ratio_spread_divides_opposite_ends():
+    d = _rows({"m": (3.0, 2.8, 3.3, 3.0), "n": (1.0, 0.9, 1.2, 1.0)}, "cuda")
+    r = metric_device_ratio(d, ["m", "n"])
+    assert r["value"] == pytest.approx(3.0)
+    assert r["spread"]["low"]["value"] == pytest.approx(2.8 / 1.2) and r["spread"]["high"]["value"] == pytest.approx(3.3 / 0.9)
+    assert [i["column"] for i in r["spread"]["low"]["inputs"]] == ["device_ms_min", "device_ms_max"]
+
+
+def test_fastest_lists_the_variants_it_cannot_rank_against():
+    # flash fastest by median; cudnn's range touches flash's (1.2 = 1.2), efficient's does not (1.21 > 1.2)
+    d = _rows({"sdpa_flash": (1.0, 0.9, 1.2, 1.0), "sdpa_cudnn": (1.1, 1.2, 1.3, 1.1),
+               "sdpa_efficient": (1.3, 1.21, 1.4, 1.3)}, "cuda")
+    r = metric_fastest_fused(d, ["sdpa_efficient", "sdpa_cudnn", "sdpa_flash"])
+    assert r["value"] == "sdpa_flash" and r["tied"] == ["sdpa_cudnn", "sdpa_flash"]
+    assert [(i["variant"], i["column"]) for i in r["spread_inputs"]][:2] == [("sdpa_efficient", "device_ms_min"),
+                                                                            ("sdpa_efficient", "device_ms_max")]
+    # a range below the fastest's (a slower median, a lower min) overlaps it too
+    d = _rows({"sdpa_flash": (1.0, 0.9, 1.2, 1.0), "sdpa_cudnn": (1.5, 0.5, 2.0, 1.5)}, "cuda")
+    assert metric_fastest_fused(d, ["sdpa_flash", "sdpa_cudnn"])["tied"] == ["sdpa_flash", "sdpa_cudnn"]
+
+
+def _obs(value, low=None, high=None, tied=None):
+    o = {"value": value}
+    if low is not None:
+        o["spread"] = {"low": {"value": low}, "high": {"value": high}}
+    if tied is not None:
+        o["tied"] = tied
+    return o
+
+
+@pytest.mark.parametrize("obs, expected, how, tol, result", [
+    # gt 0: the median difference is above 0 in all three; only the spread decides
+    (_obs(0.006, -0.01, 0.02), 0, "gt", None, WITHIN_NOISE),
+    (_obs(0.006, 0.001, 0.02), 0, "gt", None, "same"),
+    (_obs(0.006, 0.0, 0.02), 0, "gt", None, WITHIN_NOISE),  # 0 is not above 0
+    (_obs(-0.006, -0.02, -0.001), 0, "gt", None, "different"),
+    # approx 3.7 +- 15 % (3.145 .. 4.255): inside, one end out, both out on one side, both out around it
+    (_obs(3.6, 3.5, 3.9), 3.7, "approx", 0.15, "same"),
+    (_obs(3.4, 3.0, 3.5), 3.7, "approx", 0.15, WITHIN_NOISE),
+    (_obs(2.3, 2.0, 2.5), 3.7, "approx", 0.15, "different"),
+    (_obs(3.7, 2.0, 5.0), 3.7, "approx", 0.15, WITHIN_NOISE),
+    # within 2 of 10: ends 7.9 and 12.1 both out, around 10
+    (_obs(10.0, 7.9, 12.1), 10.0, "within", 2.0, WITHIN_NOISE),
+    (_obs(13.0, 12.1, 14.0), 10.0, "within", 2.0, "different"),
+    # no spread: the value alone (kernel counts)
+    (_obs(5), 5, "eq", None, "same"),
+    (_obs(6), 5, "eq", None, "different"),
+    # rankings: expected fastest and alone; fastest but tied; not fastest but tied; not fastest, not tied
+    (_obs("sdpa_flash", tied=["sdpa_flash"]), "sdpa_flash", "eq", None, "same"),
+    (_obs("sdpa_flash", tied=["sdpa_cudnn", "sdpa_flash"]), "sdpa_flash", "eq", None, WITHIN_NOISE),
+    (_obs("sdpa_cudnn", tied=["sdpa_cudnn", "sdpa_flash"]), "sdpa_flash", "eq", None, WITHIN_NOISE),
+    (_obs("sdpa_cudnn", tied=["sdpa_cudnn", "sdpa_efficient"]), "sdpa_flash", "eq", None, "different"),
+])
+def test_verdict_needs_the_claim_to_hold_at_both_ends_of_the_spread(obs, expected, how, tol, result):
+    got, why = verdict(obs, expected, how, tol)
+    assert got == result
+    assert bool(why) == (result == WITHIN_NOISE)
 
 
 # --- rule_speed: the tie and the robustness rules at their boundaries ------------------------------

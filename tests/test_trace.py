@@ -123,7 +123,20 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_H200 = ROOT / "tests" / "fixtures" / "h200"
 H200_TRACES = sorted(FIXTURES_H200.glob("*/trace.json.gz"))
 CASE_TRACES = [p for p in sorted((ROOT / "tests" / "fixtures" / "cases").glob("*.json.gz")) if not p.name.startswith("b12")]
-EXAMPLE_TRACES = sorted(ROOT.glob("examples/*/captures/*/*/trace.json.gz"))
+
+
+def _largest_per_variant(paths):
+    """Of the committed examples' traces (99), each example's largest per variant (the most events):
+    every variant and every example's kinds of events, at a third of the time of all of them."""
+    best = {}
+    for p in paths:
+        key = (p.parts[-5], p.parts[-2])  # example, variant
+        if key not in best or p.stat().st_size > best[key].stat().st_size:
+            best[key] = p
+    return sorted(best.values())
+
+
+EXAMPLE_TRACES = _largest_per_variant(ROOT.glob("examples/*/captures/*/*/trace.json.gz"))
 
 
 def _json(path):

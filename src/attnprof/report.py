@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from .findings.expectations import WITHIN_NOISE
 from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
 from .names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
@@ -130,7 +131,9 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": in_brief(study, shapes, summary),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary), "files": file_names()}
+            "host_load": _load_range(summary), "files": file_names(),
+            # compare's noise floor in % (a result set recorded before the compare config had none: its default, 5 %)
+            "noise_floor_pct": 100 * (cfg.get("compare") or {}).get("noise_floor", 0.05)}
 
 
 def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:
@@ -245,6 +248,9 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
                 f"{c['id']} (expected {_fmt(c['expected'])}, observed {_fmt((c.get('observed') or {}).get('value'))}"
                 f"{' ' + c['observed']['unit'] if (c.get('observed') or {}).get('unit') else ''})" for c in devs)
             text += " (section 2 gives each claim and the evidence)"
+        noisy = [c["id"] for c in exp if c["verdict"] == WITHIN_NOISE]
+        if noisy:
+            text += (f"; within the spread of the profiled forwards, so neither holding nor deviating: {', '.join(noisy)}")
         out.append(text + ".")
     for f in (study or {}).get("findings", []):
         if (f["rule"] == "speed" and (f["headline"] == "fastest variant" or f["kind"] == "warning")) or \

@@ -81,6 +81,14 @@ class RunData:
     def on_gpu(self) -> bool:
         return bool((self.summary["device"] == "cuda").any())
 
+    def time_columns(self) -> tuple[str, str, str, str]:
+        """(median, min, max column of summary.csv, words) of the per-forward time a run ranks
+        by: the trace's device time on a GPU, the forward range's host time on a CPU; min and
+        max are over the profiled forwards."""
+        if self.on_gpu:
+            return "device_ms_per_forward", "device_ms_min", "device_ms_max", "trace device time per forward"
+        return "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "host time per forward (CPU run)"
+
 
 def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch_tables: list[pd.DataFrame],
                   op_tables: list[pd.DataFrame], statuses: list[dict], devices: list[dict],

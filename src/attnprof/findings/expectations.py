@@ -2,7 +2,8 @@
 
 Each expectation names a metric (:data:`attnprof.findings.metrics.METRICS`), the value the study
 saw (``expected``, in the metric's unit) and how to compare (``compare``: eq, approx: |obs/exp - 1|
-<= tolerance, within: |obs - exp| <= tolerance, gt: obs > exp). Source of the claims: the file's
+<= tolerance, within: |obs - exp| <= tolerance, gt: obs > exp), and a time or a ranking of times
+must do so outside the spread of the profiled forwards (:func:`verdict`). Source of the claims: the file's
 ``source`` (Hugging Face, "Profiling in PyTorch (Part 3)") on its ``hardware``.
 :func:`load_expectations` reads the file and refuses names nothing here defines.
 """
@@ -33,6 +34,35 @@ def _compare(obs, exp, how: str, tol: float | None) -> bool:
     if how not in COMPARES:
         raise ValueError(f"unknown compare {how!r}")
     return COMPARES[how](obs, exp, tol)
+
+
+#: The verdict where the observed value's spread over the profiled forwards reaches both sides of
+#: what the claim needs: this run can neither confirm nor refute it.
+WITHIN_NOISE = "within noise"
+
+
+def verdict(observed: dict, expected, how: str, tol: float | None) -> tuple[str, str]:
+    """(verdict, why) of one expectation: 'same', 'different' or :data:`WITHIN_NOISE`.
+
+    A metric with a ``spread`` (its lowest and highest value over the per-forward min-max
+    ranges of its inputs) holds only when the claim holds at both ends, and deviates only when
+    it fails at both ends on the same side; the comparisons are intervals (gt, approx, within),
+    so the ends decide. A ranking (``tied``: the variants whose range overlaps the fastest's)
+    holds only when the expected variant is fastest and tied with none. Other metrics (counts)
+    compare their value alone. why: '' or the words for a verdict within noise."""
+    same = _compare(observed["value"], expected, how, tol)
+    spread, tied = observed.get("spread"), observed.get("tied")
+    if tied is not None and expected in tied and len(tied) > 1:
+        return WITHIN_NOISE, f"{', '.join(tied)}: their per-forward min-max ranges overlap, so this run cannot rank them"
+    if spread and how in ("gt", "approx", "within"):
+        lo, hi = spread["low"]["value"], spread["high"]["value"]
+        at_lo, at_hi = _compare(lo, expected, how, tol), _compare(hi, expected, how, tol)
+        straddles = how != "gt" and lo <= expected <= hi
+        if at_lo != at_hi or (not at_lo and straddles):
+            return WITHIN_NOISE, (f"observed {observed['value']:.4g}, but {lo:.4g} to {hi:.4g} over the per-forward "
+                                  f"min-max ranges: the claim holds at one end and not at the other")
+        same = at_lo
+    return ("same" if same else "different"), ""
 
 
 def expectation_problems(doc: dict, variants: Iterable[str] = ()) -> list[str]:
@@ -77,8 +107,9 @@ def load_expectations(path, variants: Iterable[str] = ()) -> dict:
 
 
 def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> list[dict]:
-    """Compare each expectation with this shape's data. verdict: 'same', 'different', or
-    'not measured' (a variant did not run, or a CPU run for GPU-only claims); an expectation whose
+    """Compare each expectation with this shape's data. verdict: 'same', 'different',
+    :data:`WITHIN_NOISE` (see :func:`verdict`), or 'not measured' (a variant did not run, or a
+    CPU run for GPU-only claims); an expectation whose
     measured variant is not in this run at all is left out. An expectation's own ``source`` and
     ``hardware`` replace the file's (claims from other documents than the study). Each check
     carries the observed reference and the statements of the findings that explain it."""
@@ -101,10 +132,9 @@ def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> 
         if obs.get("value") is None:
             check.update(verdict="not measured", explanation="no value in this run's tables")
         else:
-            same = _compare(obs["value"], e["expected"], e["compare"], e.get("tolerance"))
-            check["verdict"] = "same" if same else "different"
+            check["verdict"], noise = verdict(obs, e["expected"], e["compare"], e.get("tolerance"))
             related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
-            check["explanation"] = "; ".join(f"{f['variants'][0]}: {f['headline']}" for f in related[:4])
+            check["explanation"] = "; ".join([noise] * bool(noise) + [f"{f['variants'][0]}: {f['headline']}" for f in related[:4]])
             check["explained_by_findings"] = [f["id"] for f in related]
         checks.append(check)
     return checks

@@ -54,20 +54,37 @@ def metric_safe_softmax(d, vs):
     return ref_op(d, vs[0], "aten::_safe_softmax")
 
 
+def _spread(low: dict, high: dict) -> dict | None:
+    """A metric's ``spread``: its lowest and highest value over the per-forward min-max ranges
+    of its inputs (references or formulas); None where either has no value."""
+    return {"low": low, "high": high} if None not in (low["value"], high["value"]) else None
+
+
 def metric_device_ratio(d, vs):
-    """Time per forward of ``vs[0]`` over ``vs[1]`` (no unit): trace device ms on a GPU, host ms on a CPU."""
-    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
-    return derived("ratio", [ref_summary(d, vs[0], col, "ms"), ref_summary(d, vs[1], col, "ms")])
+    """Time per forward of ``vs[0]`` over ``vs[1]`` (no unit): trace device ms on a GPU, host ms
+    on a CPU; spread: min(vs[0]) / max(vs[1]) to max(vs[0]) / min(vs[1]) over the profiled forwards."""
+    col, lo, hi, _ = d.time_columns()
+    out = derived("ratio", [ref_summary(d, vs[0], col, "ms"), ref_summary(d, vs[1], col, "ms")])
+    out["spread"] = _spread(derived("ratio", [ref_summary(d, vs[0], lo, "ms"), ref_summary(d, vs[1], hi, "ms")]),
+                            derived("ratio", [ref_summary(d, vs[0], hi, "ms"), ref_summary(d, vs[1], lo, "ms")]))
+    return out
 
 
 def metric_fastest_fused(d, vs):
-    """The variant of ``vs`` that ran with the least time per forward (device ms on a GPU, host ms on a CPU)."""
-    col = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
+    """The variant of ``vs`` that ran with the least time per forward (median; device ms on a
+    GPU, host ms on a CPU). ``tied``: the variants whose per-forward min-max range overlaps the
+    fastest one's (the fastest included), i.e. the ones this run cannot rank against it."""
+    col, lo, hi, _ = d.time_columns()
     ok = [v for v in vs if d.ok(v)]
     if not ok:
         return {"value": None}
     best = min(ok, key=lambda v: d.row(v)[col])
-    return {"value": best, "unit": "", "formula": "argmin", "inputs": [ref_summary(d, v, col, "ms") for v in ok]}
+    spreads = {v: (ref_summary(d, v, lo, "ms"), ref_summary(d, v, hi, "ms")) for v in ok}
+    b_lo, b_hi = (r["value"] for r in spreads[best])
+    tied = [v for v in ok if v == best or None in (b_lo, b_hi, spreads[v][0]["value"], spreads[v][1]["value"])
+            or (spreads[v][0]["value"] <= b_hi and b_lo <= spreads[v][1]["value"])]
+    return {"value": best, "unit": "", "formula": "argmin", "inputs": [ref_summary(d, v, col, "ms") for v in ok],
+            "tied": tied, "spread_inputs": [r for v in ok for r in spreads[v]]}
 
 
 def metric_main_occupancy(d, vs):
@@ -77,12 +94,21 @@ def metric_main_occupancy(d, vs):
 
 
 def metric_cpu_excess(d, vs):
-    """CPU ms per forward of ``vs[0]`` minus the largest of the others that ran (ms)."""
-    others = [ref_summary(d, v, "cpu_ms_per_forward", "ms") for v in vs[1:] if d.ok(v)]
+    """CPU ms per forward of ``vs[0]`` minus the largest of the others that ran (ms, medians).
+    spread: from min(vs[0]) minus the largest max of the others to max(vs[0]) minus the largest
+    min of the others, over the profiled forwards (above 0 throughout: vs[0] costs more CPU than
+    any other in every forward)."""
+    others = [v for v in vs[1:] if d.ok(v)]
     if not others:
         return {"value": None}
-    worst = max(others, key=lambda r: r["value"])
-    return derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), worst], "ms")
+
+    def largest(col):
+        return max((ref_summary(d, v, col, "ms") for v in others), key=lambda r: float("-inf") if r["value"] is None else r["value"])
+
+    out = derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), largest("cpu_ms_per_forward")], "ms")
+    out["spread"] = _spread(derived("difference", [ref_summary(d, vs[0], "cpu_ms_min", "ms"), largest("cpu_ms_max")], "ms"),
+                            derived("difference", [ref_summary(d, vs[0], "cpu_ms_max", "ms"), largest("cpu_ms_min")], "ms"))
+    return out
 
 
 def metric_kernels_saved(d, vs):

@@ -18,14 +18,6 @@ from ..refs import clean, fmt_ref, derived, finding, ref_kernel, ref_launch, ref
 TIMING_DISAGREEMENT = 1.25
 
 
-def _spread_cols(d: RunData) -> tuple[str, str, str, str]:
-    """(median, min, max columns, words) of the per-forward time a run ranks by: trace device
-    time on a GPU, the forward range's host time on a CPU."""
-    if d.on_gpu:
-        return "device_ms_per_forward", "device_ms_min", "device_ms_max", "trace device time per forward"
-    return "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "host time per forward (CPU run)"
-
-
 def rule_cpu_cost(d: RunData) -> list[dict]:
     """CPU time vs device time per forward, launch APIs per forward, launch-bound variants."""
     out = []
@@ -57,7 +49,7 @@ def rule_speed(d: RunData) -> list[dict]:
     variant is named only when its slowest forward beats the runner-up's fastest; else the
     finding says the two tie within the spread."""
     out = []
-    col, lo, hi, timing = _spread_cols(d)
+    col, lo, hi, timing = d.time_columns()
     if d.ok(SDPA_MATH) and d.ok(NAIVE_INPLACE):
         a, b = ref_summary(d, SDPA_MATH, col, "ms"), ref_summary(d, NAIVE_INPLACE, col, "ms")
         r = derived("ratio", [a, b])
@@ -137,7 +129,7 @@ def rule_fidelity(d: RunData) -> list[dict]:
     order does not hold: the event or graph medians order them the other way, or their
     per-forward trace device times (min-max over profiled forwards) overlap."""
     out, rows = [], []
-    col, lo, hi, timing = _spread_cols(d)
+    col, lo, hi, timing = d.time_columns()
     method = "CUDA events" if d.on_gpu else "perf_counter"
     for variant in d.summary["variant"]:
         row = d.row(variant)
