@@ -293,11 +293,13 @@ def test_summary_row_counted_by_hand():
     assert row["forward_gflop"] == pytest.approx(17.314086912) and row["flop_per_byte"] == pytest.approx(17314086912 / 67108864)
     assert row["tflops"] == pytest.approx(17.314086912 / statistics.median(device))
     assert row["tflops_graph"] == pytest.approx(17.314086912 / status["graph_timing"]["median_ms"])
-    assert row["peak_memory_mb"] == pytest.approx(974127104 / 2**20) == pytest.approx(929.0)
+    assert row["peak_memory_mb"] == pytest.approx(status["peak_memory_bytes"] / 2**20)
+    if "held_memory_bytes" in status:
+        assert row["forward_memory_mb"] == pytest.approx((status["peak_memory_bytes"] - status["held_memory_bytes"]) / 2**20)
     timing, graph = status["timing"], status["graph_timing"]
     assert (row["timed_ms_median"], row["timed_ms_q1"], row["timed_ms_q3"], row["timed_ms_min"], row["timed_ms_max"]) == (
         timing["median_ms"], timing["q1_ms"], timing["q3_ms"], timing["min_ms"], timing["max_ms"])
-    assert (row["timed_repeats"], row["timing_method"], row["host_load_1m"]) == (50, "cuda_events", 1.32)  # status.json host
+    assert (row["timed_repeats"], row["timing_method"], row["host_load_1m"]) == (50, "cuda_events", status["host"]["load_avg_1m"])
     assert (row["graph_ms_median"], row["graph_ms_q1"], row["graph_ms_q3"], row["graph_ms_min"], row["graph_ms_max"]) == (
         graph["median_ms"], graph["q1_ms"], graph["q3_ms"], graph["min_ms"], graph["max_ms"])
     assert (row["batch"], row["heads"], row["seq_len"], row["head_dim"], row["dtype"], row["causal"], row["device"]) == (
@@ -620,7 +622,7 @@ def test_out_of_memory_capture_publishes_its_reason_and_bytes_and_no_trace_note(
     assert row["trace_note"] == "" and row["forward_groups"] is None  # no trace: "0 of 10 forwards" would say nothing
     assert row["forward_gflop"] == 4432.406249472 and row["flop_per_byte"] == 4432406249472 / 1073741824
     assert row["peak_memory_mb"] is None and row["device_ms_per_forward"] is None and row["cpu_ms_per_forward"] is None
-    assert row["host_load_1m"] == 1.72 and (row["seq_len"], row["head_dim"]) == (16384, 64)  # status.json host
+    assert row["host_load_1m"] == status["host"]["load_avg_1m"] and (row["seq_len"], row["head_dim"]) == (16384, 64)
     no_reason = {k: v for k, v in status.items() if k != "reason"}
     assert summary_row(no_reason, _empty_forwards())["reason"] == ""
 
@@ -744,3 +746,17 @@ def test_two_of_each_defect_is_plural():
         "ending long after the trace) in forward 6: counted, but those forwards are left out of device times; ")
     assert note.endswith("; 2 GPU events of the trace launched outside every forward range (or with no launch record): not "
                          "counted, the forwards may miss work")
+
+
+def test_memory_columns_are_the_peak_the_held_and_their_difference():
+    """MiB from the status record's bytes: 3 GiB peak over 1 GiB held = 2048 MiB a forward allocated; nothing held;
+    a record without held memory (captured before it was recorded) and one without a peak (out of memory)."""
+    from attnprof.tables import _memory_columns
+
+    assert _memory_columns({"peak_memory_bytes": 3 * 2**30, "held_memory_bytes": 2**30}) == {
+        "peak_memory_mb": 3072.0, "held_memory_mb": 1024.0, "forward_memory_mb": 2048.0}
+    assert _memory_columns({"peak_memory_bytes": 5 * 2**20, "held_memory_bytes": 0})["forward_memory_mb"] == 5.0
+    assert _memory_columns({"peak_memory_bytes": 5 * 2**20}) == {"peak_memory_mb": 5.0, "held_memory_mb": None,
+                                                                 "forward_memory_mb": None}
+    assert _memory_columns({"held_memory_bytes": 2**20}) == {"peak_memory_mb": None, "held_memory_mb": None,
+                                                             "forward_memory_mb": None}

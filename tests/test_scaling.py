@@ -47,11 +47,14 @@ def test_scaling_plots_draw_oom_points_and_roofline(tmp_path):
             st = status if v == "naive" else "ok"
             rows.append({"variant": v, "status": st, "seq_len": s, "head_dim": 64, "batch": 8, "heads": 16, "dtype": "bf16", "causal": True,
                          "device_ms_per_forward": s / 1000 if st == "ok" else None, "tflops": 100.0 if st == "ok" else None,
-                         "peak_memory_mb": s / 10, "flop_per_byte": s / 4})
+                         "forward_memory_mb": s / 10, "flop_per_byte": s / 4})
     cal = {"gemm_tflops_bf16": 790.0, "copy_tb_per_s": 4.3, "datasheet_tflops_bf16": 989.0, "datasheet_tb_per_s": 4.8}
     paths = make_scaling(pd.DataFrame(rows), cal, tmp_path, dpi=60)
     assert [p.name for p in paths] == ["scaling_time.png", "scaling_tflops.png", "scaling_memory.png", "roofline.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    # a summary from before forward_memory_mb existed: the memory plot is drawn empty, not a crash
+    old = pd.DataFrame(rows).drop(columns="forward_memory_mb")
+    assert make_scaling(old, cal, tmp_path / "old", dpi=60)[2].read_bytes()[:4] == b"\x89PNG"
 
 
 def test_fidelity_finding_on_h200_fixtures(h200_data):

@@ -6,11 +6,18 @@
 # examples/<run>/.
 #
 #   tools/stage-example.sh /path/to/sweep.tgz [snakemake.log.gz]
+#   tools/stage-example.sh examples/<run>        # re-render a committed example with the current code
 set -euo pipefail
-tgz=$1
+src=$1
 log=${2:-}
 tmp=$(mktemp -d)
-tar xzf "$tgz" -C "$tmp"
+if [ -d "$src" ]; then  # a committed example: its traces, status records, counters and records
+  mkdir -p "$tmp/results"
+  cp -r "$src" "$tmp/results/"
+  if [ -z "$log" ] && [ -f "$src/snakemake.log.gz" ]; then log=$tmp/snakemake.log.gz; cp "$src/snakemake.log.gz" "$log"; fi
+else
+  tar xzf "$src" -C "$tmp"
+fi
 run=$(basename "$(ls -d "$tmp"/results/*)")
 rm -rf "results/$run"
 mkdir -p results

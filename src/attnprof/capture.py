@@ -403,8 +403,6 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     stack.enter_context(backend_context)
     st.sets = _inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
     q, k, v = st.sets[0]
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     produced = {}
     if spec["variant"] in COMPILED and not spec.get("custom"):
         log(f"{spec['variant']} {shape.key} on {device}: compiling (first call)")
@@ -426,6 +424,10 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
         else:
             log(f"backward: {outcome['status']}: {outcome['reason'][:300]}; profiling the forward only")
 
+    if device == "cuda":  # memory from here: what the profiled steps allocate beyond what the process holds now
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        produced["held_memory_bytes"] = torch.cuda.memory_allocated()
     t_profile = time.perf_counter()
     log(f"profiling {steps} steps (wait {sched['wait']}, warmup {sched['warmup']}, active {sched['active']})")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])

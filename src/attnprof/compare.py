@@ -19,7 +19,6 @@ not confirm (its median ratio, ``timed_ms_median``, judged against the same thre
 
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 
@@ -159,8 +158,8 @@ def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str, noise_floor
 
 
 def _text(v) -> str | None:
-    """A table cell as text, None for an empty one (NaN)."""
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+    """A table cell as text, None for an empty one (None, NaN: pandas' own test)."""
+    return None if pd.isna(v) else str(v)
 
 
 def _compile_change(ra: pd.Series, rb: pd.Series) -> dict:
@@ -173,10 +172,9 @@ def _compile_change(ra: pd.Series, rb: pd.Series) -> dict:
             "compile_cache_b": _text(rb.get("compile_cache")) if b else None}
 
 
-def _num(v):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return float(v)
+def _num(v) -> float | None:
+    """A table cell as a float, None for an empty one (None, NaN: pandas' own test)."""
+    return None if pd.isna(v) else float(v)
 
 
 def compare_runs(runs: list[dict], noise_floor: float = 0.05) -> dict:

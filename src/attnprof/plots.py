@@ -34,7 +34,7 @@ CAPTIONS = {
     "timeline": "One profiled forward per variant as the trace records it: launch calls on the CPU row, kernels, memcpys and memsets on the GPU row; each row has its own time scale.",
     "scaling_time": "Device time per forward against seq_len, one panel per head_dim; a variant's x at the top marks a point that ran out of memory.",
     "scaling_tflops": "Achieved TFLOP/s (PyTorch's sdpa.py FLOP convention over the trace device time) against seq_len.",
-    "scaling_memory": "Peak device memory of each capture against seq_len.",
+    "scaling_memory": "Device memory the profiled forwards allocated beyond what the process held when they began (their inputs, library workspaces), against seq_len.",
     "roofline": "Achieved TFLOP/s against arithmetic intensity, under the measured and the datasheet ceilings of this GPU.",
 }
 #: Captions where a CPU run draws something else (no device events: host time instead).
@@ -191,7 +191,7 @@ def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: i
 
 SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median)", "scaling_time"),
            "tflops": ("TFLOP/s (trace device time)", "scaling_tflops"),
-           "peak_memory_mb": ("peak device memory, MiB", "scaling_memory")}
+           "forward_memory_mb": ("device memory a forward allocates, MiB", "scaling_memory")}
 assert tuple(name for _, name in SCALING.values()) + ("roofline",) == SCALING_PLOTS, "attnprof.names.SCALING_PLOTS"
 
 
@@ -238,7 +238,11 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
     """``column`` against seq_len (log-log), a line per variant (each its own marker and line
     style, so coinciding series stay visible; a note names them), a panel per head_dim (and
     any other swept field). A point that ran out of memory is the variant's own 'x' above the
-    panel's data, one per variant, named in the legend."""
+    panel's data, one per variant, named in the legend. A column the summary lacks or has no
+    value in (a result set captured before it was recorded) draws empty panels and says so."""
+    if column not in summary:
+        summary = summary.assign(**{column: float("nan")})
+    recorded = bool(summary[column].notna().any())
     panels = _panels(summary)
     fig, axes = plt.subplots(1, len(panels), figsize=(FULL_IN, 3.6), squeeze=False, layout="constrained")
     cmap = plt.get_cmap("tab10")
@@ -270,7 +274,7 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
     pairs = coinciding(summary, column)
     note = ("; ".join(f"{b} coincides with {a}" for a, b in pairs) + " (within 10 % at every point)") if pairs else ""
     fig.legend(handles.values(), handles.keys(), loc="outside right upper", frameon=False)
-    fig.suptitle(f"{SCALING[column][0]} vs seq_len")
+    fig.suptitle(f"{SCALING[column][0]} vs seq_len" + ("" if recorded else ": not recorded in this result set"))
     if note:  # below the panels, where constrained layout keeps it clear of the legend
         fig.supxlabel(textwrap.fill(note, 140), fontsize=7.5, color="#444")
     _save(fig, path, dpi)

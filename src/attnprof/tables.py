@@ -35,7 +35,7 @@ SUMMARY_COLUMNS = [
     "graph_ms_median", "graph_ms_q1", "graph_ms_q3", "graph_ms_min", "graph_ms_max", "graph_error",
     "forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed", "incomplete_forwards",
     "bad_time_events", "forward_groups", "trace_note",
-    "rel_error", "rel_error_ok", "checks_missing", "peak_memory_mb",
+    "rel_error", "rel_error_ok", "checks_missing", "peak_memory_mb", "held_memory_mb", "forward_memory_mb",
     "forward_gflop", "flop_per_byte", "tflops", "tflops_graph", "oom_bytes", "reason",
     "compile_first_call_s", "compile_cache",
 ]
@@ -367,6 +367,20 @@ def per_forward_stats(prefix: str, ms: pd.Series) -> dict:
             f"{prefix}_q1": ms.quantile(0.25), f"{prefix}_q3": ms.quantile(0.75)}
 
 
+def _memory_columns(status: dict) -> dict:
+    """Device memory of a capture's profiled steps, MiB: ``peak_memory_mb`` (torch.cuda.max_memory_allocated
+    over the steps), ``held_memory_mb`` (torch.cuda.memory_allocated when they began: the inputs, the
+    warm-up's output, library workspaces and whatever else the process held, which in a warm capture
+    worker depends on the captures before) and ``forward_memory_mb``, their difference: the most
+    memory the steps allocated beyond that, which depends on the variant and the shape only. A
+    capture recorded before held memory was recorded has no forward_memory_mb (its peak then also
+    covered the warm-up)."""
+    peak, held = status.get("peak_memory_bytes"), status.get("held_memory_bytes")
+    return {"peak_memory_mb": peak / 2**20 if peak else None,
+            "held_memory_mb": held / 2**20 if held is not None and peak else None,
+            "forward_memory_mb": (peak - held) / 2**20 if held is not None and peak else None}
+
+
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:
     """One summary.csv row from a capture's status record and its forward table.
 
@@ -400,7 +414,7 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "timing_method": timing.get("method"), "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
         "checks_missing": "; ".join(status.get("checks_missing") or []),
-        "peak_memory_mb": (status["peak_memory_bytes"] / 2**20) if status.get("peak_memory_bytes") else None,
+        **_memory_columns(status),
         "reason": status.get("reason", ""),
         "oom_bytes": status.get("oom_bytes"),
         # torch.compile variants: the first call (compile) apart from the steady state, and inductor's cache verdict
