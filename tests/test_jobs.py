@@ -21,6 +21,9 @@ if workflow.is_main_process:
 rule all:
     input: expand("out/{{name}}.txt", name=["ok_a", "ok_b", "fails", "killed"])
 
+rule lost:
+    input: expand("out/{{name}}.txt", name=["server_dies_job_finishes", "server_dies_job_fails"])
+
 rule job:
     input: script="{{name}}.py"
     output: "out/{{name}}.txt"
@@ -45,14 +48,28 @@ KILLED = """
 import os, signal
 os.kill(os.getpid(), signal.SIGKILL)
 """
+# the fork server dies under a running job (its exit status is then lost, as in CPython gh-140867), then the
+# job finishes, or fails before it finishes; a job run again in a new process has no fork server to kill
+SERVER_DIES = """
+import os, signal
+parent = os.getppid()
+under_server = b"forkserver" in open(f"/proc/{parent}/cmdline", "rb").read()
+if under_server:
+    os.kill(parent, signal.SIGKILL)
+if under_server and FAIL:
+    raise SystemExit(3)
+open(snakemake.output[0], "w").write("in a new process" if not under_server else "under the fork server")
+"""
 
 
-def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int = 2) -> subprocess.CompletedProcess:
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
-    for name, text in {"ok_a": OK, "ok_b": OK, "fails": FAILS, "killed": KILLED}.items():
+    for name, text in {"ok_a": OK, "ok_b": OK, "fails": FAILS, "killed": KILLED,
+                       "server_dies_job_finishes": "FAIL = False\n" + SERVER_DIES,
+                       "server_dies_job_fails": "FAIL = True\n" + SERVER_DIES}.items():
         (tmp_path / f"{name}.py").write_text(text)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--keep-going", "--directory", str(tmp_path),
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), "--keep-going", "--directory", str(tmp_path),
                            "--snakefile", str(tmp_path / "Snakefile"), *extra, *targets],
                           capture_output=True, text=True, env=env, timeout=300)
 
@@ -82,3 +99,15 @@ def test_without_threads_the_spawned_job_process_runs_the_script_itself(tmp_path
     assert pid != int((tmp_path / "snakemake.pid").read_text())
     assert "ValueError: a corrupt table: row 3" in (tmp_path / "logs" / "fails.log").read_text()
     assert not (tmp_path / "out" / "fails.txt").exists() and proc.returncode != 0
+
+
+def test_a_job_whose_exit_status_the_fork_server_lost_is_read_from_its_own_record_or_run_again(tmp_path):
+    # one job at a time: a server killed by one job must not take the other's status with it
+    proc = run(tmp_path, "--force-use-threads", targets=("lost",), cores=1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # finished under the dying server: its own record counts, it is not run again
+    assert (tmp_path / "out" / "server_dies_job_finishes.txt").read_text() == "under the fork server"
+    assert "lost the exit status of server_dies_job_finishes.py; the job recorded that it finished" in proc.stderr
+    # died with the server before it finished: run again, once, in a new process
+    assert (tmp_path / "out" / "server_dies_job_fails.txt").read_text() == "in a new process"
+    assert "lost server_dies_job_fails.py before it finished; running it again in a new process" in proc.stderr

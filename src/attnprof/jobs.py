@@ -21,8 +21,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import runpy
 import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 # What every light job imports: loaded once by the fork server, shared by its children.
@@ -77,9 +82,44 @@ def job_object(job: dict):
                      str(Path(job["input"].script).parent))
 
 
-def _child(script: str, snakemake) -> None:
-    # as Snakemake's script preamble: the script sees `snakemake` and its own __file__
+def _child(script: str, snakemake, done: str | None = None) -> None:
+    """Run ``script`` as Snakemake's script preamble would (it sees ``snakemake`` and its own
+    ``__file__``); then, when ``done`` is given, create that file: the job's own record that it
+    finished, read when the fork server loses the exit status."""
     runpy.run_path(script, init_globals={"snakemake": snakemake}, run_name="__main__")
+    if done:
+        Path(done).touch()
+
+
+#: What Process.exitcode reads when the fork server could not report a child's exit status (the
+#: server died, or CPython gh-140867: "forkserver fails silently under load causing Popen.poll()
+#: to return 255"); the child may then still be running, or have finished either way.
+STATUS_LOST = 255
+
+
+def _wait_gone(pid: int) -> None:
+    """Block until process ``pid`` no longer exists (it is the fork server's child, not ours)."""
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:  # the pid was reused by another user's process: ours is gone
+            return
+        time.sleep(0.05)
+
+
+def _fresh_process(script: str, snakemake) -> int:
+    """Run the job once more in a new Python interpreter (no fork server); returns its exit status."""
+    with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as fh:
+        pickle.dump((script, snakemake), fh)
+    package_dir = str(Path(__file__).resolve().parents[1])  # this attnprof, as the Snakefile imports it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_dir, os.environ.get("PYTHONPATH")]))}
+    try:
+        code = "import pickle, sys; from attnprof.jobs import _child; _child(*pickle.load(open(sys.argv[1], 'rb')))"
+        return subprocess.run([sys.executable, "-c", code, fh.name], env=env).returncode
+    finally:
+        os.unlink(fh.name)
 
 
 def run_script(job: dict, in_main_process: bool) -> None:
@@ -90,6 +130,10 @@ def run_script(job: dict, in_main_process: bool) -> None:
     in_main_process: Snakemake's ``workflow.is_main_process``; there the job runs in a child of
     the fork server, elsewhere in this process.
 
+    Where the fork server loses the child's exit status (:data:`STATUS_LOST`), the job waits for
+    the child to be gone and reads the child's own record that it finished; without one it runs
+    the script once more in a new interpreter.
+
     Raises RuntimeError when the child fails: its exit code, or the signal that ended it (a
     kill by the out-of-memory killer reads SIGKILL), and where its log is. The script itself
     writes its traceback into that log (attnprof.logs.script_log)."""
@@ -98,12 +142,23 @@ def run_script(job: dict, in_main_process: bool) -> None:
     if not in_main_process:
         _child(script, snakemake)
         return
-    proc = _forkserver().Process(target=_child, args=(script, snakemake), name=f"attnprof {job['rule']}",
-                                 daemon=True)
-    proc.start()
-    proc.join()
-    if proc.exitcode != 0:
-        how = (f"was ended by {signal.Signals(-proc.exitcode).name}" if proc.exitcode < 0
-               else f"exited with status {proc.exitcode}")
-        log = ", ".join(job["log"]) or "no log"
+    log = ", ".join(job["log"]) or "no log"
+    with tempfile.TemporaryDirectory(prefix="attnprof-job-") as tmp:
+        done = Path(tmp) / "done"
+        proc = _forkserver().Process(target=_child, args=(script, snakemake, str(done)), name=f"attnprof {job['rule']}",
+                                     daemon=True)
+        proc.start()
+        proc.join()
+        code = proc.exitcode
+        if code == STATUS_LOST:  # the status never came: wait for the child itself, then read its own record
+            _wait_gone(proc.pid)
+            if done.exists():
+                print(f"attnprof: rule {job['rule']}: the fork server lost the exit status of {Path(script).name}; "
+                      "the job recorded that it finished", file=sys.stderr)
+                return
+            print(f"attnprof: rule {job['rule']}: the fork server lost {Path(script).name} before it finished; "
+                  "running it again in a new process", file=sys.stderr)
+            code = _fresh_process(script, snakemake)
+    if code != 0:
+        how = (f"was ended by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
         raise RuntimeError(f"rule {job['rule']}: {Path(script).name} {how}; see {log}")
