@@ -70,7 +70,7 @@ FINDINGS_FUNCTIONS = {
     "findings.occupancy": ["theoretical_occupancy"],
     "findings.refs": ["clean", "derived"],
     "findings.kernel_names": ["matches", "kernel_group", "kernel_class", "fused_ops"],
-    "findings.rules.timing": ["_spread_cols", "rule_speed", "_breakdown"],
+    "findings.rules.timing": ["rule_speed", "_breakdown"],
     "findings.rules.beyond": ["rule_backward"],
     "backward": ["_cross_thread", "assign_backward", "ambiguous_launches", "backward_summary", "_stats"],
 }
@@ -95,7 +95,17 @@ FINDINGS_LEFT_OUT = {
 #: The findings rules not run at all (status, work, kernels): one finding each per table row, their numbers are
 #: cells that test_findings re-reads with lookup(); not run for the 40-minute budget.
 FINDINGS_NOT_RUN = ["findings/rules/status.py", "findings/rules/work.py", "findings/rules/kernels.py"]
-GROUPS = {"arithmetic": (FUNCTIONS, LEFT_OUT), "findings": (FINDINGS_FUNCTIONS, FINDINGS_LEFT_OUT)}
+#: ``--group spread``: what decides an expectation's verdict from the spread of the forwards (the metrics'
+#: spreads and ties, the verdict itself) and the memory columns of summary.csv.
+SPREAD_FUNCTIONS = {
+    "findings.expectations": ["verdict"],
+    "findings.metrics": ["_spread", "metric_device_ratio", "metric_fastest_fused", "metric_cpu_excess"],
+    "tables": ["_memory_columns"],
+}
+SPREAD_LEFT_OUT = {"findings.expectations": "check_expectations (see the findings group)",
+                   "findings.metrics": "the other metrics (the findings group)", "tables": "the rest (the arithmetic group)"}
+GROUPS = {"arithmetic": (FUNCTIONS, LEFT_OUT), "findings": (FINDINGS_FUNCTIONS, FINDINGS_LEFT_OUT),
+          "spread": (SPREAD_FUNCTIONS, SPREAD_LEFT_OUT)}
 
 
 def patterns(functions: dict = FUNCTIONS) -> list[str]:
@@ -169,7 +179,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--group", choices=GROUPS, default="arithmetic",
                     help="arithmetic: trace, tables, compare (the record's top level); findings: the findings package "
-                         "and backward.py (the record's 'findings' section; the rest of --out is kept)")
+                         "and backward.py (the record's 'findings' section; the rest of --out is kept); spread: the verdicts' "
+                         "spreads and the memory columns (its own section)")
     ap.add_argument("--no-run", action="store_true", help="only record the results of the last run (mutants/)")
     ap.add_argument("--survivors", action="store_true", help="rerun only the mutants that survived the last run")
     ap.add_argument("--before", type=Path, help="an earlier record whose totals to keep as 'before'")

@@ -256,6 +256,36 @@ def test_fastest_lists_the_variants_it_cannot_rank_against():
     assert metric_fastest_fused(d, ["sdpa_flash", "sdpa_cudnn"])["tied"] == ["sdpa_flash", "sdpa_cudnn"]
 
 
+def test_spreads_carry_units_and_need_every_end():
+    d = _rows({"m": (3.0, 2.8, 3.3, 3.0), "n": (1.0, 0.9, 1.2, 1.0), "x": (2.0, float("nan"), 2.2, 2.0)}, "cuda")
+    r = metric_device_ratio(d, ["m", "n"])
+    assert {i["unit"] for end in ("low", "high") for i in r["spread"][end]["inputs"]} == {"ms"}
+    assert metric_device_ratio(d, ["x", "n"])["spread"] is None  # x has no min: no spread, the value alone
+    c = _rows({"naive": (5.0, 4.2, 5.5, 5.0), "a": (3.0, 2.0, 4.6, 3.0)})
+    e = metric_cpu_excess(c, ["naive", "a"])
+    assert {e["spread"][end]["unit"] for end in ("low", "high")} == {"ms"}
+    assert {i["unit"] for end in ("low", "high") for i in e["spread"][end]["inputs"]} == {"ms"}
+    f = metric_fastest_fused(d, ["m", "n"])
+    assert {i["unit"] for i in f["spread_inputs"]} == {"ms"}
+
+
+def test_cpu_excess_skips_an_other_without_a_value_at_that_end():
+    # b has no max: the low end takes a's max (4.6); b's min (3.97) is still the largest min
+    d = _rows({"naive": (5.0, 4.2, 5.5, 5.0), "a": (3.0, 2.0, 4.6, 3.0), "b": (4.0, 3.97, float("nan"), 4.0)})
+    r = metric_cpu_excess(d, ["naive", "a", "b"])
+    assert r["spread"]["low"]["value"] == pytest.approx(4.2 - 4.6) and r["spread"]["high"]["value"] == pytest.approx(5.5 - 3.97)
+
+
+def test_fastest_cannot_be_ranked_against_a_variant_without_a_range_or_one_touching_from_below():
+    d = _rows({"sdpa_flash": (1.0, 0.9, 1.2, 1.0), "sdpa_cudnn": (1.5, float("nan"), 2.0, 1.5),
+               "sdpa_efficient": (2.0, 1.9, float("nan"), 2.0)}, "cuda")
+    assert metric_fastest_fused(d, ["sdpa_flash", "sdpa_cudnn", "sdpa_efficient"])["tied"] == [
+        "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"]
+    # a slower median whose range ends exactly where the fastest's begins (0.9): tied
+    d = _rows({"sdpa_flash": (1.0, 0.9, 1.2, 1.0), "sdpa_cudnn": (1.5, 0.5, 0.9, 1.5)}, "cuda")
+    assert metric_fastest_fused(d, ["sdpa_flash", "sdpa_cudnn"])["tied"] == ["sdpa_flash", "sdpa_cudnn"]
+
+
 def _obs(value, low=None, high=None, tied=None):
     o = {"value": value}
     if low is not None:
@@ -271,6 +301,7 @@ def _obs(value, low=None, high=None, tied=None):
     (_obs(0.006, 0.001, 0.02), 0, "gt", None, "same"),
     (_obs(0.006, 0.0, 0.02), 0, "gt", None, WITHIN_NOISE),  # 0 is not above 0
     (_obs(-0.006, -0.02, -0.001), 0, "gt", None, "different"),
+    (_obs(-0.01, -0.02, 0.0), 0, "gt", None, "different"),  # its high end reaches 0 but is not above it
     # approx 3.7 +- 15 % (3.145 .. 4.255): inside, one end out, both out on one side, both out around it
     (_obs(3.6, 3.5, 3.9), 3.7, "approx", 0.15, "same"),
     (_obs(3.4, 3.0, 3.5), 3.7, "approx", 0.15, WITHIN_NOISE),
@@ -571,3 +602,10 @@ def test_backward_finding_on_a_cpu_run_uses_host_times_and_no_kernel_count():
     assert n["backward_over_forward"]["value"] == pytest.approx(2.5) and "kernels_per_backward" not in n
     assert f["statement"] == "sdpa_flash backward: 5 ms host time per backward, 2.5x its forward"
     assert f["headline"] == "backward 2.5x forward"
+
+
+def test_a_verdict_within_noise_names_what_was_compared():
+    obs = {"value": -0.036, "formula": "difference", "inputs": [{"variant": "sdpa_cudnn"}, {"variant": "sdpa_flash"}],
+           "spread": {"low": {"value": -0.104}, "high": {"value": 0.019}}}
+    got, why = verdict(obs, 0, "gt", None)
+    assert got == WITHIN_NOISE and "-0.036 (sdpa_cudnn minus sdpa_flash), but -0.104 to 0.019" in why

@@ -69,3 +69,17 @@ def test_fidelity_finding_on_h200_fixtures(h200_data):
     pairs = [set(f["variants"]) for f in found if len(f["variants"]) == 2]
     assert {"sdpa_auto", "sdpa_cudnn"} in pairs
     json.dumps(found)
+
+
+def test_timeline_draws_the_median_forward_by_device_time_or_on_a_cpu_run_by_host_time():
+    from attnprof.plots import pick_forward
+
+    gpu = pd.DataFrame({"forward": [0, 1, 2, 3], "timing_complete": [True, True, True, False],
+                        "device_us": [10.0, 30.0, 20.0, 5.0], "cpu_us": [9.0, 1.0, 5.0, 2.0]})
+    assert pick_forward(gpu) == 2  # device 10, 20, 30 among the timed: 20 is forward 2 (host order would pick 2's 5 too)
+    gpu.loc[2, "cpu_us"] = 100.0
+    assert pick_forward(gpu) == 2  # host time does not matter on a GPU run
+    cpu = gpu.assign(device_us=0.0, cpu_us=[9.0, 1.0, 5.0, 2.0])
+    assert pick_forward(cpu) == 2  # host 1, 5, 9 among the timed: 5 is forward 2
+    cpu.loc[0, "cpu_us"] = 3.0
+    assert pick_forward(cpu) == 0  # host 1, 3, 5: 3 is forward 0 (forward order alone would give 1)

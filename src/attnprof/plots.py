@@ -80,9 +80,12 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     xerr = np.vstack([vals - summary[lo].fillna(summary[col]).fillna(0).to_numpy(float),
                       summary[hi].fillna(summary[col]).fillna(0).to_numpy(float) - vals])
     ax.barh(y, vals, xerr=xerr, color=COLORS["device" if on_device else "cpu"], capsize=3)
-    for yi, v in zip(y, vals):
+    ends = vals + xerr[1]  # each label right of its whisker, so the whisker never crosses it
+    for yi, v, end in zip(y, vals, ends):
         if v > 0:
-            ax.text(v, yi, f" {v:.3g}", va="center", fontsize=7.5)
+            ax.text(end, yi, f" {v:.3g}", va="center", fontsize=7.5)
+    if ends.max() > 0:
+        ax.set_xlim(right=ends.max() * 1.18)
     _gap_labels(ax, summary, y)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
@@ -325,11 +328,13 @@ def make_scaling(summary: pd.DataFrame, calibration: dict, out_dir: Path, dpi: i
 
 def pick_forward(forwards: pd.DataFrame) -> int | None:
     """The forward to draw: among the timed forwards (complete, valid GPU times), the one
-    whose device time is the median (the lower middle one for an even count). None if none."""
+    whose device time is the median (the lower middle one for an even count); on a CPU run,
+    where no forward has device time, the one whose host time is. None if none."""
     timed = forwards[forwards["timing_complete"].astype(bool)] if len(forwards) else forwards
     if timed.empty:
         return None
-    order = timed.sort_values(["device_us", "forward"]).reset_index(drop=True)
+    by = "device_us" if (timed["device_us"].fillna(0) > 0).any() else "cpu_us"
+    order = timed.sort_values([by, "forward"]).reset_index(drop=True)
     return int(order.loc[(len(order) - 1) // 2, "forward"])
 
 
@@ -371,6 +376,7 @@ def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
             why = cap["status"] if cap["status"] != "ok" else "no forward with complete GPU times"
             ax.text(0.01, 0.5, f"not drawn: {why}", transform=ax.transAxes, va="center", color="#B00020")
             ax.set_xticks([])
+            ax.set_yticks([])  # no rows to name
             continue
         rng = cap["frames"]["ranges"].set_index("forward").loc[f]
         t0 = rng["ts"]

@@ -59,7 +59,10 @@ def verdict(observed: dict, expected, how: str, tol: float | None) -> tuple[str,
         at_lo, at_hi = _compare(lo, expected, how, tol), _compare(hi, expected, how, tol)
         straddles = how != "gt" and lo <= expected <= hi
         if at_lo != at_hi or (not at_lo and straddles):
-            return WITHIN_NOISE, (f"observed {observed['value']:.4g}, but {lo:.4g} to {hi:.4g} over the per-forward "
+            names = [i.get("variant") for i in observed.get("inputs", []) if i.get("variant")]
+            op = {"difference": " minus ", "ratio": " over "}.get(observed.get("formula"), ", ")
+            of = f" ({op.join(names)})" if len(names) == 2 else ""
+            return WITHIN_NOISE, (f"observed {observed['value']:.4g}{of}, but {lo:.4g} to {hi:.4g} over the per-forward "
                                   f"min-max ranges: the claim holds at one end and not at the other")
         same = at_lo
     return ("same" if same else "different"), ""

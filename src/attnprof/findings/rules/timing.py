@@ -146,10 +146,11 @@ def rule_fidelity(d: RunData) -> list[dict]:
             text += f", CUDA graph {fmt_ref(graph)}"
         elif isinstance(row.get("graph_error"), str):
             text += f"; not capturable in a CUDA graph ({row['graph_error'][:120]})"
-        text += f"; events / trace = {fmt_ref(nums['timed_over_trace'], 3)}"
+        timed_name = "events" if d.on_gpu else "timed"  # CUDA events on a GPU; perf_counter on a CPU
+        text += f"; {timed_name} / trace = {fmt_ref(nums['timed_over_trace'], 3)}"
         rows.append((variant, trace["value"], clean(row[lo]), clean(row[hi]), timed["value"], graph["value"]))
         out.append(finding("fidelity", d, [variant], text, nums, [{"kind": "metric", "name": "timed_ms_median"}],
-                           headline=f"events/trace {fmt_ref(nums['timed_over_trace'], 3)}"))
+                           headline=f"{timed_name}/trace {fmt_ref(nums['timed_over_trace'], 3)}"))
     rows.sort(key=lambda r: r[1])
     for a, b in zip(rows, rows[1:]):
         flips = []
