@@ -269,11 +269,16 @@ def test_spreads_carry_units_and_need_every_end():
     assert {i["unit"] for i in f["spread_inputs"]} == {"ms"}
 
 
-def test_cpu_excess_skips_an_other_without_a_value_at_that_end():
-    # b has no max: the low end takes a's max (4.6); b's min (3.97) is still the largest min
+def test_cpu_excess_without_an_others_range_has_no_spread_and_no_confident_verdict():
+    # b has no max: the low end is unknown (b's forwards may reach above naive's), so no spread, and a claim
+    # that holds on the medians (5.0 - 4.0 > 0) is within noise, not the same
     d = _rows({"naive": (5.0, 4.2, 5.5, 5.0), "a": (3.0, 2.0, 4.6, 3.0), "b": (4.0, 3.97, float("nan"), 4.0)})
     r = metric_cpu_excess(d, ["naive", "a", "b"])
-    assert r["spread"]["low"]["value"] == pytest.approx(4.2 - 4.6) and r["spread"]["high"]["value"] == pytest.approx(5.5 - 3.97)
+    assert r["value"] == pytest.approx(1.0) and r["spread"] is None
+    assert verdict(r, 0, "gt", None)[0] == WITHIN_NOISE
+    # the median column without a value in one of the others: the largest of the rest
+    d = _rows({"naive": (5.0, 4.2, 5.5, 5.0), "a": (3.0, 2.0, 4.6, 3.0), "b": (float("nan"), 3.9, 4.1, 4.0)})
+    assert metric_cpu_excess(d, ["naive", "a", "b"])["value"] == pytest.approx(2.0)
 
 
 def test_fastest_cannot_be_ranked_against_a_variant_without_a_range_or_one_touching_from_below():
@@ -609,3 +614,31 @@ def test_a_verdict_within_noise_names_what_was_compared():
            "spread": {"low": {"value": -0.104}, "high": {"value": 0.019}}}
     got, why = verdict(obs, 0, "gt", None)
     assert got == WITHIN_NOISE and "-0.036 (sdpa_cudnn minus sdpa_flash), but -0.104 to 0.019" in why
+
+
+def test_a_ranking_needs_two_variants_that_ran_and_the_one_it_names():
+    from attnprof.findings.expectations import check_expectations
+
+    d = _rows({"sdpa_flash": (1.0, 0.9, 1.1, 1.0), "sdpa_cudnn": (0.5, 0.4, 0.6, 0.5, "unsupported")}, "cuda")
+    assert metric_fastest_fused(d, ["sdpa_flash", "sdpa_cudnn"]) == {"value": None}  # flash alone: nothing to rank
+    exp = {"expectations": [{"id": "f", "variants": ["sdpa_cudnn", "sdpa_flash"], "claim": "", "metric": "fastest_fused",
+                             "expected": "sdpa_flash", "compare": "eq"}]}
+    d = _rows({"sdpa_flash": (1.0, 0.9, 1.1, 1.0, "unsupported"), "sdpa_cudnn": (0.5, 0.4, 0.6, 0.5),
+               "sdpa_efficient": (2.0, 1.9, 2.1, 2.0)}, "cuda")
+    (check,) = check_expectations(d, exp, [])
+    assert check["verdict"] == "not measured" and "sdpa_flash did not run" in check["explanation"]
+
+
+def test_expectations_that_cannot_be_checked_are_refused_when_loaded():
+    from attnprof.findings.expectations import expectation_problems
+
+    base = {"id": "x", "variants": ["sdpa_flash", "sdpa_cudnn"], "claim": "", "explained_by": []}
+    problems = expectation_problems({"expectations": [
+        {**base, "metric": "device_time_ratio", "compare": "approx", "expected": 0, "tolerance": 0.1},
+        {**base, "metric": "device_time_ratio", "compare": "within", "expected": 1, "tolerance": -0.1},
+        {**base, "metric": "fastest_fused", "compare": "eq", "expected": "sdpa_flsh"},
+        {**base, "metric": "fastest_fused", "compare": "eq", "expected": "sdpa_flash"},
+    ]})
+    assert len(problems) == 3
+    assert "relative to expected, which is 0" in problems[0] and "-0.1 is not a number >= 0" in problems[1]
+    assert "'sdpa_flsh' is not one of its variants" in problems[2]

@@ -21,6 +21,9 @@ if workflow.is_main_process:
 rule all:
     input: expand("out/{{name}}.txt", name=["ok_a", "ok_b", "fails", "killed"])
 
+rule real255:
+    input: "out/exits_255.txt"
+
 rule lost:
     input: expand("out/{{name}}.txt", name=["server_dies_job_finishes", "server_dies_job_fails"])
 
@@ -49,15 +52,15 @@ import os, signal
 os.kill(os.getpid(), signal.SIGKILL)
 """
 # the fork server dies under a running job (its exit status is then lost, as in CPython gh-140867), then the
-# job finishes, or fails before it finishes; a job run again in a new process has no fork server to kill
+# job finishes, or is killed before it finishes; a job run again in a new process has no fork server to kill
 SERVER_DIES = """
 import os, signal
 parent = os.getppid()
 under_server = b"forkserver" in open(f"/proc/{parent}/cmdline", "rb").read()
 if under_server:
     os.kill(parent, signal.SIGKILL)
-if under_server and FAIL:
-    raise SystemExit(3)
+if under_server and FAIL:  # killed before it finished: no record of how it ended
+    os.kill(os.getpid(), signal.SIGKILL)
 open(snakemake.output[0], "w").write("in a new process" if not under_server else "under the fork server")
 """
 
@@ -66,7 +69,8 @@ def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int =
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
     for name, text in {"ok_a": OK, "ok_b": OK, "fails": FAILS, "killed": KILLED,
                        "server_dies_job_finishes": "FAIL = False\n" + SERVER_DIES,
-                       "server_dies_job_fails": "FAIL = True\n" + SERVER_DIES}.items():
+                       "server_dies_job_fails": "FAIL = True\n" + SERVER_DIES,
+                       "exits_255": "open('ran', 'a').write('x')\nraise SystemExit(255)\n"}.items():
         (tmp_path / f"{name}.py").write_text(text)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     return subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), "--keep-going", "--directory", str(tmp_path),
@@ -111,3 +115,17 @@ def test_a_job_whose_exit_status_the_fork_server_lost_is_read_from_its_own_recor
     # died with the server before it finished: run again, once, in a new process
     assert (tmp_path / "out" / "server_dies_job_fails.txt").read_text() == "in a new process"
     assert "lost server_dies_job_fails.py before it finished; running it again in a new process" in proc.stderr
+
+
+def test_a_script_that_itself_exits_255_fails_once_and_is_not_run_again(tmp_path):
+    proc = run(tmp_path, "--force-use-threads", targets=("real255",), cores=1)
+    assert proc.returncode != 0 and "exits_255.py exited with status 255" in proc.stderr
+    assert "running it again" not in proc.stderr and (tmp_path / "ran").read_text() == "x"
+
+
+def test_an_edit_to_the_package_is_seen_against_the_fork_servers_start():
+    import time
+
+    from attnprof.jobs import _package_edited_since
+
+    assert _package_edited_since(0) and not _package_edited_since(time.time() + 60)

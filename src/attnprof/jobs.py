@@ -50,13 +50,21 @@ PRELOAD = [
 ]
 
 _CONTEXT = None
+_STARTED_AT = 0.0  # when the fork server was set up: package files newer than this are not what it imported
+
+
+def _package_edited_since(t: float) -> bool:
+    """Whether a module of this package changed on disk after ``t`` (the preloaded copy is then stale)."""
+    return any(p.stat().st_mtime > t for p in Path(__file__).resolve().parent.rglob("*.py"))
 
 
 def _forkserver():
     """The fork-server context, its preload set (the server itself starts at the first job)."""
-    global _CONTEXT
+    global _CONTEXT, _STARTED_AT
     if _CONTEXT is None:
-        os.environ.setdefault("MPLBACKEND", "Agg")  # no display: matplotlib's non-interactive backend
+        # (matplotlib's backend is set by attnprof.plots itself: Snakemake's environment stays as it is, since
+        # the capture worker is keyed by it)
+        _STARTED_AT = time.time()
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(PRELOAD)
     return _CONTEXT
@@ -84,11 +92,21 @@ def job_object(job: dict):
 
 def _child(script: str, snakemake, done: str | None = None) -> None:
     """Run ``script`` as Snakemake's script preamble would (it sees ``snakemake`` and its own
-    ``__file__``); then, when ``done`` is given, create that file: the job's own record that it
-    finished, read when the fork server loses the exit status."""
-    runpy.run_path(script, init_globals={"snakemake": snakemake}, run_name="__main__")
+    ``__file__``). When ``done`` is given, write there how the script ended ("ok", or
+    "exit <status>"): the job's own record, read when the fork server loses the exit status."""
+    try:
+        runpy.run_path(script, init_globals={"snakemake": snakemake}, run_name="__main__")
+    except SystemExit as exc:
+        if done:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            Path(done).write_text("ok" if code == 0 else f"exit {code}")
+        raise
+    except BaseException:
+        if done:
+            Path(done).write_text("exit 1")
+        raise
     if done:
-        Path(done).touch()
+        Path(done).write_text("ok")
 
 
 #: What Process.exitcode reads when the fork server could not report a child's exit status (the
@@ -143,6 +161,14 @@ def run_script(job: dict, in_main_process: bool) -> None:
         _child(script, snakemake)
         return
     log = ", ".join(job["log"]) or "no log"
+    if _CONTEXT is not None and _package_edited_since(_STARTED_AT):
+        # the package was edited during this run: the fork server holds the old modules
+        print(f"attnprof: rule {job['rule']}: the package changed since this run began; running "
+              f"{Path(script).name} in a new process", file=sys.stderr)
+        code = _fresh_process(script, snakemake)
+        if code != 0:
+            raise RuntimeError(f"rule {job['rule']}: {Path(script).name} exited with status {code}; see {log}")
+        return
     with tempfile.TemporaryDirectory(prefix="attnprof-job-") as tmp:
         done = Path(tmp) / "done"
         proc = _forkserver().Process(target=_child, args=(script, snakemake, str(done)), name=f"attnprof {job['rule']}",
@@ -150,15 +176,19 @@ def run_script(job: dict, in_main_process: bool) -> None:
         proc.start()
         proc.join()
         code = proc.exitcode
-        if code == STATUS_LOST:  # the status never came: wait for the child itself, then read its own record
+        if code == STATUS_LOST:  # perhaps the status never came: wait for the child itself, then read its own record
             _wait_gone(proc.pid)
-            if done.exists():
+            ended = done.read_text() if done.exists() else None
+            if ended == "ok":
                 print(f"attnprof: rule {job['rule']}: the fork server lost the exit status of {Path(script).name}; "
                       "the job recorded that it finished", file=sys.stderr)
                 return
-            print(f"attnprof: rule {job['rule']}: the fork server lost {Path(script).name} before it finished; "
-                  "running it again in a new process", file=sys.stderr)
-            code = _fresh_process(script, snakemake)
+            if ended is None:
+                print(f"attnprof: rule {job['rule']}: the fork server lost {Path(script).name} before it finished; "
+                      "running it again in a new process", file=sys.stderr)
+                code = _fresh_process(script, snakemake)
+            else:  # the script's own exit, as it recorded it: a failure like any other
+                code = int(ended.split()[1])
     if code != 0:
         how = (f"was ended by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
         raise RuntimeError(f"rule {job['rule']}: {Path(script).name} {how}; see {log}")

@@ -19,6 +19,9 @@ from .data import RunData
 from .metrics import METRICS
 from .rules import RULE_NAMES
 
+#: The metric whose value is a variant's name: the fastest of the expectation's variants.
+RANKING = "fastest_fused"
+
 #: compare -> whether observed ``o`` agrees with expected ``e`` within tolerance ``t`` (the one list of comparisons).
 COMPARES: dict[str, Callable] = {
     "eq": lambda o, e, t: o == e,
@@ -50,10 +53,14 @@ def verdict(observed: dict, expected, how: str, tol: float | None) -> tuple[str,
     so the ends decide. A ranking (``tied``: the variants whose range overlaps the fastest's)
     holds only when the expected variant is fastest and tied with none. Other metrics (counts)
     compare their value alone. why: '' or the words for a verdict within noise."""
-    same = _compare(observed["value"], expected, how, tol)
     spread, tied = observed.get("spread"), observed.get("tied")
+    if "spread" in observed and spread is None and how in ("gt", "approx", "within"):
+        return WITHIN_NOISE, (f"observed {observed['value']:.4g}, but the per-forward min-max range of its inputs is not "
+                              "recorded, so this run cannot tell it from noise")
+    same = _compare(observed["value"], expected, how, tol)
     if tied is not None and expected in tied and len(tied) > 1:
-        return WITHIN_NOISE, f"{', '.join(tied)}: their per-forward min-max ranges overlap, so this run cannot rank them"
+        return WITHIN_NOISE, (f"{', '.join(tied)}: their per-forward min-max ranges overlap (or one is not recorded), "
+                              "so this run cannot rank them")
     if spread and how in ("gt", "approx", "within"):
         lo, hi = spread["low"]["value"], spread["high"]["value"]
         at_lo, at_hi = _compare(lo, expected, how, tol), _compare(hi, expected, how, tol)
@@ -62,8 +69,10 @@ def verdict(observed: dict, expected, how: str, tol: float | None) -> tuple[str,
             names = [i.get("variant") for i in observed.get("inputs", []) if i.get("variant")]
             op = {"difference": " minus ", "ratio": " over "}.get(observed.get("formula"), ", ")
             of = f" ({op.join(names)})" if len(names) == 2 else ""
+            how_ends = ("the range reaches both sides of the expected value" if at_lo == at_hi
+                        else "the claim holds at one end and not at the other")
             return WITHIN_NOISE, (f"observed {observed['value']:.4g}{of}, but {lo:.4g} to {hi:.4g} over the per-forward "
-                                  f"min-max ranges: the claim holds at one end and not at the other")
+                                  f"min-max ranges: {how_ends}")
         same = at_lo
     return ("same" if same else "different"), ""
 
@@ -87,6 +96,12 @@ def expectation_problems(doc: dict, variants: Iterable[str] = ()) -> list[str]:
             problems.append(f"{where} names compare {e.get('compare')!r} (known: {', '.join(COMPARES)})")
         elif e["compare"] in TOLERANT and e.get("tolerance") is None:
             problems.append(f"{where}: compare {e['compare']!r} needs a tolerance")
+        elif e["compare"] in TOLERANT and not (isinstance(e["tolerance"], int | float) and e["tolerance"] >= 0):
+            problems.append(f"{where}: tolerance {e['tolerance']!r} is not a number >= 0")
+        if e.get("compare") == "approx" and e.get("expected") == 0:
+            problems.append(f"{where}: compare 'approx' is relative to expected, which is 0 (use 'within')")
+        if e.get("metric") == RANKING and e.get("expected") not in (e.get("variants") or []):
+            problems.append(f"{where}: expected {e.get('expected')!r} is not one of its variants {e.get('variants')}")
         if not e.get("variants"):
             problems.append(f"{where} names no variants")
         unknown = [v for v in e.get("variants") or [] if v not in known_variants]
@@ -125,6 +140,8 @@ def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> 
         check.update(shape_key=d.shape_key, source=e.get("source") or expectations.get("source"),
                      hardware=e.get("hardware") or expectations.get("hardware"), own_source=bool(e.get("source")))
         missing = [v for v in vs[:1] if not d.ok(v)]
+        if e["metric"] == RANKING and e["expected"] in vs and not d.ok(e["expected"]):
+            missing = missing or [e["expected"]]  # a ranking without the variant it names says nothing of it
         if missing or not d.on_gpu:
             why = f"{missing[0]} did not run" if missing else "CPU run: no GPU kernels to compare"
             check.update(observed=None, verdict="not measured", explanation=why)

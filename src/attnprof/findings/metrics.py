@@ -76,7 +76,7 @@ def metric_fastest_fused(d, vs):
     fastest one's (the fastest included), i.e. the ones this run cannot rank against it."""
     col, lo, hi, _ = d.time_columns()
     ok = [v for v in vs if d.ok(v)]
-    if not ok:
+    if len(ok) < 2:  # nothing to rank against
         return {"value": None}
     best = min(ok, key=lambda v: d.row(v)[col])
     spreads = {v: (ref_summary(d, v, lo, "ms"), ref_summary(d, v, hi, "ms")) for v in ok}
@@ -95,7 +95,7 @@ def metric_main_occupancy(d, vs):
 
 def metric_cpu_excess(d, vs):
     """CPU ms per forward of ``vs[0]`` minus the largest of the others that ran (ms, medians).
-    spread: from min(vs[0]) minus the largest max of the others to max(vs[0]) minus the largest
+    spread (None where a variant's min or max is not recorded): from min(vs[0]) minus the largest max of the others to max(vs[0]) minus the largest
     min of the others, over the profiled forwards (above 0 throughout: vs[0] costs more CPU than
     any other in every forward)."""
     others = [v for v in vs[1:] if d.ok(v)]
@@ -106,6 +106,9 @@ def metric_cpu_excess(d, vs):
         return max((ref_summary(d, v, col, "ms") for v in others), key=lambda r: float("-inf") if r["value"] is None else r["value"])
 
     out = derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), largest("cpu_ms_per_forward")], "ms")
+    if any(ref_summary(d, v, c)["value"] is None for v in others for c in ("cpu_ms_min", "cpu_ms_max")):
+        out["spread"] = None  # an other variant without its range: the ends are unknown
+        return out
     out["spread"] = _spread(derived("difference", [ref_summary(d, vs[0], "cpu_ms_min", "ms"), largest("cpu_ms_max")], "ms"),
                             derived("difference", [ref_summary(d, vs[0], "cpu_ms_max", "ms"), largest("cpu_ms_min")], "ms"))
     return out

@@ -40,7 +40,8 @@ def clean(v):
 def ref_summary(d: RunData, variant: str, column: str, unit: str = "") -> dict:
     """Reference to summary.csv[variant, column]."""
     row = d.row(variant)
-    return {"value": clean(row[column]) if row is not None else None, "unit": unit, "table": SUMMARY,
+    # .get: a summary written before the column existed reads as no value
+    return {"value": clean(row.get(column)) if row is not None else None, "unit": unit, "table": SUMMARY,
             "shape_key": d.shape_key, "variant": variant, "column": column}
 
 
