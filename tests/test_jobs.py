@@ -14,7 +14,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 SNAKEFILE = f"""
 import os, sys
 sys.path.insert(0, {str(SRC)!r})
+from attnprof import jobs
 from attnprof.jobs import run_script
+# these jobs import nothing heavy: a light preload keeps each fork server start short (the workflow tests
+# run the real PRELOAD)
+jobs.PRELOAD[:] = ["snakemake.cli", "snakemake.iocontainers", "attnprof.logs"]
 if workflow.is_main_process:
     Path("snakemake.pid").write_text(str(os.getpid()))
 
