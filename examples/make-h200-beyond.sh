@@ -21,9 +21,5 @@ timeout --signal=TERM "${BEYOND_TIMEOUT_S:-540}" snakemake counters --cores 16 -
 timeout --signal=TERM 120 snakemake html --cores 16 --keep-going --configfile config/beyond.yaml "$@" 2>&1 | tee -a "$OUT/snakemake.log"
 rc=${PIPESTATUS[0]}
 set -e
-end=$(date +%s.%N)
-python3 -c "import json; json.dump({'target': 'html', 'config': 'config/beyond.yaml', 'cores': 16, 'wall_s': round($end - $start, 2), 'exit': $rc, 'run': '$run'}, open('$OUT/beyond_h200.json', 'w'), indent=1)"
-echo "snakemake exit: $rc, wall $(wall_since "$start") s"
-tar czf "$OUT/beyond.tgz" "results/$run"
-gzip -f "$OUT/snakemake.log"
+finish_run beyond "$rc" "$start" "$run" '{"target": "html", "config": "config/beyond.yaml", "cores": 16}'
 ls -la "$OUT"

@@ -19,11 +19,7 @@ set +e
 timeout --signal=TERM "${SWEEP_TIMEOUT_S:-480}" snakemake --cores 16 --keep-going html 2>&1 | tee "$OUT/snakemake.log"
 rc=${PIPESTATUS[0]}
 set -e
-end=$(date +%s.%N)
-python3 -c "import json, sys; json.dump({'target': 'html', 'cores': 16, 'wall_s': round($end - $start, 2), 'exit': $rc, 'run': '$run'}, open('$OUT/sweep_h200.json', 'w'), indent=1)"
-echo "snakemake exit: $rc, wall $(wall_since "$start") s"
-tar czf "$OUT/sweep.tgz" "results/$run"
-gzip -f "$OUT/snakemake.log"
+finish_run sweep "$rc" "$start" "$run" '{"target": "html", "cores": 16}'
 # then the study shape alone from scratch in the worker design (issue 10's "study shape" row)
 python3 benchmarks/capture_design.py --configs study --modes worker --cores 1 --out "$OUT/study_worker_h200.json" || true
 cp results/design_study_worker/snakemake.log "$OUT/study_worker_snakemake.log" 2>/dev/null || true  # job by job

@@ -18,7 +18,17 @@ device_run_id() {
   python3 -c "import sys; sys.path.insert(0, 'src'); from attnprof.env import default_run_id, detect_gpu, torch_build; print(default_run_id('cuda', detect_gpu(), torch_build()) + '${1:-}')"
 }
 
-# wall_since START: seconds since START (date +%s.%N), one decimal
-wall_since() {
-  python3 -c "import time; print(round(time.time() - $1, 1))"
+# finish_run NAME RC START RUN FIELDS: the end of a device script's Snakemake run. Writes
+# $OUT/NAME_h200.json (the JSON object FIELDS plus wall_s since START (date +%s.%N), exit RC and
+# the run id), says exit and wall time, tars results/RUN into $OUT/NAME.tgz and gzips the log.
+finish_run() {
+  python3 - "$@" "$OUT" <<'PY'
+import json, sys, time
+name, rc, start, run, fields, out = sys.argv[1:]
+record = {**json.loads(fields), "wall_s": round(time.time() - float(start), 2), "exit": int(rc), "run": run}
+json.dump(record, open(f"{out}/{name}_h200.json", "w"), indent=1)
+print(f"snakemake exit: {rc}, wall {record['wall_s']:.1f} s")
+PY
+  tar czf "$OUT/$1.tgz" "results/$4"
+  gzip -f "$OUT/snakemake.log"
 }

@@ -24,6 +24,9 @@ import pandas as pd
 
 from .trace import short_kernel_name
 
+#: Changes smaller than this fraction are noise (config ``compare.noise_floor``'s default).
+NOISE_FLOOR = 0.05
+
 
 def normalise_kernel(name: str) -> str:
     """Kernel name without template arguments and parameters (see short_kernel_name)."""
@@ -81,7 +84,7 @@ def _dispatch(findings: dict, shape_key: str) -> str | None:
     return None
 
 
-def compare_pair(a: dict, b: dict, noise_floor: float = 0.05) -> dict:
+def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR) -> dict:
     """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
     kernels, ops (DataFrames as written by the pipeline), env and findings (parsed JSON).
     Returns a JSON-serialisable dict: rows (one per variant and shape in both), env_diff."""
@@ -177,7 +180,7 @@ def _num(v) -> float | None:
     return None if pd.isna(v) else float(v)
 
 
-def compare_runs(runs: list[dict], noise_floor: float = 0.05) -> dict:
+def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR) -> dict:
     """Compare every result set after the first with the first (the baseline)."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two result sets")

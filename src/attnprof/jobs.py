@@ -140,13 +140,40 @@ def _fresh_process(script: str, snakemake) -> int:
         os.unlink(fh.name)
 
 
+def _forked(script: str, snakemake, rule: str) -> int:
+    """Run the job in a child of the fork server; its exit status (negative: the signal that
+    ended it). Where the server lost that status (:data:`STATUS_LOST`), the child's own record
+    of how it ended decides, and without one the job runs once more in a new interpreter."""
+    name = Path(script).name
+    with tempfile.TemporaryDirectory(prefix="attnprof-job-") as tmp:
+        done = Path(tmp) / "done"
+        proc = _forkserver().Process(target=_child, args=(script, snakemake, str(done)), name=f"attnprof {rule}",
+                                     daemon=True)
+        proc.start()
+        proc.join()
+        if proc.exitcode != STATUS_LOST:
+            return proc.exitcode
+        _wait_gone(proc.pid)  # perhaps the status never came: wait for the child itself, then read its own record
+        ended = done.read_text() if done.exists() else None
+    if ended is None:
+        print(f"attnprof: rule {rule}: the fork server lost {name} before it finished; running it again in a new process",
+              file=sys.stderr)
+        return _fresh_process(script, snakemake)
+    if ended == "ok":
+        print(f"attnprof: rule {rule}: the fork server lost the exit status of {name}; the job recorded that it finished",
+              file=sys.stderr)
+        return 0
+    return int(ended.split()[1])  # the script's own exit, as it recorded it: a failure like any other
+
+
 def run_script(job: dict, in_main_process: bool) -> None:
     """Run the script named by the job's ``script`` input (a rule's ``input.script``, declared
     as an input so that editing it reruns the rule, as ``script:`` would) for the job whose
     ``run:`` block's ``locals()`` is ``job``.
 
     in_main_process: Snakemake's ``workflow.is_main_process``; there the job runs in a child of
-    the fork server, elsewhere in this process.
+    the fork server (in a new interpreter once the package changed on disk during the run),
+    elsewhere in this process.
 
     Where the fork server loses the child's exit status (:data:`STATUS_LOST`), the job waits for
     the child to be gone and reads the child's own record that it finished; without one it runs
@@ -160,35 +187,14 @@ def run_script(job: dict, in_main_process: bool) -> None:
     if not in_main_process:
         _child(script, snakemake)
         return
-    log = ", ".join(job["log"]) or "no log"
+    name = Path(script).name
     if _CONTEXT is not None and _package_edited_since(_STARTED_AT):
         # the package was edited during this run: the fork server holds the old modules
-        print(f"attnprof: rule {job['rule']}: the package changed since this run began; running "
-              f"{Path(script).name} in a new process", file=sys.stderr)
+        print(f"attnprof: rule {job['rule']}: the package changed since this run began; running {name} in a new process",
+              file=sys.stderr)
         code = _fresh_process(script, snakemake)
-        if code != 0:
-            raise RuntimeError(f"rule {job['rule']}: {Path(script).name} exited with status {code}; see {log}")
-        return
-    with tempfile.TemporaryDirectory(prefix="attnprof-job-") as tmp:
-        done = Path(tmp) / "done"
-        proc = _forkserver().Process(target=_child, args=(script, snakemake, str(done)), name=f"attnprof {job['rule']}",
-                                     daemon=True)
-        proc.start()
-        proc.join()
-        code = proc.exitcode
-        if code == STATUS_LOST:  # perhaps the status never came: wait for the child itself, then read its own record
-            _wait_gone(proc.pid)
-            ended = done.read_text() if done.exists() else None
-            if ended == "ok":
-                print(f"attnprof: rule {job['rule']}: the fork server lost the exit status of {Path(script).name}; "
-                      "the job recorded that it finished", file=sys.stderr)
-                return
-            if ended is None:
-                print(f"attnprof: rule {job['rule']}: the fork server lost {Path(script).name} before it finished; "
-                      "running it again in a new process", file=sys.stderr)
-                code = _fresh_process(script, snakemake)
-            else:  # the script's own exit, as it recorded it: a failure like any other
-                code = int(ended.split()[1])
+    else:
+        code = _forked(script, snakemake, job["rule"])
     if code != 0:
         how = (f"was ended by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
-        raise RuntimeError(f"rule {job['rule']}: {Path(script).name} {how}; see {log}")
+        raise RuntimeError(f"rule {job['rule']}: {name} {how}; see {', '.join(job['log']) or 'no log'}")

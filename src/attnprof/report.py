@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from .compare import NOISE_FLOOR
 from .findings.expectations import WITHIN_NOISE
 from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
@@ -132,8 +133,8 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names(),
-            # compare's noise floor in % (a result set recorded before the compare config had none: its default, 5 %)
-            "noise_floor_pct": 100 * (cfg.get("compare") or {}).get("noise_floor", 0.05)}
+            # compare's noise floor in % (a result set recorded before the compare config had none: its default)
+            "noise_floor_pct": 100 * (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR)}
 
 
 def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:

@@ -95,9 +95,9 @@ def metric_main_occupancy(d, vs):
 
 def metric_cpu_excess(d, vs):
     """CPU ms per forward of ``vs[0]`` minus the largest of the others that ran (ms, medians).
-    spread (None where a variant's min or max is not recorded): from min(vs[0]) minus the largest max of the others to max(vs[0]) minus the largest
+    spread: from min(vs[0]) minus the largest max of the others to max(vs[0]) minus the largest
     min of the others, over the profiled forwards (above 0 throughout: vs[0] costs more CPU than
-    any other in every forward)."""
+    any other in every forward); None where an other variant's min or max is not recorded."""
     others = [v for v in vs[1:] if d.ok(v)]
     if not others:
         return {"value": None}

@@ -131,6 +131,7 @@ def rule_fidelity(d: RunData) -> list[dict]:
     out, rows = [], []
     col, lo, hi, timing = d.time_columns()
     method = "CUDA events" if d.on_gpu else "perf_counter"
+    timed_name = "events" if d.on_gpu else "timed"  # the independent timing's short name in a statement
     for variant in d.summary["variant"]:
         row = d.row(variant)
         if row is None or row["status"] != "ok" or row[col] != row[col]:
@@ -146,7 +147,6 @@ def rule_fidelity(d: RunData) -> list[dict]:
             text += f", CUDA graph {fmt_ref(graph)}"
         elif isinstance(row.get("graph_error"), str):
             text += f"; not capturable in a CUDA graph ({row['graph_error'][:120]})"
-        timed_name = "events" if d.on_gpu else "timed"  # CUDA events on a GPU; perf_counter on a CPU
         text += f"; {timed_name} / trace = {fmt_ref(nums['timed_over_trace'], 3)}"
         rows.append((variant, trace["value"], clean(row[lo]), clean(row[hi]), timed["value"], graph["value"]))
         out.append(finding("fidelity", d, [variant], text, nums, [{"kind": "metric", "name": "timed_ms_median"}],
