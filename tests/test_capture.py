@@ -237,7 +237,8 @@ def alive(pid: int) -> bool:
 
 def wait_for_pid(path: Path, timeout: float = 120) -> int:
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    # the file can exist before its writer has written the number: wait for the whole line
+    while not (path.exists() and path.read_text().strip()):
         assert time.monotonic() < deadline, "the capture process never wrote its pid"
         time.sleep(0.05)
     return int(path.read_text())
