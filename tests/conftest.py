@@ -2,6 +2,7 @@ import copy
 import gzip
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,6 +16,24 @@ from attnprof.trace import device_properties, load_trace
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 VARIANTS = ["naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"]
 ROOT = Path(__file__).resolve().parents[1]
+
+
+#: What a checkout's workflow is made of: the Snakefile and what it reads (rules, schemas, profiles,
+#: scripts, templates, config, the package it puts on sys.path).
+WORKFLOW_FILES = ["Snakefile", "workflow", "profiles", "scripts", "report", "config", "src"]
+
+
+def copy_workflow(dest: Path) -> Path:
+    """The workflow's files (:data:`WORKFLOW_FILES`, without caches) copied to ``dest``, so that a test
+    can change their content or run it in a directory of its own; returns ``dest``."""
+    for name in WORKFLOW_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
 
 
 def fixture_status(variant: str) -> dict:

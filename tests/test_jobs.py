@@ -35,6 +35,8 @@ rule job:
     input: script="{{name}}.py"
     output: "out/{{name}}.txt"
     log: "logs/{{name}}.log"
+    threads: 2
+    resources: tmpdir="@TMP@"
     params: greeting="hello <&>"
     run: run_script(locals(), workflow.is_main_process)
 """
@@ -44,7 +46,8 @@ import os
 from attnprof.logs import script_log
 with script_log(snakemake.log[0]):
     print("running", snakemake.rule, snakemake.wildcards.name)
-    open(snakemake.output[0], "w").write(f"{os.getpid()} {snakemake.params.greeting} {snakemake.input.script}")
+    env = " ".join(os.environ.get(k, "-") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TMPDIR"))
+    open(snakemake.output[0], "w").write(f"{os.getpid()} {snakemake.params.greeting} {snakemake.input.script} {env}")
 """
 FAILS = """
 from attnprof.logs import script_log
@@ -70,7 +73,7 @@ open(snakemake.output[0], "w").write("in a new process" if not under_server else
 
 
 def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int = 2) -> subprocess.CompletedProcess:
-    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    (tmp_path / "Snakefile").write_text(SNAKEFILE.replace("@TMP@", str(tmp_path / "scratch")))
     for name, text in {"ok_a": OK, "ok_b": OK, "fails": FAILS, "killed": KILLED,
                        "server_dies_job_finishes": "FAIL = False\n" + SERVER_DIES,
                        "server_dies_job_fails": "FAIL = True\n" + SERVER_DIES,
@@ -90,8 +93,9 @@ def test_each_job_runs_in_its_own_process_and_a_failure_fails_that_job_alone(tmp
     for name in ("ok_a", "ok_b"):
         pids.add(int((tmp_path / "out" / f"{name}.txt").read_text().split(" ")[0]))
         assert f"running job {name}" in (tmp_path / "logs" / f"{name}.log").read_text()
-    # params, input and wildcards reach the script as with script:
-    assert (tmp_path / "out" / "ok_a.txt").read_text().endswith("hello <&> ok_a.py")
+    # params, input and wildcards reach the script as with script:, and the environment a script: job gets
+    # (snakemake/shell.py: the job's threads for OpenMP and BLAS, its tmpdir resource as TMPDIR)
+    assert (tmp_path / "out" / "ok_a.txt").read_text().endswith(f"hello <&> ok_a.py 2 2 {tmp_path / 'scratch'}")
     assert len(pids) == 2 and snakemake_pid not in pids
     # the failed and the killed job: no output, a message naming script, cause and log
     assert not (tmp_path / "out" / "fails.txt").exists() and not (tmp_path / "out" / "killed.txt").exists()

@@ -3,12 +3,12 @@
 Python reads each list from its one place (variant names: attnprof.variants.VARIANTS; plot and
 table names: attnprof.names; metric names: attnprof.findings.METRICS). Where a second place cannot
 import it -- YAML, the README, the Snakefile's rules -- a test here keeps that place in step."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+import snakemake_cli
 
 from attnprof.config import check_variants
 from attnprof.variants import VARIANTS
@@ -39,9 +39,8 @@ def test_the_shipped_config_names_built_in_variants_only():
 
 
 def test_an_unknown_variant_stops_the_workflow_at_parse_time(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--snakefile", str(ROOT / "Snakefile"),
-                           "--directory", str(tmp_path), "--config", "variants=[naive, nope]"],
-                          capture_output=True, text=True, timeout=300)
+    proc = snakemake_cli.run(["-n", "--cores", "1", "--snakefile", ROOT / "Snakefile", "--directory", tmp_path,
+                              "--config", "variants=[naive, nope]"], timeout=300)
     assert proc.returncode != 0
     assert "variants ['nope'] are neither built in (naive, naive_inplace" in proc.stdout + proc.stderr
 

@@ -59,3 +59,26 @@ def test_cudnn_version_has_one_spelling():
 
     assert cudnn_version(91900) == "9.19.0" and cudnn_version(90100) == "9.1.0" and cudnn_version(8902) == "8.9.2"
     assert cudnn_version(None) == "" and cudnn_version("9.19") == "9.19"
+
+
+def test_a_timeline_of_many_variants_still_fits_a_page_with_its_heading(tmp_path, h200):
+    """0.62 in a variant up to the page (A4 landscape, 7.3 in printable): with 12 variants the
+    timeline is drawn at PAGE_FIGURE_MAX_IN, so that its heading is not left alone on the page before."""
+    import struct
+
+    from attnprof.plots import PAGE_FIGURE_MAX_IN, timeline
+    from attnprof.tables import analyse_trace
+
+    def height_in(n: int) -> float:
+        captures = []
+        for i in range(n):
+            v = list(h200["traces"])[i % len(h200["traces"])]
+            captures.append({"variant": f"{v}_{i}", "status": "ok", "frames": analyse_trace(h200["traces"][v], "attn_fwd"),
+                             "forwards": h200["forwards"][v]})
+        path = tmp_path / f"t{n}.png"
+        timeline(captures, path, dpi=50)
+        width_px, height_px = struct.unpack(">II", path.read_bytes()[16:24])  # the PNG header's IHDR
+        return height_px / 50
+
+    assert height_in(2) == pytest.approx(0.62 * 2 + 0.9, abs=0.03)  # few variants: the row height as drawn
+    assert height_in(12) == pytest.approx(PAGE_FIGURE_MAX_IN, abs=0.03) and PAGE_FIGURE_MAX_IN < 7.3 - 1.0

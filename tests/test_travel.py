@@ -4,10 +4,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+import snakemake_cli
+from conftest import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
@@ -22,8 +24,7 @@ def workspace(tmp_path_factory):
     """A fresh checkout's workflow files (newer than the example's traces, as after a clone) with
     the example copied into results/."""
     dest = tmp_path_factory.mktemp("travel") / "repo"
-    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "examples",
-                                                              "tests", ".whl", "benchmarks", "docs"))
+    copy_workflow(dest)
     shutil.copytree(EXAMPLE, dest / "results" / RUN, ignore=shutil.ignore_patterns("report.*"))
     for path in dest.rglob("*"):  # the checkout is newer than any result
         if "results" not in path.parts and path.is_file():
@@ -32,9 +33,8 @@ def workspace(tmp_path_factory):
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args, "--cores", "1", "--directory", str(workdir),
-                           "--snakefile", str(workdir / "Snakefile"), "--config", "device=cpu"],
-                          capture_output=True, text=True, timeout=600)
+    return snakemake_cli.run([*args, "--cores", "1", "--directory", workdir, "--snakefile", workdir / "Snakefile",
+                              "--config", "device=cpu"], timeout=600)
 
 
 def jobs(out: str) -> dict[str, int]:
@@ -80,8 +80,7 @@ def test_render_profile_remakes_every_kind_of_derived_output(tmp_path):
     the kernel table, the findings and the report: the render profile re-makes each of them from
     the traces, and never a capture, the environment or the calibration."""
     repo = tmp_path / "repo"
-    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "examples", "tests",
-                                                              ".whl", "benchmarks", "docs"))
+    copy_workflow(repo)
     run = repo / "results" / "small"
     shutil.copytree(SMALL, run)
     shape = sorted(p.name for p in (run / "plots").iterdir() if p.is_dir())[0]
@@ -91,8 +90,7 @@ def test_render_profile_remakes_every_kind_of_derived_output(tmp_path):
     for path in deleted:
         path.unlink()
     primary = {p: p.stat().st_mtime_ns for p in run.glob("captures/*/*/*")} | {run / "env.json": (run / "env.json").stat().st_mtime_ns}
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/render", "results/small/report.html"],
-                          cwd=repo, capture_output=True, text=True, timeout=600)
+    proc = snakemake_cli.run(["--profile", "workflow/profiles/render", "results/small/report.html"], cwd=repo, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for path in deleted:
         assert path.exists() and path.stat().st_size > 0, path

@@ -3,31 +3,40 @@
 Also proves what reruns after a change (dry-run job lists, changing file *content*, since
 Snakemake compares checksums of small files) and that captures never overlap."""
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
+
+import snakemake_cli
+from conftest import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 #: Two CPU shapes, so that the run is a sweep (summary rows, per-shape plots and report sections for
 #: each, the scaling plots over both); the CUDA grid (test_gpu_captures_never_overlap) keeps one.
-TINY = """
+#: The default config's variants (the study's) and a user variant (config custom_variants; its module
+#: next to the Snakefile, as the README says).
+BUILT_IN = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["variants"]
+VARIANTS = [*BUILT_IN, "my_attn"]
+TINY = f"""
 run: tiny
+variants: [{", ".join(VARIANTS)}]
+custom_variants: {{my_attn: {{function: "my_attention:forward", setup: "my_attention:setup", description: hand-written}}}}
 shapes:
-  cpu: {batch: [1], heads: [2], seq_len: [64, 128], head_dim: [32], dtype: [fp32], causal: [true]}
-  cuda: {batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}
-profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 2}, min_complete_forwards: 2}
-timing: {repeats: 3, input_sets: 2}
+  cpu: {{batch: [1], heads: [2], seq_len: [64, 128], head_dim: [32], dtype: [fp32], causal: [true]}}
+  cuda: {{batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}}
+profiler: {{range_name: attn_fwd, warmup_calls: 1, schedule: {{wait: 1, warmup: 1, active: 2}}, min_complete_forwards: 2}}
+timing: {{repeats: 3, input_sets: 2}}
 """
-
-VARIANTS = ["naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"]
+#: --config for the runs on the CUDA grid: the study's variants (a user variant's capture process is never
+#: reused, so it would restart the capture worker: a second torch start that these tests do not need).
+ONLY_BUILT_IN = f"variants=[{','.join(BUILT_IN)}]"
 SHAPES = ["b1_h2_s64_d32_fp32_causal", "b1_h2_s128_d32_fp32_causal"]
+USER_MODULE = Path(__file__).resolve().parent / "user_variants" / "my_attention.py"
 
 pytestmark = pytest.mark.workflow
 
@@ -35,10 +44,10 @@ pytestmark = pytest.mark.workflow
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run the copy of the workflow in ``workdir`` (its own Snakefile, templates and config)."""
     config = [] if "--configfile" in args else ["--configfile", str(workdir / "tiny.yaml")]
-    cmd = [*SNAKEMAKE, *args, "--snakefile", str(workdir / "Snakefile"), "--directory", str(workdir), *config]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cmd = [*args, "--snakefile", str(workdir / "Snakefile"), "--directory", str(workdir), *config]
+    proc = snakemake_cli.run(cmd, timeout=900)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+        raise AssertionError(f"snakemake {' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
 
 
@@ -57,10 +66,11 @@ def planned_jobs(workdir: Path, change: str = "") -> dict[str, int]:
 
 
 def copy_repo(dest: Path) -> Path:
-    """The workflow's files (not results, examples or tests) copied to ``dest``, so that a test
-    can change their content; the scripts still import the installed attnprof package."""
-    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "examples", "tests", ".whl"))
+    """The workflow's files copied to ``dest`` (so that a test can change their content), with the
+    tiny config and the user variant's module."""
+    copy_workflow(dest)
     (dest / "tiny.yaml").write_text(TINY)
+    shutil.copy(USER_MODULE, dest / USER_MODULE.name)
     return dest
 
 
@@ -93,17 +103,34 @@ def test_report_and_tables_are_built(run_dir):
     for name in ("report.html", "report.pdf", "summary.csv", "kernels.csv", "env.json", "findings.json"):
         assert (out / name).stat().st_size > 0, name
     summary = pd.read_csv(out / "summary.csv")
-    assert list(summary["variant"]) == VARIANTS * 2 and list(summary["shape_key"]) == [SHAPES[0]] * 7 + [SHAPES[1]] * 7
+    n = len(VARIANTS)
+    assert list(summary["variant"]) == VARIANTS * 2 and list(summary["shape_key"]) == [SHAPES[0]] * n + [SHAPES[1]] * n
     status = dict(zip(summary["variant"], summary["status"]))
-    assert status["sdpa_efficient"] == status["sdpa_cudnn"] == "unsupported"
+    assert status["sdpa_efficient"] == status["sdpa_cudnn"] == "unsupported"  # CUDA-only backends
     ok = summary[summary["status"] == "ok"]
-    assert len(ok) == 10 and (ok["cpu_ms_per_forward"] > 0).all() and (ok["forwards_profiled"] == 2).all()
+    assert len(ok) == 2 * (n - 2) and (ok["cpu_ms_per_forward"] > 0).all() and (ok["forwards_profiled"] == 2).all()
     assert ok["rel_error_ok"].all()
     env = json.loads((out / "env.json").read_text())
     assert env["torch"] and env["python"] and env["snakemake"] and env["config"]["run"] == "tiny"
     html = (out / "report.html").read_text()
     assert "unsupported" in html and "sdp_utils_cpp" in html and "data:image/png;base64," in html
     assert (out / "report.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_the_user_variant_goes_the_whole_path(run_dir):
+    """Config to report: the user variant (config custom_variants) gets its capture, checked against
+    float64, its tables, summary rows and report rows, at both shapes."""
+    out = run_dir / "results" / "tiny"
+    summary = pd.read_csv(out / "summary.csv")
+    mine = summary[summary["variant"] == "my_attn"]
+    assert list(mine["shape_key"]) == SHAPES and (mine["status"] == "ok").all() and mine["rel_error_ok"].all()
+    assert (mine["forwards_complete"] == 2).all()  # the tiny config's active steps
+    for shape in SHAPES:
+        ops = pd.read_csv(out / "tables" / shape / "my_attn" / "ops.csv")
+        assert "aten::softmax" in set(ops["op"])  # the profiled forward is the user's code (SDPA's math backend is another op)
+        status = json.loads((out / "captures" / shape / "my_attn" / "status.json").read_text())
+        assert status["custom"]["function"] == "my_attention:forward"
+    assert "hand-written" in (out / "report.html").read_text()  # its description, from the config
 
 
 def test_the_sweep_over_two_shapes_runs_end_to_end(run_dir):
@@ -122,7 +149,7 @@ def test_the_sweep_over_two_shapes_runs_end_to_end(run_dir):
         assert row.cpu_ms_max == pytest.approx(fw["cpu_us"].max() / 1e3, rel=1e-9)
     # the two shapes are two measurements, not one copied: their forwards' host times differ
     ok = summary[summary["status"] == "ok"].set_index(["variant", "shape_key"])["cpu_ms_per_forward"]
-    assert any(ok[(v, SHAPES[0])] != ok[(v, SHAPES[1])] for v in ("naive", "naive_inplace", "sdpa_math", "sdpa_flash", "sdpa_auto"))
+    assert any(ok[(v, SHAPES[0])] != ok[(v, SHAPES[1])] for v in ("naive", "naive_inplace", "sdpa_math", "sdpa_flash", "sdpa_auto", "my_attn"))
     for shape in SHAPES:
         for name in ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device", "timeline"):
             assert (out / "plots" / shape / f"{name}.png").read_bytes()[:4] == b"\x89PNG", (shape, name)
@@ -155,7 +182,7 @@ def test_plot_setting_reruns_only_plots_and_report(run_dir):
 
 def test_profiler_schedule_reruns_every_capture(run_dir):
     jobs = planned_jobs(run_dir, "profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 3}}")
-    assert jobs["capture"] == 14 and jobs["extract"] == 14 and jobs["report_pdf"] == 1
+    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) and jobs["report_pdf"] == 1
 
 
 def test_template_change_reruns_only_the_report(run_dir):
@@ -166,7 +193,7 @@ def test_template_change_reruns_only_the_report(run_dir):
 def test_extraction_code_change_reruns_extract_and_downstream_not_captures(run_dir):
     with edited(run_dir / "src" / "attnprof" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
         jobs = planned_jobs(run_dir)
-    assert "capture" not in jobs and jobs["extract"] == 14 and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
+    assert "capture" not in jobs and jobs["extract"] == 2 * len(VARIANTS) and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
 
 
 def test_findings_code_change_reruns_findings_and_report_not_extract(run_dir):
@@ -188,14 +215,14 @@ def test_torch_version_change_reruns_every_capture(run_dir):
     common = run_dir / "workflow" / "rules" / "common.smk"
     with edited(common, "TORCH_BUILD = torch_build()", "TORCH_BUILD = dict(torch_build(), torch='9.9.9')"):
         jobs = planned_jobs(run_dir)
-    assert jobs["capture"] == 14 and jobs["extract"] == 14
+    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS)
 
 
 def test_one_variants_code_change_reruns_only_its_captures(run_dir):
     variants = run_dir / "src" / "attnprof" / "variants.py"
     with edited(variants, "return torch.softmax(scores, dim=-1) @ v", "return torch.softmax(scores, dim=-1).matmul(v)"):
         jobs = planned_jobs(run_dir)
-    # naive and naive_inplace share that code (at both shapes); the five SDPA variants do not rerun
+    # naive and naive_inplace share that code (at both shapes); the five SDPA variants and the user's do not rerun
     assert jobs["capture"] == 4 and jobs["extract"] == 4 and jobs["summarize"] == 1
 
 
@@ -226,7 +253,7 @@ def test_compare_target_builds_a_comparison_of_two_result_sets(run_dir):
     doc = json.loads((results / "compare" / "t" / "compare.json").read_text())
     pair = doc["pairs"][0]
     assert {"key": "torch", "a": env_torch(results / "tiny"), "b": "9.9.9"} in pair["env_diff"]
-    assert len(pair["rows"]) == 14 and all(not r["kernels_added"] and not r["ops_added"] for r in pair["rows"])
+    assert len(pair["rows"]) == 2 * len(VARIANTS) and all(not r["kernels_added"] and not r["ops_added"] for r in pair["rows"])
     assert (results / "compare" / "t" / "compare.pdf").read_bytes()[:5] == b"%PDF-"
 
 
@@ -243,7 +270,7 @@ def test_gpu_captures_never_overlap(tmp_path):
     default capture_mode worker, take no resource: only the capture worker's one-at-a-time
     service can keep them apart (capture_mode process: the 'capture' resource, next test)."""
     work = copy_repo(tmp_path / "repo")
-    snakemake(work, "html", "--until", "capture", "--cores", "8", "--config", "device=cuda", "run=gpu")
+    snakemake(work, "html", "--until", "capture", "--cores", "8", "--config", "device=cuda", "run=gpu", ONLY_BUILT_IN)
     spans = []
     for status in (work / "results" / "gpu" / "captures").rglob("status.json"):
         rec = json.loads(status.read_text())
@@ -260,7 +287,7 @@ def test_process_mode_captures_take_the_capture_resource(tmp_path):
     """capture_mode process: each capture is its own process, so the global 'capture' and 'gpu'
     resources (one unit each) keep them apart; the dry run shows the jobs asking for them."""
     work = copy_repo(tmp_path / "repo")
-    proc = snakemake(work, "html", "-n", "--cores", "8", "--config", "device=cuda", "run=gpu", "capture_mode=process")
+    proc = snakemake(work, "html", "-n", "--cores", "8", "--config", "device=cuda", "run=gpu", "capture_mode=process", ONLY_BUILT_IN)
     out = proc.stdout + proc.stderr
     blocks = [b for b in out.split("rule ")[1:] if b.startswith("capture:")]
     assert len(blocks) == 7 and all("capture=1" in b and "gpu=1" in b for b in blocks), blocks[:1]

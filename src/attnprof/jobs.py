@@ -1,11 +1,12 @@
-"""The light stages (tables, findings, plots, report, compare) in forked children of one
-preloaded process, instead of a fresh Python per job.
+"""The stages' scripts (tables, findings, plots, report, compare, and the capture clients: capture,
+environment, calibrate) in forked children of one preloaded process, instead of a fresh Python per job.
 
 A ``script:`` rule starts a new Python interpreter for every job, which then imports pandas,
 matplotlib, jinja2 and this package: measured at 0.8 s a job on a 2-core CPU machine and 1-3 s
 on the H200 node, for jobs whose own work takes a fraction of that (``benchmarks/h200_runs.json``).
 These rules use ``run:`` and hand the job to :func:`run_script`, which runs the same script file
-with the same ``snakemake`` object a ``script:`` rule would give it, in one of two ways:
+with the same ``snakemake`` object and the same thread variables a ``script:`` rule would give it,
+in one of two ways:
 
 - in Snakemake's main process (local execution, ``force-use-threads`` from the workflow profile
   ``profiles/default``): in a child process forked from a ``multiprocessing`` fork server that
@@ -30,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# What every light job imports: loaded once by the fork server, shared by its children.
+# What the jobs import: loaded once by the fork server, shared by its children.
 # snakemake.cli: a child re-imports the parent's __main__ (the `snakemake` console script, which
 # imports snakemake.cli) before it runs; preloaded, that import costs nothing.
 PRELOAD = [
@@ -47,6 +48,8 @@ PRELOAD = [
     "attnprof.plots",
     "attnprof.report",
     "attnprof.compare",
+    "attnprof.capture",  # the capture clients (without torch: the capture itself runs in the worker or a fresh process)
+    "attnprof.worker",
 ]
 
 _CONTEXT = None
@@ -90,10 +93,28 @@ def job_object(job: dict):
                      str(Path(job["input"].script).parent))
 
 
+#: The variables in which Snakemake hands a ``script:`` job its thread count (snakemake/shell.py), for the
+#: BLAS and OpenMP libraries its script may load.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def script_environment(snakemake) -> dict[str, str]:
+    """What Snakemake adds to the environment of a ``script:`` job (snakemake/shell.py): the job's
+    threads in :data:`THREAD_VARIABLES`, and its ``tmpdir`` resource as TMPDIR and TMP."""
+    env = dict.fromkeys(THREAD_VARIABLES, str(snakemake.threads))
+    tmpdir = snakemake.resources.get("tmpdir")
+    if tmpdir:
+        env["TMPDIR"] = env["TMP"] = str(tmpdir)
+    return env
+
+
 def _child(script: str, snakemake, done: str | None = None) -> None:
     """Run ``script`` as Snakemake's script preamble would (it sees ``snakemake`` and its own
-    ``__file__``). When ``done`` is given, write there how the script ended ("ok", or
-    "exit <status>"): the job's own record, read when the fork server loses the exit status."""
+    ``__file__``, in the environment of a ``script:`` job: :func:`script_environment`). When
+    ``done`` is given, write there how the script ended ("ok", or "exit <status>"): the job's own
+    record, read when the fork server loses the exit status."""
+    os.environ.update(script_environment(snakemake))
     try:
         runpy.run_path(script, init_globals={"snakemake": snakemake}, run_name="__main__")
     except SystemExit as exc:

@@ -21,6 +21,10 @@ COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": 
 #: Figures are drawn at the size they are printed (A4 landscape, 10 mm margins: 10.8 in of text
 #: width), so that matplotlib's point sizes are the printed ones: no text under 7 pt.
 HALF_IN, FULL_IN = 5.3, 10.8
+#: The tallest a figure may be and still share a page of the PDF with its heading and a two-line caption:
+#: A4 landscape less report.css's margins is 186 mm (7.3 in) high. A taller figure would leave its heading
+#: alone at the foot of a page.
+PAGE_FIGURE_MAX_IN = 6.0
 #: The figures a CPU run's report shows (the others need device events).
 CPU_PLOTS = ("device_time", TIMELINE)
 #: Figures printed across the page (the others two to a row); names from attnprof.names.
@@ -362,8 +366,9 @@ def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
     from .findings.kernel_names import KERNEL_CLASSES, kernel_class
     from .trace import is_launch_api
 
-    fig, axes = plt.subplots(len(captures), 1, figsize=(FULL_IN, 0.62 * len(captures) + 0.9), squeeze=False,
-                             layout="constrained")
+    # 0.62 in a variant, its rows closer together where many variants would not fit on one page
+    height = min(0.62 * len(captures) + 0.9, PAGE_FIGURE_MAX_IN)
+    fig, axes = plt.subplots(len(captures), 1, figsize=(FULL_IN, height), squeeze=False, layout="constrained")
     seen = set()
     for ax, cap in zip(axes[:, 0], captures):
         ax.set_yticks([1, 0], ["CPU", "GPU"])

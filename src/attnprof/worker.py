@@ -85,8 +85,10 @@ from .variants import COMPILED, Shape
 #: (ATTNPROF_WORKER_TAG, unused otherwise, keeps workers apart, e.g. two test sessions in one checkout.)
 _ENV_IGNORED = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "PS1", "PS2", "PROMPT_COMMAND",
                           "PYTEST_CURRENT_TEST"})  # pytest renames it for every test
-#: Seconds a client may take to send its request line before the supervisor drops it.
-REQUEST_TIMEOUT_S = 5.0
+#: Seconds a client may take to send its request line before the supervisor drops it (a stalled peer
+#: holds up the captures queued behind it this long); the environment variable
+#: ATTNPROF_WORKER_REQUEST_TIMEOUT_S, read when the supervisor starts, sets another.
+REQUEST_TIMEOUT_S = float(os.environ.get("ATTNPROF_WORKER_REQUEST_TIMEOUT_S", "5"))
 #: Seconds a client waits beyond the capture timeout for the supervisor's answer.
 ANSWER_GRACE_S = 120.0
 #: What :func:`call_in_worker` may run besides captures.

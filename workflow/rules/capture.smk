@@ -7,6 +7,7 @@ rule capture:
     """Warm up, trace the forwards with torch.profiler, check against float64, time."""
     input:
         code("capture", "worker"),
+        script=script_file("capture"),
     output:
         trace=capture_file("trace", run=f"{{run,{THIS_RUN}}}"),
         status=capture_file("status", run=f"{{run,{THIS_RUN}}}"),
@@ -33,22 +34,24 @@ rule capture:
         timeout_s=config["capture_timeout_s"],
         mode=CAPTURE_MODE,
         worker_idle_s=config["capture_worker_idle_s"],
-    script:
-        "../../scripts/capture.py"
+    run:
+        run_job(locals())
 
 
 rule environment:
     """GPU, driver, torch, CUDA, cuDNN, Python and Snakemake versions, and the config."""
     input:
         code("env", "worker"),
+        script=script_file("environment"),
     output:
         run_file("env", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/environment.log",
     conda:
         "../envs/attnprof.yaml"
-    # the threads of a capture: Snakemake sets OMP_NUM_THREADS and friends from them, so the
-    # recorded torch_threads are the captures' own (and the same capture worker serves both)
+    # the threads of a capture: the job's environment has OMP_NUM_THREADS and friends from them (as a
+    # script: job's, attnprof.jobs.script_environment), so the recorded torch_threads are the captures'
+    # own (and the same capture worker serves both)
     threads: workflow.cores if DEVICE == "cpu" else 1
     params:
         config=config,
@@ -57,14 +60,15 @@ rule environment:
         torch_version=TORCH_VERSION,
         mode=CAPTURE_MODE,
         worker_idle_s=config["capture_worker_idle_s"],
-    script:
-        "../../scripts/environment.py"
+    run:
+        run_job(locals())
 
 
 rule calibrate:
     """Measured GEMM TFLOP/s and copy bandwidth of the device, once per run."""
     input:
         code("calibrate", "worker"),
+        script=script_file("calibrate"),
     output:
         run_file("calibration", run=f"{{run,{THIS_RUN}}}"),
     log:
@@ -80,8 +84,8 @@ rule calibrate:
         torch_version=TORCH_VERSION,
         mode=CAPTURE_MODE,
         worker_idle_s=config["capture_worker_idle_s"],
-    script:
-        "../../scripts/calibrate.py"
+    run:
+        run_job(locals())
 
 
 # A result set that is not the current one is never captured into here (see common.smk).

@@ -102,16 +102,18 @@ EXPECTATIONS = rel(Path(workflow.basedir) / "config" / "expectations.yaml")
 SCRIPTS = Path(rel(Path(workflow.basedir) / "scripts"))
 
 
-# The light stages (tables, findings, plots, report, compare) declare their script as the input
-# `script` and run it with run_job(locals()): in a forked child of one preloaded process instead of
-# a fresh Python per job (attnprof.jobs). The script is an input so that editing it reruns the rule.
+# Every stage but the hardware counters (the light stages: tables, findings, plots, report, compare;
+# and the capture clients: capture, environment, calibrate) declares its script as the input `script`
+# and runs it with run_job(locals()): in a forked child of one preloaded process instead of a fresh
+# Python per job (attnprof.jobs), in the environment a `script:` job gets. The script is an input so
+# that editing it reruns the rule.
 def script_file(name):
-    """scripts/<name>.py, the script a light stage runs (its input ``script``)."""
+    """scripts/<name>.py, the script a stage runs (its input ``script``)."""
     return str(SCRIPTS / f"{name}.py")
 
 
 def run_job(job):
-    """Body of a light stage's ``run:`` block: ``job`` is the block's ``locals()``."""
+    """Body of a stage's ``run:`` block: ``job`` is the block's ``locals()``."""
     from attnprof.jobs import run_script
 
     run_script(job, workflow.is_main_process)
@@ -253,9 +255,9 @@ def compare_inputs(wc):
     return files
 
 
-# On a GPU run the light stages' fork server imports its modules while the first captures run;
-# on a CPU run it starts with the first light job instead, so that its imports never share the
-# cores with a capture's CPU timings.
+# On a GPU run the jobs' fork server starts with the run; on a CPU run with the first job that needs it.
+# Either way a capture's client is forked only after the server's imports are done, so that they never
+# share the cores with a capture's CPU timings.
 onstart:
     if DEVICE == "cuda" and workflow.is_main_process and workflow.use_threads:
         from attnprof.jobs import start_forkserver
