@@ -77,8 +77,9 @@ SMALL = ROOT / "examples" / "h200_unsupported_backends"  # 9 captures on the H20
 @pytest.mark.skipif(not SMALL.exists(), reason="no committed small H200 example")
 def test_render_profile_remakes_every_kind_of_derived_output(tmp_path):
     """From a copied result set, delete a per-shape plot, a timeline, a scaling plot, the summary,
-    the kernel table, the findings and the report: the render profile re-makes each of them from
-    the traces, and never a capture, the environment or the calibration."""
+    the kernel table, the findings and the report (HTML and PDF): the render profile re-makes each of
+    them from the traces, with the grid of the result set's env.json (this checkout's config names
+    another result set and another grid), and never a capture, the environment or the calibration."""
     repo = tmp_path / "repo"
     copy_workflow(repo)
     run = repo / "results" / "small"
@@ -86,12 +87,13 @@ def test_render_profile_remakes_every_kind_of_derived_output(tmp_path):
     shape = sorted(p.name for p in (run / "plots").iterdir() if p.is_dir())[0]
     deleted = [run / "plots" / shape / "device_time.png", run / "plots" / shape / "timeline.png",
                run / "plots" / "scaling_time.png", run / "summary.csv", run / "kernels.csv", run / "findings.json",
-               run / "report.html"]
+               run / "report.html", run / "report.pdf"]
     for path in deleted:
         path.unlink()
     primary = {p: p.stat().st_mtime_ns for p in run.glob("captures/*/*/*")} | {run / "env.json": (run / "env.json").stat().st_mtime_ns}
-    proc = snakemake_cli.run(["--profile", "workflow/profiles/render", "results/small/report.html"], cwd=repo, timeout=600)
+    proc = snakemake_cli.run(["--profile", "workflow/profiles/render", "results/small/report.pdf"], cwd=repo, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for path in deleted:
         assert path.exists() and path.stat().st_size > 0, path
     assert {p: p.stat().st_mtime_ns for p in primary} == primary  # traces, statuses and env.json untouched
+    assert "rule capture" not in proc.stderr and "rule environment" not in proc.stderr

@@ -226,20 +226,6 @@ def test_one_variants_code_change_reruns_only_its_captures(run_dir):
     assert jobs["capture"] == 4 and jobs["extract"] == 4 and jobs["summarize"] == 1
 
 
-def test_render_profile_rerenders_a_result_set_without_recapturing(run_dir):
-    """A result set captured elsewhere renders here: its grid comes from its env.json, and the
-    render profile lets no capture or environment job run."""
-    for name in ("report.html", "report.pdf", "findings.json"):
-        (run_dir / "results" / "tiny" / name).unlink()
-    # this machine's config names another result set, so 'tiny' is a foreign one here
-    (run_dir / "other.yaml").write_text("run: elsewhere\n")
-    profile = str(run_dir / "workflow" / "profiles" / "render")
-    config = ["--configfile", str(run_dir / "tiny.yaml"), str(run_dir / "other.yaml")]
-    out = snakemake(run_dir, "results/tiny/report.pdf", "--profile", profile, *config).stdout
-    assert (run_dir / "results" / "tiny" / "report.pdf").exists()
-    assert "rule capture" not in out and "rule environment" not in out
-
-
 def test_compare_target_builds_a_comparison_of_two_result_sets(run_dir):
     """A second result set (a copy of 'tiny' whose env.json says another torch) compared with 'tiny'."""
     results = run_dir / "results"
