@@ -40,7 +40,7 @@ permissions: the supervisor serves only connections from its own user id, and a 
 only a supervisor of its own user id (both checked with SO_PEERCRED).
 
 Robustness. A malformed request (not JSON, not a request object) is answered with an error
-and dropped; a peer gets :data:`REQUEST_TIMEOUT_S` to send its request line; a client waits
+and dropped; a peer gets :func:`request_timeout_s` to send its request line; a client waits
 at most the capture timeout plus :data:`ANSWER_GRACE_S` for an answer. SIGTERM or SIGINT to
 the supervisor kills the capture process before the client's connection closes.
 A supervisor started by one result set's job serves the others of the same key too; its
@@ -54,6 +54,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import select
 import signal
@@ -86,15 +87,30 @@ from .variants import COMPILED, Shape
 _ENV_IGNORED = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "PS1", "PS2", "PROMPT_COMMAND",
                           "PYTEST_CURRENT_TEST"})  # pytest renames it for every test
 #: Seconds a client may take to send its request line before the supervisor drops it (a stalled peer
-#: holds up the captures queued behind it this long); the environment variable
-#: ATTNPROF_WORKER_REQUEST_TIMEOUT_S, read when the supervisor starts, sets another.
-REQUEST_TIMEOUT_S = float(os.environ.get("ATTNPROF_WORKER_REQUEST_TIMEOUT_S", "5"))
+#: holds up the captures queued behind it this long); :data:`REQUEST_TIMEOUT_ENV` sets another.
+REQUEST_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_ENV = "ATTNPROF_WORKER_REQUEST_TIMEOUT_S"
 #: Seconds a client waits beyond the capture timeout for the supervisor's answer.
 ANSWER_GRACE_S = 120.0
 #: What :func:`call_in_worker` may run besides captures.
 CALLS = frozenset({"attnprof.env:capture_environment", "attnprof.calibrate:calibrate"})
 #: Seconds a client waits for a supervisor it started to listen.
 START_TIMEOUT_S = 30.0
+
+
+def request_timeout_s() -> float:
+    """:data:`REQUEST_TIMEOUT_S`, or the seconds in the environment variable :data:`REQUEST_TIMEOUT_ENV`.
+    Raises ValueError (naming the variable) when that is not a positive finite number."""
+    raw = os.environ.get(REQUEST_TIMEOUT_ENV)
+    if raw is None:
+        return REQUEST_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a positive number of seconds")
+    return seconds
 
 
 def worker_key(device: str) -> str:
@@ -204,7 +220,9 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
 def connect_or_start(device: str, idle_s: float, log_path: Path | None = None) -> socket.socket:
     """A connection to the supervisor for this process's :func:`worker_key`, started (detached,
     its output appended to ``log_path``) when none listens. Raises RuntimeError naming the log
-    when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds."""
+    when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
+    when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
+    request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
     key = worker_key(device)
     addr = address(key)
     sock = _connect(addr)
@@ -341,8 +359,8 @@ def _read_request(conn: socket.socket) -> dict | None:
     """The request line on ``conn`` if it is a well-formed request (a JSON object with a
     positive ``timeout_s`` and either a ``spec`` with ``variant``/``shape``/``device`` and a
     ``trace`` path, or a ``call``), else None -- after telling the peer why. A peer gets
-    :data:`REQUEST_TIMEOUT_S` seconds to send it."""
-    conn.settimeout(REQUEST_TIMEOUT_S)
+    :func:`request_timeout_s` seconds to send it."""
+    conn.settimeout(request_timeout_s())
     try:
         request = _Lines(conn).next()
     except (TimeoutError, OSError, ValueError, UnicodeDecodeError) as exc:
@@ -459,6 +477,11 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, dev
 def serve(key: str, device: str, idle_s: float) -> int:
     """Supervisor main loop (module docstring). Exits 0 after ``idle_s`` s without a request,
     or on SIGTERM/SIGINT, killing its capture process."""
+    try:
+        request_timeout_s()
+    except ValueError as exc:
+        log(f"capture worker {key}: {exc}; not starting")
+        return 1
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(address(key))
