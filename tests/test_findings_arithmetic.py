@@ -642,3 +642,29 @@ def test_expectations_that_cannot_be_checked_are_refused_when_loaded():
     assert len(problems) == 3
     assert "relative to expected, which is 0" in problems[0] and "-0.1 is not a number >= 0" in problems[1]
     assert "'sdpa_flsh' is not one of its variants" in problems[2]
+
+
+# --- rule_cpu_cost: launch- or device-bound only outside the spread ---------------------------------
+
+@pytest.mark.parametrize("cpu, device, side", [
+    ((2.0, 1.5, 2.5), (1.0, 0.9, 1.4), "launch"),    # the host's fastest forward (1.5) is slower than the device's slowest (1.4)
+    ((2.0, 1.4, 2.5), (1.0, 0.9, 1.4), "neither"),   # they touch: no verdict
+    ((1.0, 1.0, 1.0), (1.0, 1.0, 1.0), "neither"),   # a ratio of exactly 1 is not launch-bound
+    ((1.0, 0.9, 1.19), (2.0, 1.2, 2.5), "device"),   # the host's slowest (1.19) under the device's fastest (1.2)
+    ((1.0, 0.9, 1.2), (2.0, 1.2, 2.5), "neither"),
+    ((1.2, 1.0, 3.0), (1.0, 0.9, 1.1), "neither"),   # median ratio 1.2, but the host's fastest forward is the faster
+])
+def test_launch_or_device_bound_holds_at_every_forward(cpu, device, side):
+    from attnprof.findings.rules.timing import bound, rule_cpu_cost
+
+    assert bound(cpu[1], cpu[2], device[1], device[2]) == side
+    row = {"variant": "naive", "shape_key": "s", "status": "ok", "device": "cuda", "dtype": "bf16",
+           "cpu_ms_per_forward": cpu[0], "cpu_ms_min": cpu[1], "cpu_ms_max": cpu[2],
+           "device_ms_per_forward": device[0], "device_ms_min": device[1], "device_ms_max": device[2]}
+    d = RunData("s", pd.DataFrame([row]), pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
+                pd.DataFrame(columns=["variant", "api", "calls_per_forward"]), pd.DataFrame(columns=["variant", "op"]), {}, [])
+    (f,) = rule_cpu_cost(d)
+    assert f["headline"].startswith(f"{side}-bound") if side != "neither" else f["headline"].endswith("within the spread")
+    assert f["numbers"]["cpu_over_device"]["value"] == pytest.approx(cpu[0] / device[0])
+    assert (f["numbers"]["cpu_ms_min"]["value"], f["numbers"]["device_ms_max"]["value"]) == (cpu[1], device[2])
+    assert bound(None, cpu[2], device[1], device[2]) is None

@@ -18,24 +18,50 @@ from ..refs import clean, fmt_ref, derived, finding, ref_kernel, ref_launch, ref
 TIMING_DISAGREEMENT = 1.25
 
 
+def bound(cpu_min: float | None, cpu_max: float | None, device_min: float | None, device_max: float | None) -> str | None:
+    """Which side limits a variant's forwards, from the min-max over its profiled forwards of the
+    forward range's host time and of its device time (ms): "launch" when the host's fastest forward
+    took longer than the device's slowest (cpu_min > device_max: the host issues the work slower
+    than the GPU runs it, in every forward), "device" when the host's slowest forward took less than
+    the device's fastest (cpu_max < device_min), "neither" when the two ranges overlap or touch
+    (no verdict outside the spread); None when a value is missing."""
+    if None in (cpu_min, cpu_max, device_min, device_max):
+        return None
+    if cpu_min > device_max:
+        return "launch"
+    if cpu_max < device_min:
+        return "device"
+    return "neither"
+
+
 def rule_cpu_cost(d: RunData) -> list[dict]:
-    """CPU time vs device time per forward, launch APIs per forward, launch-bound variants."""
+    """CPU time vs device time per forward, launch APIs per forward, and which of the two bounds
+    the forward (:func:`bound`: only outside the spread of the profiled forwards)."""
     out = []
     for variant in d.summary["variant"]:
         if not d.ok(variant) or not d.on_gpu:
             continue
         cpu, dev = ref_summary(d, variant, "cpu_ms_per_forward", "ms"), ref_summary(d, variant, "device_ms_per_forward", "ms")
         nums = {"cpu_ms": cpu, "device_ms": dev, "cpu_over_device": derived("ratio", [cpu, dev])}
+        for name in ("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max"):
+            nums[name] = ref_summary(d, variant, name, "ms")
         apis = d.launches_of(variant)
         launch_apis = [a for a in apis["api"] if "Launch" in a or "Memcpy" in a or "Memset" in a]
         for a in launch_apis:
             nums[a] = ref_launch(d, variant, a)
-        bound = nums["cpu_over_device"]["value"] is not None and nums["cpu_over_device"]["value"] >= 1
+        side = bound(*(nums[n]["value"] for n in ("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max")))
+        ranges = (f"host {fmt_ref(nums['cpu_ms_min'])}-{fmt_ref(nums['cpu_ms_max'])} ms, "
+                  f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} ms per forward")
+        verdict = {"launch": f"launch-bound at this shape: the host takes longer to issue the work than the GPU to run it, in every "
+                             f"profiled forward ({ranges})",
+                   "device": f"device-bound at this shape, in every profiled forward ({ranges})",
+                   "neither": f"neither launch- nor device-bound outside the spread: the ranges overlap ({ranges})",
+                   None: "the per-forward ranges are not recorded: no verdict on what bounds it"}[side]
         listing = ", ".join(f"{fmt_ref(nums[a])} {a}" for a in launch_apis)
-        text = (f"{variant}: {fmt_ref(cpu)} CPU vs {fmt_ref(dev)} device per forward (ratio {fmt_ref(nums['cpu_over_device'], 2)}); "
-                f"{listing} per forward; " + ("launch-bound at this shape: the host takes longer to issue the work than the GPU to run it"
-                                              if bound else "device-bound at this shape"))
-        headline = f"{'launch' if bound else 'device'}-bound: CPU {fmt_ref(cpu)} vs device {fmt_ref(dev)}"
+        text = (f"{variant}: {fmt_ref(cpu)} CPU vs {fmt_ref(dev)} device per forward (ratio {fmt_ref(nums['cpu_over_device'], 2)}, "
+                f"medians); {listing} per forward; {verdict}")
+        headline = (f"{side}-bound: CPU {fmt_ref(cpu)} vs device {fmt_ref(dev)}" if side in ("launch", "device")
+                    else f"CPU {fmt_ref(cpu)} vs device {fmt_ref(dev)}: within the spread")
         out.append(finding("cpu_cost", d, [variant], text, nums, [{"kind": "api", "name": a} for a in launch_apis], headline=headline))
     return out
 
