@@ -82,3 +82,24 @@ def test_a_timeline_of_many_variants_still_fits_a_page_with_its_heading(tmp_path
 
     assert height_in(2) == pytest.approx(0.62 * 2 + 0.9, abs=0.03)  # few variants: the row height as drawn
     assert height_in(12) == pytest.approx(PAGE_FIGURE_MAX_IN, abs=0.03) and PAGE_FIGURE_MAX_IN < 7.3 - 1.0
+
+
+def test_in_brief_opens_with_what_holds_and_ends_with_what_does_not():
+    """The fastest variant (a finding) comes first; a ratio that is not robust and a ranking the
+    independent timing contradicts come after the statuses and the trace sentence."""
+    import pandas as pd
+
+    from attnprof.report import in_brief
+
+    findings = [
+        {"rule": "speed", "kind": "warning", "headline": "1.5x the time of naive_inplace (not robust)", "statement": "RATIO; not a finding"},
+        {"rule": "speed", "kind": "observation", "headline": "fastest variant", "statement": "FASTEST"},
+        {"rule": "fidelity", "kind": "artefact", "headline": "ranking", "statement": "RANKING does not hold"},
+        {"rule": "speed", "kind": "observation", "headline": "fused backends", "statement": "NOT IN BRIEF"},
+    ]
+    summary = pd.DataFrame([{"variant": "sdpa_cudnn", "status": "unsupported", "shape_key": "s", "device": "cpu"},
+                            {"variant": "naive", "status": "ok", "shape_key": "s", "device": "cpu"}])
+    brief = in_brief({"expectations": [], "findings": findings}, [{"findings": []}], summary)
+    assert brief[0] == "FASTEST." and brief[1] == "sdpa_cudnn: unsupported at s."
+    assert brief[-2:] == ["RATIO; not a finding.", "RANKING does not hold."]
+    assert not any("NOT IN BRIEF" in s for s in brief) and len(brief) == 5

@@ -235,8 +235,9 @@ def change_of(variant: str, env: dict) -> str:
 def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> list[str]:
     """Sentences for the report's first page, each taken from a finding, an expectation check
     or a status of this run: how many of the study's expectations hold (and which deviate),
-    the fastest variant, rankings that do not hold outside the spread, variants that did not
-    run, and trace defects or missing checks."""
+    the fastest variant, variants that did not run, trace defects or missing checks, backwards
+    that did not run, and last the rankings and ratios that do not hold outside the spread or
+    against the independent timing (so that the page opens with what holds)."""
     out = []
     if study and study["expectations"]:
         exp = study["expectations"]
@@ -253,10 +254,12 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
         if noisy:
             text += (f"; within the spread of the profiled forwards, so neither holding nor deviating: {', '.join(noisy)}")
         out.append(text + ".")
+    doubtful = []
     for f in (study or {}).get("findings", []):
-        if (f["rule"] == "speed" and (f["headline"] == "fastest variant" or f["kind"] == "warning")) or \
-                (f["rule"] == "fidelity" and f["kind"] == "artefact"):
+        if f["rule"] == "speed" and f["headline"] == "fastest variant" and f["kind"] != "warning":
             out.append(f["statement"] + ".")
+        elif (f["rule"] == "speed" and f["kind"] == "warning") or (f["rule"] == "fidelity" and f["kind"] == "artefact"):
+            doubtful.append(f["statement"] + ".")
     failed = summary[summary["status"] != "ok"]
     for (variant, status), rows in failed.groupby(["variant", "status"], sort=False):
         out.append(f"{variant}: {status} at {', '.join(rows['shape_key'])}.")
@@ -271,7 +274,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
         nb = summary[summary["backward_status"].notna() & (summary["backward_status"] != "ok") & (summary["status"] == "ok")]
         for (variant, status), rows in nb.groupby(["variant", "backward_status"], sort=False):
             out.append(f"{variant} backward: {status} at {', '.join(rows['shape_key'])} (its forward is published).")
-    return out
+    return out + doubtful
 
 
 def cudnn_version(value) -> str:
