@@ -226,6 +226,13 @@ def test_one_variants_code_change_reruns_only_its_captures(run_dir):
     assert jobs["capture"] == 4 and jobs["extract"] == 4 and jobs["summarize"] == 1
 
 
+def test_a_user_modules_edit_reruns_only_its_variants_captures(run_dir):
+    """The user variant's fingerprint covers its module's source (next to the Snakefile)."""
+    with edited(run_dir / USER_MODULE.name, "def forward(", "# edited\ndef forward("):
+        jobs = planned_jobs(run_dir)
+    assert jobs["capture"] == jobs["extract"] == len(SHAPES) and jobs["summarize"] == 1
+
+
 def test_compare_target_builds_a_comparison_of_two_result_sets(run_dir):
     """A second result set (a copy of 'tiny' whose env.json says another torch) compared with 'tiny'."""
     results = run_dir / "results"
