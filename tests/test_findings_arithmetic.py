@@ -668,3 +668,15 @@ def test_launch_or_device_bound_holds_at_every_forward(cpu, device, side):
     assert f["numbers"]["cpu_over_device"]["value"] == pytest.approx(cpu[0] / device[0])
     assert (f["numbers"]["cpu_ms_min"]["value"], f["numbers"]["device_ms_max"]["value"]) == (cpu[1], device[2])
     assert bound(None, cpu[2], device[1], device[2]) is None
+
+
+def test_the_bound_statement_states_both_ranges_once_each_with_its_unit():
+    from attnprof.findings.rules.timing import rule_cpu_cost
+
+    row = {"variant": "naive", "shape_key": "s", "status": "ok", "device": "cuda", "dtype": "bf16",
+           "cpu_ms_per_forward": 2.0, "cpu_ms_min": 1.5, "cpu_ms_max": 2.5,
+           "device_ms_per_forward": 1.0, "device_ms_min": 0.9, "device_ms_max": 1.4}
+    d = RunData("s", pd.DataFrame([row]), pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
+                pd.DataFrame(columns=["variant", "api", "calls_per_forward"]), pd.DataFrame(columns=["variant", "op"]), {}, [])
+    (f,) = rule_cpu_cost(d)
+    assert "(host 1.5 ms-2.5 ms, device 0.9 ms-1.4 ms per forward)" in f["statement"] and "ms ms" not in f["statement"]

@@ -50,8 +50,8 @@ def rule_cpu_cost(d: RunData) -> list[dict]:
         for a in launch_apis:
             nums[a] = ref_launch(d, variant, a)
         side = bound(*(nums[n]["value"] for n in ("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max")))
-        ranges = (f"host {fmt_ref(nums['cpu_ms_min'])}-{fmt_ref(nums['cpu_ms_max'])} ms, "
-                  f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} ms per forward")
+        ranges = (f"host {fmt_ref(nums['cpu_ms_min'])}-{fmt_ref(nums['cpu_ms_max'])}, "
+                  f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} per forward")
         verdict = {"launch": f"launch-bound at this shape: the host takes longer to issue the work than the GPU to run it, in every "
                              f"profiled forward ({ranges})",
                    "device": f"device-bound at this shape, in every profiled forward ({ranges})",
