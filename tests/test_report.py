@@ -103,3 +103,18 @@ def test_in_brief_opens_with_what_holds_and_ends_with_what_does_not():
     assert brief[0] == "FASTEST." and brief[1] == "sdpa_cudnn: unsupported at s."
     assert brief[-2:] == ["RATIO; not a finding.", "RANKING does not hold."]
     assert not any("NOT IN BRIEF" in s for s in brief) and len(brief) == 5
+
+
+def test_an_out_of_memory_reason_is_printed_without_pytorchs_closing_advice():
+    from attnprof.report import short_reason
+
+    oom = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 GiB. GPU 0 has a total capacity of 139.80 GiB of "
+           "which 4.85 GiB is free. Of the allocated memory 134.16 GiB is allocated by PyTorch, and 32.00 MiB is reserved by "
+           "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  "
+           "(https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+    short = short_reason(oom)
+    assert short.startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 GiB.") and "4.85 GiB is free" in short
+    assert "expandable_segments" not in short and short.endswith("see the capture's status.json)")
+    other = "RuntimeError: No viable backend for scaled_dot_product_attention was found."
+    assert short_reason(other) == other and short_reason(None) == ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 from pathlib import Path
 
 import jinja2
@@ -287,6 +288,22 @@ def cudnn_version(value) -> str:
     return f"{major}.{rest // 100}.{rest % 100}"
 
 
+#: The advice every CUDA out-of-memory message of PyTorch ends with (c10/cuda/CUDACachingAllocator.cpp: "If reserved
+#: but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ... See documentation
+#: for Memory Management (...)"): the same for every out-of-memory capture, and half of its message.
+_OOM_ADVICE = re.compile(r"\s*If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF.*\Z", re.S)
+
+
+def short_reason(text) -> str:
+    """Jinja filter: a capture's reason as the report prints it: PyTorch's out-of-memory message without its closing
+    advice on fragmentation (what was asked, what was free and what was held stay; the capture's status.json keeps
+    the whole message); any other reason as it is."""
+    if not isinstance(text, str):
+        return "" if text is None else str(text)
+    short = _OOM_ADVICE.sub("", text)
+    return short if short == text else short + " (PyTorch's advice on fragmentation left out: see the capture's status.json)"
+
+
 def _fmt(value, digits: int = 3) -> str:
     """Jinja filter: numbers with ``digits`` significant digits, '' for missing values."""
     if value is None or (isinstance(value, float) and value != value):
@@ -310,6 +327,7 @@ def render_html(context: dict, template_dir: Path, template: str = "report.html.
     )
     env.filters["num"] = _fmt
     env.filters["cudnn"] = cudnn_version
+    env.filters["reason"] = short_reason
     return env.get_template(template).render(**context)
 
 
