@@ -404,8 +404,9 @@ def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
             ax.broken_barh(list(zip(ops["ts"] - t0, ops["dur"])), (-0.25, 0.5), color=COLORS["cpu"], edgecolor="white", linewidth=0.3)
             for _, o in ops.iterrows():
                 if o["dur"] > 0.08 * rng["cpu_us"]:
+                    # dark text: readable on the green, and an underscore that reaches below the bar stays visible
                     ax.text(o["ts"] - t0 + o["dur"] / 2, 0, o["name"].removeprefix("aten::"), ha="center", va="center",
-                            fontsize=7, color="white", clip_on=True)
+                            fontsize=7, color="#111111", clip_on=True)
             seen.add("aten op")
         end = max(rng["cpu_us"], (gpu["end"].max() - t0) if len(gpu) else 0)
         ax.set_xlim(0, end * 1.02)
