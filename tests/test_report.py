@@ -103,6 +103,12 @@ def test_in_brief_opens_with_what_holds_and_ends_with_what_does_not():
     assert brief[0] == "FASTEST." and brief[1] == "sdpa_cudnn: unsupported at s."
     assert brief[-2:] == ["RATIO; not a finding.", "RANKING does not hold."]
     assert not any("NOT IN BRIEF" in s for s in brief) and len(brief) == 5
+    # two rankings or more: one sentence that names each pair
+    second = {"rule": "fidelity", "kind": "artefact", "headline": "ranking", "variants": ["b", "c"], "statement": "B C"}
+    findings[2]["variants"] = ["a", "b"]
+    brief = in_brief({"expectations": [], "findings": findings + [second]}, [{"findings": []}], summary)
+    assert brief[-1].startswith("2 rankings by trace time do not hold") and "a ahead of b, b ahead of c" in brief[-1]
+    assert len(brief) == 5
 
 
 def test_an_out_of_memory_reason_is_printed_without_pytorchs_closing_advice():

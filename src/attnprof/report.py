@@ -255,12 +255,20 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
         if noisy:
             text += (f"; within the spread of the profiled forwards, so neither holding nor deviating: {', '.join(noisy)}")
         out.append(text + ".")
-    doubtful = []
+    doubtful, rankings = [], []
     for f in (study or {}).get("findings", []):
         if f["rule"] == "speed" and f["headline"] == "fastest variant" and f["kind"] != "warning":
             out.append(f["statement"] + ".")
-        elif (f["rule"] == "speed" and f["kind"] == "warning") or (f["rule"] == "fidelity" and f["kind"] == "artefact"):
+        elif f["rule"] == "speed" and f["kind"] == "warning":
             doubtful.append(f["statement"] + ".")
+        elif f["rule"] == "fidelity" and f["kind"] == "artefact":
+            rankings.append(f)
+    if len(rankings) == 1:
+        doubtful.append(rankings[0]["statement"] + ".")
+    elif rankings:  # one sentence for them all: each has its reason in the findings table
+        pairs = ", ".join(" ahead of ".join(f["variants"][:2]) for f in rankings)
+        doubtful.append(f"{len(rankings)} rankings by trace time do not hold outside the spread of the forwards or against "
+                        f"the independent timing: {pairs} (the findings table gives each reason).")
     failed = summary[summary["status"] != "ok"]
     for (variant, status), rows in failed.groupby(["variant", "status"], sort=False):
         out.append(f"{variant}: {status} at {', '.join(rows['shape_key'])}.")
