@@ -72,17 +72,34 @@ open(snakemake.output[0], "w").write("in a new process" if not under_server else
 """
 
 
-def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int = 2) -> subprocess.CompletedProcess:
+# writes its pid, then its output 3 s later
+SLOW = """
+import os, time
+open("slow.pid", "w").write(str(os.getpid()))
+time.sleep(3)
+open(snakemake.output[0], "w").write("written after the sleep")
+"""
+
+
+def write(tmp_path: Path) -> None:
     (tmp_path / "Snakefile").write_text(SNAKEFILE.replace("@TMP@", str(tmp_path / "scratch")))
-    for name, text in {"ok_a": OK, "ok_b": OK, "fails": FAILS, "killed": KILLED,
+    for name, text in {"ok_a": OK, "ok_b": OK, "fails": FAILS, "killed": KILLED, "slow": SLOW,
                        "server_dies_job_finishes": "FAIL = False\n" + SERVER_DIES,
                        "server_dies_job_fails": "FAIL = True\n" + SERVER_DIES,
                        "exits_255": "open('ran', 'a').write('x')\nraise SystemExit(255)\n"}.items():
         (tmp_path / f"{name}.py").write_text(text)
+
+
+def command(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int = 2) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--cores", str(cores), "--keep-going", "--directory", str(tmp_path),
+            "--snakefile", str(tmp_path / "Snakefile"), *extra, *targets]
+
+
+def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int = 2) -> subprocess.CompletedProcess:
+    write(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), "--keep-going", "--directory", str(tmp_path),
-                           "--snakefile", str(tmp_path / "Snakefile"), *extra, *targets],
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(command(tmp_path, *extra, targets=targets, cores=cores), capture_output=True, text=True, env=env,
+                          timeout=300)
 
 
 def test_each_job_runs_in_its_own_process_and_a_failure_fails_that_job_alone(tmp_path):
@@ -133,3 +150,34 @@ def test_an_edit_to_the_package_is_seen_against_the_fork_servers_start():
     from attnprof.jobs import _package_edited_since
 
     assert _package_edited_since(0) and not _package_edited_since(time.time() + 60)
+
+
+def test_a_job_does_not_outlive_a_killed_snakemake(tmp_path):
+    """Snakemake killed (SIGKILL: no handler runs) while a job runs: the job's process ends within a second
+    or so, and never writes its output later (over what a newer run may have written there)."""
+    import time
+
+    write(tmp_path)
+    proc = subprocess.Popen(command(tmp_path, "--force-use-threads", targets=("out/slow.txt",)), env={**os.environ, "PYTHONPATH": str(SRC)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((tmp_path / "slow.pid").exists() and (tmp_path / "slow.pid").read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job, started = int((tmp_path / "slow.pid").read_text()), time.monotonic()
+        assert job != proc.pid  # the job runs in a process of its own (a fork server's child)
+        proc.kill()
+        proc.wait()
+        while time.monotonic() - started < 2.5:
+            try:
+                os.kill(job, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"job {job} outlived Snakemake by {time.monotonic() - started:.1f} s")
+        time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the moment it would have written
+        assert not (tmp_path / "out" / "slow.txt").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -109,11 +110,49 @@ def script_environment(snakemake) -> dict[str, str]:
     return env
 
 
-def _child(script: str, snakemake, done: str | None = None) -> None:
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (field 22 of /proc/<pid>/stat, in clock ticks since boot), which
+    tells it from a later process that reuses its pid; None where /proc cannot say (not Linux)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # gone, or its pid reused by another user's process
+        return False
+    return start is None or _process_start(pid) == start
+
+
+def _die_with_snakemake(owner: tuple[int, str | None]) -> None:
+    """End this job's process with SIGKILL once Snakemake's main process (``owner``: its pid and
+    :func:`_process_start`) is gone: a job outliving a killed Snakemake would write its outputs
+    later, over those of a newer run (a capture client: its status beside another run's trace).
+    Its own children go with it: a capture in the capture worker is killed when its client's
+    connection closes, a fresh capture process dies with its parent. Polled every 0.2 s by a
+    daemon thread (the job's parent is the fork server, which outlives Snakemake briefly, so the
+    kernel's parent-death signal would not do)."""
+    def watch() -> None:
+        while _alive(*owner):
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if not _alive(*owner):
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=watch, daemon=True, name="attnprof-snakemake-watch").start()
+
+
+def _child(script: str, snakemake, done: str | None = None, owner: tuple[int, str | None] | None = None) -> None:
     """Run ``script`` as Snakemake's script preamble would (it sees ``snakemake`` and its own
     ``__file__``, in the environment of a ``script:`` job: :func:`script_environment`). When
     ``done`` is given, write there how the script ended ("ok", or "exit <status>"): the job's own
-    record, read when the fork server loses the exit status."""
+    record, read when the fork server loses the exit status. ``owner``: Snakemake's main process,
+    which this job does not outlive (:func:`_die_with_snakemake`)."""
+    if owner is not None:
+        _die_with_snakemake(owner)
     os.environ.update(script_environment(snakemake))
     try:
         runpy.run_path(script, init_globals={"snakemake": snakemake}, run_name="__main__")
@@ -148,10 +187,15 @@ def _wait_gone(pid: int) -> None:
         time.sleep(0.05)
 
 
+def _owner() -> tuple[int, str | None]:
+    """This process (Snakemake's main process, where a job is handed out) as :func:`_die_with_snakemake` watches it."""
+    return os.getpid(), _process_start(os.getpid())
+
+
 def _fresh_process(script: str, snakemake) -> int:
     """Run the job once more in a new Python interpreter (no fork server); returns its exit status."""
     with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as fh:
-        pickle.dump((script, snakemake), fh)
+        pickle.dump((script, snakemake, None, _owner()), fh)
     package_dir = str(Path(__file__).resolve().parents[1])  # this attnprof, as the Snakefile imports it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_dir, os.environ.get("PYTHONPATH")]))}
     try:
@@ -168,7 +212,7 @@ def _forked(script: str, snakemake, rule: str) -> int:
     name = Path(script).name
     with tempfile.TemporaryDirectory(prefix="attnprof-job-") as tmp:
         done = Path(tmp) / "done"
-        proc = _forkserver().Process(target=_child, args=(script, snakemake, str(done)), name=f"attnprof {rule}",
+        proc = _forkserver().Process(target=_child, args=(script, snakemake, str(done), _owner()), name=f"attnprof {rule}",
                                      daemon=True)
         proc.start()
         proc.join()
