@@ -330,3 +330,30 @@ def test_crash_of_the_capture_is_a_recorded_failure(tmp_path, crash, signame):
     assert "stderr_tail" in rec and json.loads((tmp_path / "s.json").read_text())["status"] == "failed"
     assert load_trace(tmp_path / "t.json.gz")["traceEvents"] == []  # placeholder
 
+
+
+def test_a_capture_waits_for_the_device_lock_and_says_how_long(tmp_path):
+    """Captures on one machine never overlap, whichever process runs them (two runs with capture
+    workers of their own, capture_mode process): a capture starts only once the device's capture
+    lock is free (held here by the test for 1.5 s), and its record says how long it waited."""
+    import fcntl
+
+    from attnprof.capture import capture_lock_path
+
+    released = {}
+    with open(capture_lock_path("cpu"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+
+        def release():
+            time.sleep(1.5)
+            released["at"] = time.time()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+        releaser = threading.Thread(target=release)
+        releaser.start()
+        rec = run_isolated(spec("naive"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
+        releaser.join()
+    assert rec["status"] == "ok"
+    assert rec["capture_started_at"] >= released["at"] - 0.01 and rec["lock_wait_s"] > 0
+    with open(capture_lock_path("cpu"), "a") as fh:  # and the capture let it go when it ended
+        fcntl.flock(fh, fcntl.LOCK_EX)

@@ -23,7 +23,7 @@ if workflow.is_main_process:
     Path("snakemake.pid").write_text(str(os.getpid()))
 
 rule all:
-    input: expand("out/{{name}}.txt", name=["ok_a", "ok_b", "fails", "killed"])
+    input: expand("out/{{name}}.txt", name=["ok_a", "ok_b", "fails", "killed", "interrupted"])
 
 rule real255:
     input: "out/exits_255.txt"
@@ -84,6 +84,7 @@ open(snakemake.output[0], "w").write("written after the sleep")
 def write(tmp_path: Path) -> None:
     (tmp_path / "Snakefile").write_text(SNAKEFILE.replace("@TMP@", str(tmp_path / "scratch")))
     for name, text in {"ok_a": OK, "ok_b": OK, "fails": FAILS, "killed": KILLED, "slow": SLOW,
+                       "interrupted": "raise SystemExit(130)\n",
                        "server_dies_job_finishes": "FAIL = False\n" + SERVER_DIES,
                        "server_dies_job_fails": "FAIL = True\n" + SERVER_DIES,
                        "exits_255": "open('ran', 'a').write('x')\nraise SystemExit(255)\n"}.items():
@@ -118,6 +119,7 @@ def test_each_job_runs_in_its_own_process_and_a_failure_fails_that_job_alone(tmp
     assert not (tmp_path / "out" / "fails.txt").exists() and not (tmp_path / "out" / "killed.txt").exists()
     assert "fails.py exited with status 1; see logs/fails.log" in proc.stderr
     assert "killed.py was ended by SIGKILL; see logs/killed.log" in proc.stderr
+    assert "interrupted.py was interrupted (exit status 130: SIGINT, Ctrl-C); see logs/interrupted.log" in proc.stderr
     assert "ValueError: a corrupt table: row 3" in (tmp_path / "logs" / "fails.log").read_text()
 
 

@@ -111,14 +111,16 @@ def test_a_listener_of_another_user_is_never_trusted(monkeypatch, tmp_path):
         listener.close()
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-1", "inf", "nan", ""])
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "inf", "nan", "", "1e10", "3600.5"])
 def test_a_request_timeout_that_is_not_seconds_is_refused_naming_the_variable(monkeypatch, tmp_path, value):
     monkeypatch.setenv("ATTNPROF_WORKER_TAG", f"abuse-timeout-{os.getpid()}-{tmp_path.name}")
     monkeypatch.setenv(worker.REQUEST_TIMEOUT_ENV, value)
-    with pytest.raises(ValueError, match=f"ATTNPROF_WORKER_REQUEST_TIMEOUT_S={value!r}: not a positive number of seconds"):
+    with pytest.raises(ValueError, match=f"ATTNPROF_WORKER_REQUEST_TIMEOUT_S={value!r}: not a number of seconds above 0 and up to 3600"):
         run_in_worker(spec("naive"), tmp_path / "t.json.gz", tmp_path / "s.json", 60, 5, tmp_path / "worker.log")
     assert worker.serve("k", "cpu", 1) == 1  # a supervisor started by hand with it does not start either
     monkeypatch.setenv(worker.REQUEST_TIMEOUT_ENV, "0.25")
     assert worker.request_timeout_s() == 0.25
+    monkeypatch.setenv(worker.REQUEST_TIMEOUT_ENV, "3600")
+    assert worker.request_timeout_s() == 3600
     monkeypatch.delenv(worker.REQUEST_TIMEOUT_ENV)
     assert worker.request_timeout_s() == worker.REQUEST_TIMEOUT_S

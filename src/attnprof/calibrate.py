@@ -51,6 +51,18 @@ def calibrate(device: str, n: int = 8192, copy_bytes: int = 2 << 30, repeats: in
 
     if not torch.cuda.is_available():
         return {"device": device, "skipped": "torch.cuda.is_available() is False"}
+    from .capture import device_lock
+
+    with device_lock(device) as waited_s:  # never beside a capture: each would slow the other
+        out = _measure(n, copy_bytes, repeats)
+    out["lock_wait_s"] = waited_s
+    return out
+
+
+def _measure(n: int, copy_bytes: int, repeats: int) -> dict:
+    import torch
+
+    device = "cuda"
     out = {"device": device, "gpu_name": torch.cuda.get_device_name(), "gemm_n": n, "copy_bytes": copy_bytes, "repeats": repeats,
            "method": "median of CUDA-event timings after 3 warm-ups; random inputs"}
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -88,6 +88,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -543,7 +544,44 @@ def _correctness_phase(spec: dict, shape: Shape, st) -> dict:
     return {"rel_error": err, "rel_error_tolerance": tol, "rel_error_ok": bool(err <= tol)}
 
 
+def capture_lock_path(device: str) -> Path:
+    """The file whose exclusive lock (flock) each capture on ``device`` ('cuda' | 'cpu') holds
+    for its whole length: one per user and device kind, in the temporary directory."""
+    return Path(tempfile.gettempdir()) / f"attnprof-capture-{os.getuid()}-{device}.lock"
+
+
+@contextlib.contextmanager
+def device_lock(device: str):
+    """Hold :func:`capture_lock_path`'s lock; yields the seconds spent waiting for it. Captures on
+    one machine never overlap, whichever process runs them: a capture worker serves one capture
+    at a time, but a run with another environment or package (another ``--cores``, an edit to
+    the package during the run, a second run beside it) has a worker of its own, and
+    ``capture_mode: process`` has none. The lock goes with the process that holds it."""
+    import fcntl
+
+    t0 = time.perf_counter()
+    with open(capture_lock_path(device), "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another capture on {device} to end (lock {capture_lock_path(device)})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield round(time.perf_counter() - t0, 3)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def capture(spec: dict, trace_path: Path) -> dict:
+    """:func:`run_capture` under the device's capture lock (:func:`device_lock`); the record
+    says how long the capture waited for it (``lock_wait_s``)."""
+    with device_lock(spec["device"]) as waited_s:
+        record = run_capture(spec, trace_path)
+    record["lock_wait_s"] = waited_s
+    return record
+
+
+def run_capture(spec: dict, trace_path: Path) -> dict:
     """Run the capture described by ``spec`` in this process; write the gzipped Chrome
     trace to ``trace_path`` and return the status record (never raises for a variant's
     own failure; phases and statuses: module docstring). ``spec`` keys: variant, custom (a

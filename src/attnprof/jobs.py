@@ -261,5 +261,6 @@ def run_script(job: dict, in_main_process: bool) -> None:
     else:
         code = _forked(script, snakemake, job["rule"])
     if code != 0:
-        how = (f"was ended by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
+        how = (f"was ended by {signal.Signals(-code).name}" if code < 0 else
+               "was interrupted (exit status 130: SIGINT, Ctrl-C)" if code == 130 else f"exited with status {code}")
         raise RuntimeError(f"rule {job['rule']}: {name} {how}; see {', '.join(job['log']) or 'no log'}")

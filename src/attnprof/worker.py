@@ -100,7 +100,8 @@ START_TIMEOUT_S = 30.0
 
 def request_timeout_s() -> float:
     """:data:`REQUEST_TIMEOUT_S`, or the seconds in the environment variable :data:`REQUEST_TIMEOUT_ENV`.
-    Raises ValueError (naming the variable) when that is not a positive finite number."""
+    Raises ValueError (naming the variable) when that is not a number of seconds above 0 and up to
+    an hour (a socket timeout beyond what the platform's time_t holds would crash the supervisor)."""
     raw = os.environ.get(REQUEST_TIMEOUT_ENV)
     if raw is None:
         return REQUEST_TIMEOUT_S
@@ -108,8 +109,8 @@ def request_timeout_s() -> float:
         seconds = float(raw)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a positive number of seconds")
+    if not (math.isfinite(seconds) and 0 < seconds <= 3600):
+        raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a number of seconds above 0 and up to 3600")
     return seconds
 
 
