@@ -13,6 +13,13 @@ from attnprof.findings import load_run_data
 from attnprof.tables import analyse_trace, concat_tables, forward_table, kernel_table, launch_api_table, op_table, summary_row
 from attnprof.trace import device_properties, load_trace
 
+# Each test process (an xdist worker) has its own capture lock (attnprof.capture.capture_lock_path): the
+# tests' captures measure nothing that another test's capture could disturb, and the tests that hold
+# a capture for seconds (kills, timeouts) would otherwise hold up the other worker's.
+# (set in every process that imports this file: an xdist worker would otherwise inherit the controller's)
+os.environ["ATTNPROF_CAPTURE_LOCK_DIR"] = __import__("tempfile").mkdtemp(prefix=f"attnprof-test-locks-{os.getpid()}-")
+__import__("atexit").register(shutil.rmtree, os.environ["ATTNPROF_CAPTURE_LOCK_DIR"], True)
+
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 VARIANTS = ["naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"]
 ROOT = Path(__file__).resolve().parents[1]

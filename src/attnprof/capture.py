@@ -546,8 +546,11 @@ def _correctness_phase(spec: dict, shape: Shape, st) -> dict:
 
 def capture_lock_path(device: str) -> Path:
     """The file whose exclusive lock (flock) each capture on ``device`` ('cuda' | 'cpu') holds
-    for its whole length: one per user and device kind, in the temporary directory."""
-    return Path(tempfile.gettempdir()) / f"attnprof-capture-{os.getuid()}-{device}.lock"
+    for its whole length: one per user and device kind, in the temporary directory (or in the
+    directory the environment variable ATTNPROF_CAPTURE_LOCK_DIR names: the tests give each
+    test process its own)."""
+    folder = os.environ.get("ATTNPROF_CAPTURE_LOCK_DIR") or tempfile.gettempdir()
+    return Path(folder) / f"attnprof-capture-{os.getuid()}-{device}.lock"
 
 
 @contextlib.contextmanager
