@@ -335,7 +335,7 @@ def test_crash_of_the_capture_is_a_recorded_failure(tmp_path, crash, signame):
 def test_a_capture_waits_for_the_device_lock_and_says_how_long(tmp_path):
     """Captures on one machine never overlap, whichever process runs them (two runs with capture
     workers of their own, capture_mode process): a capture starts only once the device's capture
-    lock is free (held here by the test for 1.5 s), and its record says how long it waited."""
+    lock is free (held here by the test for 1 s), and its record says how long it waited."""
     import fcntl
 
     from attnprof.capture import capture_lock_path
@@ -345,7 +345,7 @@ def test_a_capture_waits_for_the_device_lock_and_says_how_long(tmp_path):
         fcntl.flock(fh, fcntl.LOCK_EX)
 
         def release():
-            time.sleep(1.5)
+            time.sleep(1.0)
             released["at"] = time.time()
             fcntl.flock(fh, fcntl.LOCK_UN)
 

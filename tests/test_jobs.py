@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import snakemake_cli
+from test_capture import alive
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 SNAKEFILE = f"""
@@ -72,11 +75,11 @@ open(snakemake.output[0], "w").write("in a new process" if not under_server else
 """
 
 
-# writes its pid, then its output 3 s later
+# writes its pid, then its output 2 s later
 SLOW = """
 import os, time
 open("slow.pid", "w").write(str(os.getpid()))
-time.sleep(3)
+time.sleep(2)
 open(snakemake.output[0], "w").write("written after the sleep")
 """
 
@@ -96,11 +99,17 @@ def command(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: i
             "--snakefile", str(tmp_path / "Snakefile"), *extra, *targets]
 
 
-def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int = 2) -> subprocess.CompletedProcess:
+def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int = 2,
+        fresh: bool = False) -> subprocess.CompletedProcess:
+    """Snakemake on the test Snakefile: through tests/snakemake_cli.py, or (``fresh``) in a new interpreter,
+    for a test whose jobs look at their parents' command lines (a fork server's child has the fork
+    server's)."""
     write(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.run(command(tmp_path, *extra, targets=targets, cores=cores), capture_output=True, text=True, env=env,
-                          timeout=300)
+    cmd = command(tmp_path, *extra, targets=targets, cores=cores)
+    if not fresh:
+        return snakemake_cli.run(cmd[3:], env=env, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_each_job_runs_in_its_own_process_and_a_failure_fails_that_job_alone(tmp_path):
@@ -134,7 +143,7 @@ def test_without_threads_the_spawned_job_process_runs_the_script_itself(tmp_path
 
 def test_a_lost_exit_status_is_read_from_the_jobs_own_record_or_the_job_run_again_but_a_real_255_is_a_failure(tmp_path):
     # one job at a time: a server killed by one job must not take another's status with it
-    proc = run(tmp_path, "--force-use-threads", targets=("lost", "real255"), cores=1)
+    proc = run(tmp_path, "--force-use-threads", targets=("lost", "real255"), cores=1, fresh=True)
     # finished under the dying server: its own record counts, it is not run again
     assert (tmp_path / "out" / "server_dies_job_finishes.txt").read_text() == "under the fork server"
     assert "lost the exit status of server_dies_job_finishes.py; the job recorded that it finished" in proc.stderr
@@ -170,15 +179,13 @@ def test_a_job_does_not_outlive_a_killed_snakemake(tmp_path):
         assert job != proc.pid  # the job runs in a process of its own (a fork server's child)
         proc.kill()
         proc.wait()
-        while time.monotonic() - started < 2.5:
-            try:
-                os.kill(job, 0)
-            except ProcessLookupError:
+        while time.monotonic() - started < 1.8:
+            if not alive(job):  # gone, or a zombie that its new parent has yet to reap
                 break
             time.sleep(0.05)
         else:
             raise AssertionError(f"job {job} outlived Snakemake by {time.monotonic() - started:.1f} s")
-        time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the moment it would have written
+        time.sleep(max(0.0, started + 2.5 - time.monotonic()))  # past the moment it would have written
         assert not (tmp_path / "out" / "slow.txt").exists()
     finally:
         if proc.poll() is None:
