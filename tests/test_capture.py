@@ -357,3 +357,17 @@ def test_a_capture_waits_for_the_device_lock_and_says_how_long(tmp_path):
     assert rec["capture_started_at"] >= released["at"] - 0.01 and rec["lock_wait_s"] > 0
     with open(capture_lock_path("cpu"), "a") as fh:  # and the capture let it go when it ended
         fcntl.flock(fh, fcntl.LOCK_EX)
+
+
+def test_the_capture_lock_is_one_file_per_machine_whatever_tmpdir_says(monkeypatch, tmp_path):
+    """A job's TMPDIR follows its Snakemake tmpdir resource: two runs must still lock one file."""
+    from attnprof.capture import LOCK_DIR, capture_lock_path, device_lock
+
+    monkeypatch.delenv("ATTNPROF_CAPTURE_LOCK_DIR")
+    before = capture_lock_path("cuda")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert capture_lock_path("cuda") == before and before.parent == Path(LOCK_DIR)
+    monkeypatch.setenv("ATTNPROF_CAPTURE_LOCK_DIR", str(tmp_path / "missing"))
+    with pytest.raises(RuntimeError, match="cannot be opened .*ATTNPROF_CAPTURE_LOCK_DIR"):
+        with device_lock("cpu"):
+            pass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import snakemake_cli
@@ -75,11 +76,11 @@ open(snakemake.output[0], "w").write("in a new process" if not under_server else
 """
 
 
-# writes its pid, then its output 2 s later
+# writes its pid, then its output 3 s later
 SLOW = """
 import os, time
 open("slow.pid", "w").write(str(os.getpid()))
-time.sleep(2)
+time.sleep(3)
 open(snakemake.output[0], "w").write("written after the sleep")
 """
 
@@ -166,8 +167,6 @@ def test_an_edit_to_the_package_is_seen_against_the_fork_servers_start():
 def test_a_job_does_not_outlive_a_killed_snakemake(tmp_path):
     """Snakemake killed (SIGKILL: no handler runs) while a job runs: the job's process ends within a second
     or so, and never writes its output later (over what a newer run may have written there)."""
-    import time
-
     write(tmp_path)
     proc = subprocess.Popen(command(tmp_path, "--force-use-threads", targets=("out/slow.txt",)), env={**os.environ, "PYTHONPATH": str(SRC)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -179,14 +178,29 @@ def test_a_job_does_not_outlive_a_killed_snakemake(tmp_path):
         assert job != proc.pid  # the job runs in a process of its own (a fork server's child)
         proc.kill()
         proc.wait()
-        while time.monotonic() - started < 1.8:
+        while time.monotonic() - started < 2.5:
             if not alive(job):  # gone, or a zombie that its new parent has yet to reap
                 break
             time.sleep(0.05)
         else:
             raise AssertionError(f"job {job} outlived Snakemake by {time.monotonic() - started:.1f} s")
-        time.sleep(max(0.0, started + 2.5 - time.monotonic()))  # past the moment it would have written
+        time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the moment it would have written
         assert not (tmp_path / "out" / "slow.txt").exists()
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_zombie_snakemake_is_gone():
+    """Killed but not reaped (its parent may never reap it): the job's watch takes it for gone."""
+    from attnprof.jobs import _alive, _process_start
+
+    child = subprocess.Popen(["sleep", "30"])
+    start = _process_start(child.pid)
+    assert _alive(child.pid, start) and not _alive(child.pid, "1")  # a start time that is not its own: a reused pid
+    child.kill()
+    deadline = time.monotonic() + 10
+    while alive(child.pid) and time.monotonic() < deadline:  # until it is a zombie
+        time.sleep(0.02)
+    assert not _alive(child.pid, start)
+    child.wait()

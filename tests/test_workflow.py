@@ -58,7 +58,7 @@ def planned_jobs(workdir: Path, change: str = "") -> dict[str, int]:
     if change:
         (workdir / "change.yaml").write_text(change)
         extra = ["--configfile", str(workdir / "tiny.yaml"), str(workdir / "change.yaml")]
-    out = snakemake(workdir, "report", "-n", "--cores", "1", *extra).stdout
+    out = snakemake(workdir, "report", "-n", "--cores", "2", *extra).stdout  # the cores run_dir was made with
     if "Nothing to be done" in out:
         return {}
     table = out.split("Job stats:")[1].split("total")[0]
@@ -224,6 +224,14 @@ def test_one_variants_code_change_reruns_only_its_captures(run_dir):
         jobs = planned_jobs(run_dir)
     # naive and naive_inplace share that code (at both shapes); the five SDPA variants and the user's do not rerun
     assert jobs["capture"] == 4 and jobs["extract"] == 4 and jobs["summarize"] == 1
+
+
+def test_another_cores_count_on_a_cpu_run_recaptures_rather_than_mixing_thread_counts(run_dir):
+    """On a CPU run a capture takes every core as torch's threads: part of what it measures."""
+    out = snakemake(run_dir, "report", "-n", "--cores", "1").stdout
+    table = out.split("Job stats:")[1].split("total")[0]
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    assert jobs["capture"] == 2 * len(VARIANTS) and jobs["environment"] == 1
 
 
 def test_a_user_modules_edit_reruns_only_its_variants_captures(run_dir):

@@ -544,12 +544,17 @@ def _correctness_phase(spec: dict, shape: Shape, st) -> dict:
     return {"rel_error": err, "rel_error_tolerance": tol, "rel_error_ok": bool(err <= tol)}
 
 
+#: Where the capture lock files are: one directory for the whole machine, not TMPDIR (a job's TMPDIR follows
+#: its Snakemake ``tmpdir`` resource, so two runs could lock two files).
+LOCK_DIR = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+
+
 def capture_lock_path(device: str) -> Path:
     """The file whose exclusive lock (flock) each capture on ``device`` ('cuda' | 'cpu') holds
-    for its whole length: one per user and device kind, in the temporary directory (or in the
-    directory the environment variable ATTNPROF_CAPTURE_LOCK_DIR names: the tests give each
-    test process its own)."""
-    folder = os.environ.get("ATTNPROF_CAPTURE_LOCK_DIR") or tempfile.gettempdir()
+    for its whole length: one per user and device kind, in :data:`LOCK_DIR` (or in the directory
+    the environment variable ATTNPROF_CAPTURE_LOCK_DIR names: the tests give each test process
+    its own)."""
+    folder = os.environ.get("ATTNPROF_CAPTURE_LOCK_DIR") or LOCK_DIR
     return Path(folder) / f"attnprof-capture-{os.getuid()}-{device}.lock"
 
 
@@ -563,7 +568,13 @@ def device_lock(device: str):
     import fcntl
 
     t0 = time.perf_counter()
-    with open(capture_lock_path(device), "a") as fh:
+    path = capture_lock_path(device)
+    try:
+        fh = open(path, "a")
+    except OSError as exc:
+        raise RuntimeError(f"the capture lock {path} cannot be opened ({exc.strerror}); it lives in /tmp, or in the "
+                           "directory ATTNPROF_CAPTURE_LOCK_DIR names, which must exist and be writable") from exc
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

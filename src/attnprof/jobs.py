@@ -120,9 +120,17 @@ def _process_start(pid: int) -> str | None:
 
 
 def _alive(pid: int, start: str | None) -> bool:
+    """Whether process ``pid`` still runs: it exists, is not a zombie (killed, and not yet reaped
+    by a parent that may never reap it) and started at ``start`` (None: not checked)."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):  # gone, or its pid reused by another user's process
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = None  # no /proc (not Linux): os.kill is all there is
+    if state in ("Z", "X"):
         return False
     return start is None or _process_start(pid) == start
 

@@ -16,13 +16,14 @@ rule capture:
     conda:
         "../envs/attnprof.yaml"
     # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
-    threads: workflow.cores if DEVICE == "cpu" else 1
+    threads: CAPTURE_THREADS
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
+        threads=CAPTURE_THREADS,
         # the code this variant runs (not all of variants.py): editing one variant reruns only it
         variant_code=lambda wc: variant_fingerprint(wc.variant, CUSTOM.get(wc.variant)),
         custom=lambda wc: CUSTOM.get(wc.variant),
@@ -52,12 +53,13 @@ rule environment:
     # the threads of a capture: the job's environment has OMP_NUM_THREADS and friends from them (as a
     # script: job's, attnprof.jobs.script_environment), so the recorded torch_threads are the captures'
     # own (and the same capture worker serves both)
-    threads: workflow.cores if DEVICE == "cpu" else 1
+    threads: CAPTURE_THREADS
     params:
         config=config,
         device=DEVICE,
         run=RUN,
         torch_version=TORCH_VERSION,
+        threads=CAPTURE_THREADS,
         mode=CAPTURE_MODE,
         worker_idle_s=config["capture_worker_idle_s"],
     run:
@@ -75,7 +77,7 @@ rule calibrate:
         "results/{run}/logs/calibrate.log",
     conda:
         "../envs/attnprof.yaml"
-    threads: workflow.cores if DEVICE == "cpu" else 1  # as a capture's: the same worker serves it
+    threads: CAPTURE_THREADS  # as a capture's: the same worker serves it
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,

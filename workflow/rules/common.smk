@@ -135,6 +135,11 @@ CAPTURE_MODE = (
 )
 config["capture_mode"] = CAPTURE_MODE  # env.json and the report state the mode that ran
 GPU_UNITS = 0 if CAPTURE_MODE == "worker" else 1
+# The threads of a capture (and of the environment record and the calibration, which the same capture worker
+# serves): every core on a CPU run, so that no other job disturbs its timings. Also a param of the capture and
+# environment rules: torch's intra-op threads are part of what a CPU capture measures, so a run with another
+# --cores recaptures instead of mixing thread counts in one result set.
+CAPTURE_THREADS = workflow.cores if DEVICE == "cpu" else 1
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)
