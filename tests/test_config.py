@@ -88,3 +88,19 @@ def test_a_grid_of_ones_own_replaces_the_default_grid_whole():
     """config.yaml's CPU grid is a list of one grid: Snakemake merges a --configfile mapping into a
     mapping key by key, so a default mapping would leak its seq_len into a user's decode grid."""
     assert isinstance(DEFAULTS["shapes"]["cpu"], list) and isinstance(DEFAULTS["shapes"]["cuda"], list)
+
+
+def test_lost_captures_are_the_summary_rows_without_their_files(tmp_path):
+    from attnprof.config import lost_captures
+
+    run = tmp_path / "r"
+    (run / "captures" / "s1" / "a").mkdir(parents=True)
+    (run / "captures" / "s1" / "a" / "status.json").write_text("{}")
+    (run / "captures" / "s1" / "a" / "trace.json.gz").write_bytes(b"")
+    (run / "captures" / "s1" / "b").mkdir(parents=True)
+    (run / "captures" / "s1" / "b" / "status.json").write_text("{}")
+    (run / "summary.csv").write_text("variant,shape_key,status\na,s1,ok\nb,s1,ok\nc,s1,failed\n")
+    files = ["trace.json.gz", "status.json"]
+    assert lost_captures(str(run), str(run / "summary.csv"), files) == sorted(
+        [str(run / "captures/s1/b/trace.json.gz"), str(run / "captures/s1/c/trace.json.gz"), str(run / "captures/s1/c/status.json")])
+    assert lost_captures(str(run), str(run / "missing.csv"), files) == []

@@ -234,6 +234,23 @@ def test_another_cores_count_on_a_cpu_run_recaptures_rather_than_mixing_thread_c
     assert jobs["capture"] == 2 * len(VARIANTS) and jobs["environment"] == 1
 
 
+def test_a_lost_capture_is_captured_again(run_dir):
+    """A capture folder deleted after the report was made: Snakemake alone would say "Nothing to be
+    done" (every reader of the lost files is up to date); the lost files are named, and the capture
+    and the summary rerun."""
+    folder = run_dir / "results" / "tiny" / "captures" / SHAPES[0] / "naive"
+    kept = folder.parent / "naive.kept"
+    folder.rename(kept)
+    try:
+        proc = snakemake(run_dir, "report", "-n", "--cores", "2")
+    finally:
+        kept.rename(folder)
+    table = proc.stdout.split("Job stats:")[1].split("total")[0]
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    assert jobs["capture"] == jobs["extract"] == 1 and jobs["summarize"] == 1
+    assert f"captures/{SHAPES[0]}/naive/status.json" in proc.stderr and "are gone" in proc.stderr
+
+
 def test_a_user_modules_edit_reruns_only_its_variants_captures(run_dir):
     """The user variant's fingerprint covers its module's source (next to the Snakefile)."""
     with edited(run_dir / USER_MODULE.name, "def forward(", "# edited\ndef forward("):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 #: How to give nested values when --config cannot express them.
@@ -149,6 +151,22 @@ def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],
     return (f"{run_dir} holds a result set with more than this config asks for (this config leaves out {what}); "
             f"its report would be replaced by a partial one. Give the subset a result set of its own "
             f"(--config run=<name>), or delete {run_dir} to replace it.")
+
+
+def lost_captures(run_dir: str, summary_csv: str, capture_files: list[str]) -> list[str]:
+    """The capture files (``capture_files``: file names in a capture's folder, e.g. trace.json.gz and
+    status.json) that ``summary_csv`` of the result set ``run_dir`` was made from and that are gone:
+    for each of its rows (shape_key, variant), ``run_dir``/captures/<shape_key>/<variant>/<file>.
+    [] when the summary does not exist or cannot be read."""
+    import csv
+
+    try:
+        with open(summary_csv, newline="") as fh:
+            rows = {(r["shape_key"], r["variant"]) for r in csv.DictReader(fh)}
+    except (OSError, KeyError, csv.Error):
+        return []
+    return sorted(str(p) for s, v in rows for f in capture_files
+                  if not (p := Path(run_dir) / "captures" / s / v / f).exists())
 
 
 def _default_text(value) -> str:

@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from attnprof.config import subset_message
+from attnprof.config import lost_captures, subset_message
 from attnprof.env import default_run_id, detect_gpu, torch_build
 from attnprof.names import (
     CAPTURE_FILES,
@@ -81,6 +81,20 @@ if Path(run_file("env", RUN)).exists():
         )
         if _why:
             raise WorkflowError(_why)
+
+# Captures that this result set's summary.csv was made from and whose trace or status is gone (deleted by
+# hand, or copied without them). Snakemake does not remake a missing file whose readers are all up to date;
+# as a param of summarize this list makes summarize rerun, and with it the lost captures (once they are back, the
+# list changes again: summarize and the stages after it run once more, on the same data).
+LOST_CAPTURES = lost_captures(
+    RUN_DIR, run_file("summary", RUN), list(CAPTURE_FILES.values())
+)
+if LOST_CAPTURES:
+    print(
+        f"attnprof: {len(LOST_CAPTURES)} capture files that {run_file('summary', RUN)} was made from are gone "
+        f"({', '.join(LOST_CAPTURES[:3])}{', ...' if len(LOST_CAPTURES) > 3 else ''}): they are captured again",
+        file=sys.stderr,
+    )
 
 
 def rel(path) -> str:

@@ -16,5 +16,9 @@ rule summarize:
         "results/{run}/logs/summarize.log",
     conda:
         "../envs/attnprof.yaml"
+    params:
+        # captures lost since the summary was made (common.smk): a change here reruns summarize, which
+        # needs them again
+        lost=lambda wc: LOST_CAPTURES if wc.run == RUN else [],
     run:
         run_job(locals())
