@@ -1,9 +1,11 @@
+import atexit
 import copy
 import gzip
 import json
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -17,8 +19,8 @@ from attnprof.trace import device_properties, load_trace
 # tests' captures measure nothing that another test's capture could disturb, and the tests that hold
 # a capture for seconds (kills, timeouts) would otherwise hold up the other worker's.
 # (set in every process that imports this file: an xdist worker would otherwise inherit the controller's)
-os.environ["ATTNPROF_CAPTURE_LOCK_DIR"] = __import__("tempfile").mkdtemp(prefix=f"attnprof-test-locks-{os.getpid()}-")
-__import__("atexit").register(shutil.rmtree, os.environ["ATTNPROF_CAPTURE_LOCK_DIR"], True)
+os.environ["ATTNPROF_CAPTURE_LOCK_DIR"] = tempfile.mkdtemp(prefix=f"attnprof-test-locks-{os.getpid()}-")
+atexit.register(shutil.rmtree, os.environ["ATTNPROF_CAPTURE_LOCK_DIR"], True)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 VARIANTS = ["naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -68,3 +69,12 @@ def run(args: list[str], cwd: str | Path | None = None, env: dict[str, str] | No
             raise subprocess.TimeoutExpired(["snakemake", *args], timeout)
         read = lambda path: Path(path).read_text(errors="replace")  # noqa: E731
         return subprocess.CompletedProcess(["snakemake", *args], proc.exitcode, read(out), read(err))
+
+
+def job_stats(out: str) -> dict[str, int]:
+    """rule -> job count from the 'Job stats' table of Snakemake's output ``out``; {} when it has none
+    (nothing to be done)."""
+    if "Job stats:" not in out:
+        return {}
+    table = out.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}

@@ -646,6 +646,15 @@ def test_expectations_that_cannot_be_checked_are_refused_when_loaded():
 
 # --- rule_cpu_cost: launch- or device-bound only outside the spread ---------------------------------
 
+def _gpu_times(cpu: tuple, device: tuple) -> RunData:
+    """A GPU run of one variant: host and device ms per forward as (median, min, max)."""
+    row = {"variant": "naive", "shape_key": "s", "status": "ok", "device": "cuda", "dtype": "bf16",
+           "cpu_ms_per_forward": cpu[0], "cpu_ms_min": cpu[1], "cpu_ms_max": cpu[2],
+           "device_ms_per_forward": device[0], "device_ms_min": device[1], "device_ms_max": device[2]}
+    return RunData("s", pd.DataFrame([row]), pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
+                   pd.DataFrame(columns=["variant", "api", "calls_per_forward"]), pd.DataFrame(columns=["variant", "op"]), {}, [])
+
+
 @pytest.mark.parametrize("cpu, device, side", [
     ((2.0, 1.5, 2.5), (1.0, 0.9, 1.4), "launch"),    # the host's fastest forward (1.5) is slower than the device's slowest (1.4)
     ((2.0, 1.4, 2.5), (1.0, 0.9, 1.4), "neither"),   # they touch: no verdict
@@ -658,12 +667,7 @@ def test_launch_or_device_bound_holds_at_every_forward(cpu, device, side):
     from attnprof.findings.rules.timing import bound, rule_cpu_cost
 
     assert bound(cpu[1], cpu[2], device[1], device[2]) == side
-    row = {"variant": "naive", "shape_key": "s", "status": "ok", "device": "cuda", "dtype": "bf16",
-           "cpu_ms_per_forward": cpu[0], "cpu_ms_min": cpu[1], "cpu_ms_max": cpu[2],
-           "device_ms_per_forward": device[0], "device_ms_min": device[1], "device_ms_max": device[2]}
-    d = RunData("s", pd.DataFrame([row]), pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
-                pd.DataFrame(columns=["variant", "api", "calls_per_forward"]), pd.DataFrame(columns=["variant", "op"]), {}, [])
-    (f,) = rule_cpu_cost(d)
+    (f,) = rule_cpu_cost(_gpu_times(cpu, device))
     assert f["headline"].startswith(f"{side}-bound") if side != "neither" else f["headline"].endswith("within the spread")
     assert f["numbers"]["cpu_over_device"]["value"] == pytest.approx(cpu[0] / device[0])
     assert (f["numbers"]["cpu_ms_min"]["value"], f["numbers"]["device_ms_max"]["value"]) == (cpu[1], device[2])
@@ -673,10 +677,5 @@ def test_launch_or_device_bound_holds_at_every_forward(cpu, device, side):
 def test_the_bound_statement_states_both_ranges_once_each_with_its_unit():
     from attnprof.findings.rules.timing import rule_cpu_cost
 
-    row = {"variant": "naive", "shape_key": "s", "status": "ok", "device": "cuda", "dtype": "bf16",
-           "cpu_ms_per_forward": 2.0, "cpu_ms_min": 1.5, "cpu_ms_max": 2.5,
-           "device_ms_per_forward": 1.0, "device_ms_min": 0.9, "device_ms_max": 1.4}
-    d = RunData("s", pd.DataFrame([row]), pd.DataFrame(columns=["variant", "kernel", "category", "calls_per_forward"]),
-                pd.DataFrame(columns=["variant", "api", "calls_per_forward"]), pd.DataFrame(columns=["variant", "op"]), {}, [])
-    (f,) = rule_cpu_cost(d)
+    (f,) = rule_cpu_cost(_gpu_times((2.0, 1.5, 2.5), (1.0, 0.9, 1.4)))
     assert "(host 1.5 ms-2.5 ms, device 0.9 ms-1.4 ms per forward)" in f["statement"] and "ms ms" not in f["statement"]

@@ -1,7 +1,6 @@
 """Result sets travel: a result set captured elsewhere (the committed H200 example, on a machine
 without its GPU) is re-rendered, never recaptured or relabelled, by any target."""
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,17 +36,10 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
                               "--config", "device=cpu"], timeout=600)
 
 
-def jobs(out: str) -> dict[str, int]:
-    if "Job stats:" not in out:
-        return {}
-    table = out.split("Job stats:")[1].split("total")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
-
-
 def test_report_of_a_result_set_captured_elsewhere_plans_no_capture(workspace):
     proc = snakemake(workspace, "-n", f"results/{RUN}/report.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    planned = jobs(proc.stdout)
+    planned = snakemake_cli.job_stats(proc.stdout)
     assert planned.get("extract") == 63 and planned.get("report_html") == 1  # the derived tables, re-made here
     assert not {"capture", "environment", "calibrate"} & set(planned), planned
 

@@ -3,7 +3,6 @@
 Also proves what reruns after a change (dry-run job lists, changing file *content*, since
 Snakemake compares checksums of small files) and that captures never overlap."""
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,11 +57,7 @@ def planned_jobs(workdir: Path, change: str = "") -> dict[str, int]:
     if change:
         (workdir / "change.yaml").write_text(change)
         extra = ["--configfile", str(workdir / "tiny.yaml"), str(workdir / "change.yaml")]
-    out = snakemake(workdir, "report", "-n", "--cores", "2", *extra).stdout  # the cores run_dir was made with
-    if "Nothing to be done" in out:
-        return {}
-    table = out.split("Job stats:")[1].split("total")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    return snakemake_cli.job_stats(snakemake(workdir, "report", "-n", "--cores", "2", *extra).stdout)  # run_dir's cores
 
 
 def copy_repo(dest: Path) -> Path:
@@ -228,9 +223,7 @@ def test_one_variants_code_change_reruns_only_its_captures(run_dir):
 
 def test_another_cores_count_on_a_cpu_run_recaptures_rather_than_mixing_thread_counts(run_dir):
     """On a CPU run a capture takes every core as torch's threads: part of what it measures."""
-    out = snakemake(run_dir, "report", "-n", "--cores", "1").stdout
-    table = out.split("Job stats:")[1].split("total")[0]
-    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    jobs = snakemake_cli.job_stats(snakemake(run_dir, "report", "-n", "--cores", "1").stdout)
     assert jobs["capture"] == 2 * len(VARIANTS) and jobs["environment"] == 1
 
 
@@ -245,8 +238,7 @@ def test_a_lost_capture_is_captured_again(run_dir):
         proc = snakemake(run_dir, "report", "-n", "--cores", "2")
     finally:
         kept.rename(folder)
-    table = proc.stdout.split("Job stats:")[1].split("total")[0]
-    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    jobs = snakemake_cli.job_stats(proc.stdout)
     assert jobs["capture"] == jobs["extract"] == 1 and jobs["summarize"] == 1
     assert f"captures/{SHAPES[0]}/naive/status.json" in proc.stderr and "are gone" in proc.stderr
 

@@ -578,7 +578,7 @@ def device_lock(device: str):
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log(f"waiting for another capture on {device} to end (lock {capture_lock_path(device)})")
+            log(f"waiting for another capture on {device} to end (lock {path})")
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield round(time.perf_counter() - t0, 3)

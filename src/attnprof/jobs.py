@@ -110,13 +110,21 @@ def script_environment(snakemake) -> dict[str, str]:
     return env
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (field 3, the state, first); None
+    where /proc cannot say (the process is gone, or not Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields if len(fields) > 19 else None
+
+
 def _process_start(pid: int) -> str | None:
     """When process ``pid`` started (field 22 of /proc/<pid>/stat, in clock ticks since boot), which
     tells it from a later process that reuses its pid; None where /proc cannot say (not Linux)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = _stat(pid)
+    return fields[19] if fields else None
 
 
 def _alive(pid: int, start: str | None) -> bool:
@@ -126,13 +134,10 @@ def _alive(pid: int, start: str | None) -> bool:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):  # gone, or its pid reused by another user's process
         return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        state = None  # no /proc (not Linux): os.kill is all there is
-    if state in ("Z", "X"):
-        return False
-    return start is None or _process_start(pid) == start
+    fields = _stat(pid)
+    if fields is None:  # no /proc (not Linux, where no start is recorded either), or it has just gone
+        return start is None
+    return fields[0] not in ("Z", "X") and (start is None or fields[19] == start)
 
 
 def _die_with_snakemake(owner: tuple[int, str | None]) -> None:
@@ -184,14 +189,8 @@ STATUS_LOST = 255
 
 
 def _wait_gone(pid: int) -> None:
-    """Block until process ``pid`` no longer exists (it is the fork server's child, not ours)."""
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:  # the pid was reused by another user's process: ours is gone
-            return
+    """Block until process ``pid`` has ended (it is the fork server's child, not ours: :func:`_alive`)."""
+    while _alive(pid, None):
         time.sleep(0.05)
 
 
