@@ -10,7 +10,7 @@ with script_log(sm.log[0]) as log:
     if p.mode == "worker":  # on the device the captures use, in the same warm process
         from attnprof.worker import call_in_worker
 
-        result = call_in_worker(p.device, "attnprof.calibrate:calibrate", [p.device], idle_s=p.worker_idle_s,
+        result = call_in_worker(p.device, "attnprof.calibrate:calibrate", [p.device], idle_s=sm.resources.worker_idle_s,
                                 worker_log=Path(sm.log[0]).parent / "capture_worker.log")
     else:
         from attnprof.calibrate import calibrate

@@ -10,6 +10,7 @@ with script_log(sm.log[0]) as log:
     p = sm.params
     spec = {
         "variant": sm.wildcards.variant,
+        "repeat": int(sm.wildcards.repeat),
         **({"custom": dict(p.custom)} if p.custom else {}),
         "shape": Shape.from_key(sm.wildcards.shape).as_dict(),
         "device": p.device,
@@ -26,8 +27,8 @@ with script_log(sm.log[0]) as log:
         if p.mode == "worker":
             from attnprof.worker import run_in_worker
 
-            worker_log = Path(sm.log[0]).parents[2] / "capture_worker.log"  # results/<run>/logs/
-            run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, p.worker_idle_s, worker_log)
+            worker_log = Path(sm.log[0]).parents[3] / "capture_worker.log"  # results/<run>/logs/
+            run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s, worker_log)
         else:
             run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s)
     except CaptureInterrupted as exc:

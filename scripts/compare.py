@@ -19,9 +19,12 @@ with script_log(sm.log[0]) as log:
             "ops": concat_tables(ops),
             "env": json.loads(Path(sm.input[f"{name}/env"]).read_text()),
             "findings": json.loads(Path(sm.input[f"{name}/findings"]).read_text()),
+            # each repeat's medians (the between-run spread the verdicts use); absent in a result set made before repeats
+            "repeats": pd.read_csv(sm.input[f"{name}/repeats"]) if Path(sm.input[f"{name}/repeats"]).exists() else None,
         })
-    result = compare_runs(runs, sm.params.noise_floor)
+    result = compare_runs(runs, sm.params.noise_floor, sm.params.confidence)
     with open(sm.output[0], "w") as fh:
         json.dump(result, fh, indent=2, default=str)
     for pair in result["pairs"]:
-        print(f"{pair['b']} vs {pair['a']}: {len(pair['rows'])} rows, {len(pair['env_diff'])} environment differences", file=log)
+        print(f"{pair['b']} vs {pair['a']}: {len(pair['rows'])} rows ({pair['counts']}), "
+              f"{len(pair['env_diff'])} environment differences", file=log)

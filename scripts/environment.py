@@ -10,7 +10,7 @@ with script_log(sm.log[0]) as log:
     if p.mode == "worker":  # torch is imported and the device is up there already
         from attnprof.worker import call_in_worker
 
-        recorded = call_in_worker(p.device, "attnprof.env:capture_environment", idle_s=p.worker_idle_s,
+        recorded = call_in_worker(p.device, "attnprof.env:capture_environment", idle_s=sm.resources.worker_idle_s,
                                   worker_log=Path(sm.log[0]).parent / "capture_worker.log")
     else:
         from attnprof.env import capture_environment

@@ -600,7 +600,8 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
     trace to ``trace_path`` and return the status record (never raises for a variant's
     own failure; phases and statuses: module docstring). ``spec`` keys: variant, custom (a
     user variant's {function, setup}; absent for the built-in ones), shape (Shape fields), device ('cuda'|'cpu'), schedule {wait, warmup, active}, warmup_calls,
-    timing {repeats, input_sets[, budget_s, min_repeats]}, seed, tolerance {dtype: float}, range_name, passes (optional, default ["forward"]); and the
+    timing {repeats, input_sets[, budget_s, min_repeats]}, seed, tolerance {dtype: float}, range_name, passes (optional, default ["forward"]),
+    repeat (optional, 1-based, default 1: a later repeat runs the profile phase only); and the
     test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
     started_at = time.time()
@@ -610,6 +611,8 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
         "variant": spec["variant"],
         **({"custom": spec["custom"]} if spec.get("custom") else {}),
         "shape_key": shape.key,
+        # which of the config's repeats this capture is (1-based); repeats after the first run the profile phase only
+        "repeat": int(spec.get("repeat", 1)),
         **shape.as_dict(),
         "device": device,
         "status": "failed",
@@ -679,6 +682,10 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
                 record["phases"][name] = _skipped("profile phase did not succeed")
             elif name == "graph_timing" and device != "cuda":
                 record["phases"][name] = _skipped("CPU run")
+            elif record["repeat"] > 1:
+                # the trace is what a repeat re-draws (the between-run interval); the correctness check, the
+                # independent timing and the op input types are measured once, in repeat 1
+                record["phases"][name] = _skipped(f"repeat {record['repeat']}: this phase runs in repeat 1 only")
             else:
                 log(f"phase {name}")
                 record["phases"][name], produced = _run_phase(name, later[name], spec, device, caught)

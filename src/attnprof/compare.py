@@ -7,14 +7,14 @@ ratios judged against noise, status changes, what ``sdpa_auto`` dispatched to, t
 pass (kernels and time per backward, same noise rule) and torch.compile's first call where both
 result sets have them, and the environment and config differences.
 
-Noise threshold for a time ratio: the larger robust relative spread of the two runs -- the
-inter-quartile range over the median, ``(q3 - q1) / median``, of the per-forward times (falling
-back to ``(max - min) / median`` for result sets written before quartiles were recorded) -- and
-never less than ``noise_floor`` (default 5 %). The inter-quartile range ignores the one slow
-forward that a min-max spread would let hide a real change. A ratio outside ``1 ± threshold``
-is called faster/slower; inside, "within noise". A trace ratio that the independent timing does
-not confirm (its median ratio, ``timed_ms_median``, judged against the same threshold) is
-"inconsistent".
+Change verdict for a time (forward and backward, per variant and shape): from the two result sets'
+repeats (repeats.csv: each repeat's median per forward), :func:`attnprof.stats.compare_ratio` -- the ratio of
+the geometric-mean repeat medians with its Welch t interval, and *slower*/*faster* (the interval excludes 1
+and the ratio lies beyond ``1 ± noise_floor``), *same* (the interval lies inside ``1 ± noise_floor``) or
+*inconclusive* (with the repeats per side that would decide it). A result set with one repeat has no
+between-run spread: its times are never called changed. The independent timing's ratio (repeat 1's CUDA
+events or perf_counter median) is shown beside it, not judged: it is one measurement per result set.
+Counts and kernel names stay exact comparisons.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .stats import CONFIDENCE, compare_ratio
 from .trace import short_kernel_name
 
-#: Changes smaller than this fraction are noise (config ``compare.noise_floor``'s default).
-NOISE_FLOOR = 0.05
+#: Changes smaller than this fraction are not worth reporting (config ``compare.noise_floor``'s default): the
+#: practical threshold of :func:`attnprof.stats.compare_ratio`.
+NOISE_FLOOR = 0.02
 
 
 def normalise_kernel(name: str) -> str:
@@ -57,22 +59,22 @@ def _time_columns(summary: pd.DataFrame) -> tuple[str, str, str, str]:
     return "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "CPU time per forward (trace)"
 
 
-def _spread(row: pd.Series, med: str, lo: str, hi: str) -> float:
-    """Relative spread of one timing: (q3 - q1) / median where the quartile columns exist
-    (``<prefix>_q1``/``_q3`` beside ``lo``), else (max - min) / median; 0 when unknown."""
-    prefix = lo.removesuffix("_min")
-    q1, q3 = row.get(f"{prefix}_q1"), row.get(f"{prefix}_q3")
-    if not row.get(med):
-        return 0.0
-    if q1 is not None and q3 is not None and not (pd.isna(q1) or pd.isna(q3)):
-        return float((q3 - q1) / row[med])
-    if lo not in row or pd.isna(row.get(lo)) or pd.isna(row.get(hi)):
-        return 0.0
-    return float((row[hi] - row[lo]) / row[med])
+def repeat_medians(repeats: pd.DataFrame | None, summary_row: pd.Series, variant: str, shape_key: str, col: str) -> list[float]:
+    """The per-repeat medians of time column ``col`` (device_ms_per_forward, cpu_ms_per_backward, ...) of one
+    (variant, shape) from a result set's repeats.csv (its repeats with status ok); for a result set made
+    before repeats (no repeats.csv, or no such column) the summary's one value."""
+    if repeats is not None and len(repeats) and col in repeats:
+        r = repeats[(repeats["variant"] == variant) & (repeats["shape_key"] == shape_key) & (repeats["status"] == "ok")]
+        return [float(v) for v in r[col] if not pd.isna(v)]
+    v = _num(summary_row.get(col))
+    return [] if v is None else [v]
 
 
-def _judge(ratio: float, threshold: float) -> str:
-    return "slower" if ratio > 1 + threshold else "faster" if ratio < 1 - threshold else "within noise"
+def _verdict(a: list[float], b: list[float], noise_floor: float, confidence: float) -> dict:
+    """compare_ratio's result with the keys the compare table reads."""
+    c = compare_ratio(a, b, noise_floor, confidence)
+    return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],
+            "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"]}
 
 
 def _dispatch(findings: dict, shape_key: str) -> str | None:
@@ -84,10 +86,11 @@ def _dispatch(findings: dict, shape_key: str) -> str | None:
     return None
 
 
-def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR) -> dict:
+def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE) -> dict:
     """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
-    kernels, ops (DataFrames as written by the pipeline), env and findings (parsed JSON).
-    Returns a JSON-serialisable dict: rows (one per variant and shape in both), env_diff."""
+    kernels, ops, repeats (DataFrames as written by the pipeline; repeats may be None for a result set
+    made before repeats), env and findings (parsed JSON). Returns a JSON-serialisable dict: rows (one per
+    variant and shape in both; the time verdict from the repeats, module docstring), env_diff."""
     sa, sb = a["summary"], b["summary"]
     med, lo, hi, label = _time_columns(sa)
     rows = []
@@ -109,21 +112,23 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR) -> dict:
         row.update(kernels_added=sorted(kb - ka), kernels_removed=sorted(ka - kb), ops_added=sorted(ob - oa), ops_removed=sorted(oa - ob))
         ta, tb = _num(ra.get(med)), _num(rb.get(med))
         row.update(time_a_ms=ta, time_b_ms=tb, timing=label)
-        if ta and tb:
-            ratio = tb / ta
-            threshold = max(noise_floor, _spread(ra, med, lo, hi), _spread(rb, med, lo, hi))
-            verdict = _judge(ratio, threshold)
-            ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
-            timed_ratio = ib / ia if ia and ib else None
-            # the independent timing confirms a change when its median ratio lies beyond the same threshold
-            # (its own min-max spread over single calls is not robust; its quartiles are not recorded)
-            if timed_ratio is not None and verdict != "within noise":
-                if _judge(timed_ratio, threshold) != verdict:
-                    verdict = "inconsistent"  # the independent timing does not confirm the trace
-            row.update(ratio=ratio, noise_threshold=threshold, timed_ratio=timed_ratio, verdict=verdict)
+        ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
+        row["timed_ratio"] = ib / ia if ia and ib else None
+        if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
+            row.update(_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, med),
+                                repeat_medians(b.get("repeats"), rb, variant, shape_key, med), noise_floor, confidence))
         else:
-            row.update(ratio=None, noise_threshold=None, timed_ratio=None, verdict="not comparable")
-        row.update(_backward_change(ra, rb, med, noise_floor), **_compile_change(ra, rb))
+            row.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
+                       repeats_needed=None, why="no time in one of the result sets")
+        back = _backward_change(ra, rb, med, noise_floor)
+        if back["bwd_a_ms"] and back["bwd_b_ms"]:
+            col = med.replace("per_forward", "per_backward")
+            v = _verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
+                         repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence)
+            back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
+                        bwd_repeats_needed=v["repeats_needed"])
+        row.update(back)
+        row.update(_compile_change(ra, rb))
         rows.append(row)
     shapes = sorted(set(sa["shape_key"]) & set(sb["shape_key"]))
     dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s)} for s in shapes]
@@ -142,20 +147,16 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR) -> dict:
 def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str, noise_floor: float) -> dict:
     """The backward pass of one (variant, shape) in both result sets (config passes): kernels per
     backward (``bwd_kernels_a``/``_b``), ms per backward (device on a GPU run, host on a CPU run, as
-    the forward), their ratio b/a and its verdict against the same noise rule as the forward (the
-    larger of the noise floor and each run's IQR / median of per-backward times). All None when either
-    result set did not profile this backward."""
+    the forward). The verdict (compare_pair, from the repeats) is filled in by the caller; "not comparable"
+    when a backward was profiled but has no time on one side; all None when neither profiled it."""
     col = forward_col.replace("per_forward", "per_backward")
-    lo, hi = col.replace("per_backward", "backward_min"), col.replace("per_backward", "backward_max")
     ta, tb = _num(ra.get(col)), _num(rb.get(col))
     sa, sb = _text(ra.get("backward_status")), _text(rb.get("backward_status"))
     out = {"bwd_status_a": sa, "bwd_status_b": sb,
            "bwd_kernels_a": _num(ra.get("kernels_per_backward")), "bwd_kernels_b": _num(rb.get("kernels_per_backward")),
-           "bwd_a_ms": ta, "bwd_b_ms": tb, "bwd_ratio": None, "bwd_noise_threshold": None, "bwd_verdict": None}
-    if ta and tb:
-        threshold = max(noise_floor, _spread(ra, col, lo, hi), _spread(rb, col, lo, hi))
-        out.update(bwd_ratio=tb / ta, bwd_noise_threshold=threshold, bwd_verdict=_judge(tb / ta, threshold))
-    elif sa or sb:  # profiled in one or both, but no time in one of them: say so rather than drop the row
+           "bwd_a_ms": ta, "bwd_b_ms": tb, "bwd_ratio": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None,
+           "bwd_verdict": None, "bwd_repeats_needed": None}
+    if not (ta and tb) and (sa or sb):  # profiled in one or both, but no time in one of them: say so rather than drop the row
         out["bwd_verdict"] = "not comparable"
     return out
 
@@ -180,9 +181,13 @@ def _num(v) -> float | None:
     return None if pd.isna(v) else float(v)
 
 
-def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR) -> dict:
-    """Compare every result set after the first with the first (the baseline)."""
+def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE) -> dict:
+    """Compare every result set after the first with the first (the baseline). Also counts the verdicts per
+    pair (``counts``: {verdict: n} over the forward rows)."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two result sets")
-    return {"baseline": runs[0]["name"], "noise_floor": noise_floor,
-            "pairs": [compare_pair(runs[0], other, noise_floor) for other in runs[1:]]}
+    pairs = [compare_pair(runs[0], other, noise_floor, confidence) for other in runs[1:]]
+    for p in pairs:
+        p["counts"] = {v: sum(r["verdict"] == v for r in p["rows"])
+                       for v in ("slower", "faster", "same", "inconclusive", "not comparable")}
+    return {"baseline": runs[0]["name"], "noise_floor": noise_floor, "confidence": confidence, "pairs": pairs}

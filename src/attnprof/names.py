@@ -23,15 +23,26 @@ def backward_range_name(range_name: str) -> str:
 
 # Files of a result set, results/<run>/..., by name: the rules' output names (scripts write
 # snakemake.output.<name>) and the keys the code and the report look them up by.
-#: Per capture, results/<run>/captures/<shape>/<variant>/<file>: rule capture's trace and status record.
+#: A capture is one repeat of one (shape, variant): results/<run>/captures/<shape>/<variant>/r<k>/ for k = 1 ..
+#: config ``repeats``, and its tables under results/<run>/tables/<shape>/<variant>/r<k>/ (:func:`repeat_dir`).
+REPEAT_PREFIX = "r"
+
+
+def repeat_dir(repeat: int | str) -> str:
+    """The folder of repeat ``repeat`` (1-based) inside a capture's or a table's (shape, variant) folder: ``r1``."""
+    return f"{REPEAT_PREFIX}{repeat}"
+
+
+#: Per capture, results/<run>/captures/<shape>/<variant>/r<k>/<file>: rule capture's trace and status record.
 CAPTURE_FILES = {"trace": "trace.json.gz", "status": "status.json"}
-#: Per capture, results/<run>/tables/<shape>/<variant>/<file>: rule extract's tables (docs/results.md).
+#: Per capture, results/<run>/tables/<shape>/<variant>/r<k>/<file>: rule extract's tables (docs/results.md).
 CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launches": "launches.csv", "ops": "ops.csv",
                   "device": "device.json",
                   # the backward's (config passes; attnprof.backward): header-only without a backward
                   "backwards": "backwards.csv", "kernels_backward": "kernels_backward.csv",
                   "ops_backward": "ops_backward.csv"}
-#: Per result set, results/<run>/<file>: summarize's summary and kernels, findings, environment (env),
+#: Per result set, results/<run>/<file>: summarize's summary (one row per variant and shape, times over the
+#: repeats with their between-run interval), repeats (one row per repeat: the per-repeat numbers) and kernels, findings, environment (env),
 #: calibrate's calibration, and the report (html, pdf).
-RUN_FILES = {"summary": "summary.csv", "kernels": "kernels.csv", "findings": "findings.json", "env": "env.json",
+RUN_FILES = {"summary": "summary.csv", "repeats": "repeats.csv", "kernels": "kernels.csv", "findings": "findings.json", "env": "env.json",
              "calibration": "calibration.json", "html": "report.html", "pdf": "report.pdf"}

@@ -72,12 +72,15 @@ def _gap_labels(ax, summary: pd.DataFrame, y) -> None:
 
 
 def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
-    """Median device time per forward (ms) per variant, with the min-max range over the
-    profiled forwards. On a CPU run (no device events) draws CPU time per forward instead
-    and says so in the title."""
+    """Median device time per forward (ms) per variant, with the between-run interval (the 95 % interval a
+    rerun's median will hold, ``<prefix>_run_lo``/``_run_hi``; attnprof.stats) as whiskers, or, for a result
+    set with one repeat, the min-max range over the profiled forwards. On a CPU run (no device events)
+    draws CPU time per forward instead and says so in the title."""
     on_device = summary["device_ms_per_forward"].notna().any()
-    col, lo, hi = (("device_ms_per_forward", "device_ms_min", "device_ms_max") if on_device
-                   else ("cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max"))
+    prefix = "device_ms" if on_device else "cpu_ms"
+    col = f"{prefix}_per_forward"
+    between = f"{prefix}_run_lo" in summary and summary[f"{prefix}_run_lo"].notna().any()
+    lo, hi = (f"{prefix}_run_lo", f"{prefix}_run_hi") if between else (f"{prefix}_min", f"{prefix}_max")
     fig, ax = plt.subplots(figsize=(HALF_IN, _height(len(summary))), layout="constrained")
     y = np.arange(len(summary))
     vals = summary[col].fillna(0).to_numpy(float)
@@ -93,7 +96,8 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     _gap_labels(ax, summary, y)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
-    ax.set_xlabel("ms per forward (median; whiskers: min to max over forwards)")
+    ax.set_xlabel("ms per forward (median of repeats; whiskers: 95 % rerun interval)" if between
+                  else "ms per forward (median; whiskers: min to max over forwards; 1 repeat)")
     ax.set_title("Device time per forward (kernels + memcpy + memset)" if on_device else "CPU run: host time per forward")
     ax.set_xlim(0, max(np.nanmax(summary[hi].to_numpy(float)) if summary[hi].notna().any() else 0, vals.max(), 1e-9) * 1.3)
     _save(fig, path, dpi)
@@ -196,10 +200,14 @@ def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: i
     return [out_dir / f"{name}.png" for name in PLOTS]
 
 
-SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median)", "scaling_time"),
+SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median of repeats; band: rerun interval)", "scaling_time"),
            "tflops": ("TFLOP/s (trace device time)", "scaling_tflops"),
            "forward_memory_mb": ("device memory a forward allocates, MiB", "scaling_memory")}
 assert tuple(name for _, name in SCALING.values()) + ("roofline",) == SCALING_PLOTS, "attnprof.names.SCALING_PLOTS"
+
+
+#: Scaling columns drawn with a band: the between-run interval's (low, high) columns.
+RUN_BANDS = {"device_ms_per_forward": ("device_ms_run_lo", "device_ms_run_hi")}
 
 
 def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -267,6 +275,9 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
             if len(ok):
                 (line,) = ax.plot(ok["seq_len"], ok[column], marker=marker, ms=4, ls=ls, lw=1.2, color=color, mfc="none", label=v)
                 handles[v] = line
+                band = RUN_BANDS.get(column)
+                if band and band[0] in ok and ok[band[0]].notna().any():  # the 95 % rerun interval (attnprof.stats)
+                    ax.fill_between(ok["seq_len"], ok[band[0]], ok[band[1]], color=color, alpha=0.18, lw=0)
             oom = pv[pv["status"] == "out_of_memory"]
             if len(oom):  # one marker per variant, stacked above the data so none hides another
                 y = top * 1.5 * 1.35 ** oom_rows.index(v)

@@ -75,6 +75,24 @@ def study_counts(expectations: dict) -> dict[str, int]:
             if e["metric"] == KERNEL_COUNT and not e.get("source")}
 
 
+def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
+    """The methods' sentence on repeats: how many, what a repeat re-draws, what the rerun interval means
+    (attnprof.stats), and the largest between-run spread of the run."""
+    n = int(cfg.get("repeats", 1))
+    if n < 2:
+        return ("this result set has one repeat (config <code>repeats</code> 1): its times have no between-run spread, "
+                "and the IQR below them (first to third quartile over the forwards) says nothing about a rerun.")
+    cols = [c for c in ("device_ms_run_sd_pct", "cpu_ms_run_sd_pct") if c in summary]
+    sd = pd.concat([summary[c] for c in cols]).dropna() if cols else pd.Series(dtype=float)
+    largest = f" The repeats of this run differ by up to {sd.max():.1f} % (standard deviation of the log medians)." if len(sd) else ""
+    return (f"each (variant, shape) was captured {n} times (repeats), in rounds over the whole grid, each round in a fresh "
+            "capture process: a repeat re-draws the process, the CUDA context, the allocations and the libraries' plan "
+            "choices, and the time between repeats; the host and the GPU stay the same. The number stated is the median of "
+            "the repeat medians; <i>rerun</i> is the 95&nbsp;% prediction interval for the median a rerun with as many repeats "
+            "will state (Student's t over the log repeat medians; docs/statistics.md); IQR is the within-capture spread "
+            "(first to third quartile over the forwards of the median repeat), which a rerun does not hold." + largest)
+
+
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
                   env: dict, expectations: dict, plots: dict[str, dict[str, Path]], css: str,
                   run_plots: dict[str, Path] | None = None, calibration: dict | None = None,
@@ -129,7 +147,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
         sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
                              if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
     cfg = env.get("config", {})
-    return {"run": run, "env": env, "config": cfg, "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
+    return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": in_brief(study, shapes, summary),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,

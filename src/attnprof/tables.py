@@ -49,6 +49,27 @@ BACKWARD_SUMMARY_COLUMNS = [
     "cpu_ms_backward_q1", "cpu_ms_backward_q3", "backward_note",
 ]
 SUMMARY_COLUMNS += BACKWARD_SUMMARY_COLUMNS
+#: Times over the repeats (config ``repeats``; :func:`combine_repeats`): (median column, within-capture
+#: column prefix, between-run column prefix). The median column holds the median of the repeat medians,
+#: the within-capture min/max/q1/q3 columns are those of the repeat whose median that is, and
+#: ``<between>_run_lo``/``_run_hi`` the interval a rerun's median will hold (attnprof.stats).
+REPEAT_TIMES = (("device_ms_per_forward", "device_ms", "device_ms"), ("cpu_ms_per_forward", "cpu_ms", "cpu_ms"),
+                ("device_ms_per_backward", "device_ms_backward", "device_ms_backward"),
+                ("cpu_ms_per_backward", "cpu_ms_backward", "cpu_ms_backward"))
+#: Counts that every counted repeat must agree on (else they are not published and repeats_note says why).
+REPEAT_COUNTS = ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
+                 "kernels_per_backward", "memcpy_per_backward", "memset_per_backward")
+#: summary.csv columns of the repeats: configured, counted (status ok), and what happened to the others.
+REPEAT_SUMMARY_COLUMNS = ["repeats", "repeats_ok", "repeats_note",
+                          *(f"{between}_run_{end}" for _, _, between in REPEAT_TIMES for end in ("lo", "hi")),
+                          "device_ms_run_sd_pct", "cpu_ms_run_sd_pct"]
+SUMMARY_COLUMNS += REPEAT_SUMMARY_COLUMNS
+#: repeats.csv: one row per capture (repeat) with its own numbers, the per-repeat table the between-run
+#: intervals are computed from (and recomputed from by the tests and by compare).
+REPEAT_COLUMNS = ["variant", "shape_key", "repeat", "status", "reason", "kernels_per_forward", "memcpy_per_forward",
+                  "memset_per_forward", "device_ms_per_forward", "cpu_ms_per_forward", "kernels_per_backward",
+                  "device_ms_per_backward", "cpu_ms_per_backward", "backward_status", "forwards_complete",
+                  "host_load_1m"]
 #: Fewest complete forwards a capture must have for its numbers to be published (the study
 #: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
 DEFAULT_MIN_COMPLETE_FORWARDS = 3
@@ -379,6 +400,57 @@ def _memory_columns(status: dict) -> dict:
     return {"peak_memory_mb": peak / 2**20 if peak else None,
             "held_memory_mb": held / 2**20 if held is not None and peak else None,
             "forward_memory_mb": (peak - held) / 2**20 if held is not None and peak else None}
+
+
+def _blank(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
+    """One summary.csv row from the per-repeat rows of one (variant, shape), repeat 1 first.
+
+    rows: :func:`summary_row` (plus the backward's columns) of each repeat, each with a ``repeat`` key
+    (1-based). Repeat 1 carries what is measured once (status, correctness, independent timings, memory,
+    compile); a row whose repeat 1 is not ``ok`` is repeat 1's row. Otherwise every repeat with status
+    ``ok`` is counted: each time of :data:`REPEAT_TIMES` becomes the median of the counted repeats'
+    medians, with the within-capture spread of the repeat whose median that is and the between-run
+    interval (:func:`attnprof.stats.between_run_interval`: None with one repeat) at ``confidence``
+    (default attnprof.stats.CONFIDENCE); counts (:data:`REPEAT_COUNTS`) must agree, else they are left
+    empty; repeats not counted are named with their status in ``repeats_note``. TFLOP/s follows the
+    combined device time."""
+    from .stats import CONFIDENCE, between_run_interval
+
+    rows = sorted(rows, key=lambda r: int(r.get("repeat") or 1))
+    row = dict(rows[0])
+    row.update(repeats=len(rows))
+    if row.get("status") != "ok":
+        row.update(repeats_ok=0)
+        return {c: row.get(c) for c in SUMMARY_COLUMNS}
+    ok = [r for r in rows if r.get("status") == "ok"]
+    notes = [f"repeat {r['repeat']} {r.get('status')}: {str(r.get('reason') or '')[:200]}".rstrip(": ")
+             for r in rows if r.get("status") != "ok"]
+    for col in REPEAT_COUNTS:
+        values = {r.get(col) for r in ok if not _blank(r.get(col))}
+        if len(values) > 1:
+            listing = ", ".join(f"repeat {r['repeat']}: {r.get(col)}" for r in ok)
+            notes.append(f"{col} differs between repeats ({listing}): not published")
+            row[col] = None
+    for med, within, between in REPEAT_TIMES:
+        counted = [r for r in ok if not _blank(r.get(med))]
+        stats = between_run_interval([r[med] for r in counted], confidence or CONFIDENCE)
+        row[med] = stats["center"]
+        row[f"{between}_run_lo"], row[f"{between}_run_hi"] = stats["lo"], stats["hi"]
+        if med.endswith("_per_forward"):
+            row[f"{between}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
+        if counted:  # the within-capture spread of the repeat whose median is stated
+            middle = min(counted, key=lambda r: (abs(r[med] - stats["center"]), int(r["repeat"])))
+            for end in ("min", "max", "q1", "q3"):
+                row[f"{within}_{end}"] = middle.get(f"{within}_{end}")
+    row["repeats_ok"] = len(ok)
+    row["repeats_note"] = "; ".join(notes)
+    if row.get("forward_gflop") and row.get("device_ms_per_forward"):
+        row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
+    return {c: row.get(c) for c in SUMMARY_COLUMNS}
 
 
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:

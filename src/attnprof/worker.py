@@ -19,6 +19,10 @@ Design (three processes; only the last one imports torch):
   CUDA context once, then runs :func:`attnprof.capture.capture` for each request it reads.
   Each capture is a fresh ``torch.profiler`` session whose trace holds only its own forwards.
 
+Repeats. Captures carry their repeat (round) number; the first capture of a new round gets a fresh
+capture process, so that each round re-draws what a new process draws (CUDA context, allocations,
+cuDNN/cuBLAS plan choices) while the captures of one round share it.
+
 Isolation. The capture process is never reused after a capture that did not fully succeed
 (:func:`reusable`: out of memory, failed, incomplete trace, any later phase not ``ok``,
 any check missing): the next request gets a fresh one, so a failure cannot leave state
@@ -340,6 +344,7 @@ class _Child:
         self.proc = subprocess.Popen([sys.executable, "-m", "attnprof.worker", "child", device],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.out, self.err = b"", b""
+        self.repeat: int | None = None  # the repeat (round) of the captures it served
 
     def kill(self) -> int:
         with contextlib.suppress(ProcessLookupError):
@@ -400,8 +405,17 @@ def _serve_one(conn: socket.socket, child: _Child | None, device: str) -> _Child
 
 def _serve_request(conn: socket.socket, request: dict, child: _Child | None, device: str) -> _Child | None:
     spec = request.get("spec")
+    repeat = (spec or {}).get("repeat")
+    if child is not None and repeat is not None and child.repeat is not None and child.repeat != repeat:
+        # every round of repeats gets a fresh capture process: a repeat re-draws the process, the CUDA
+        # context, the allocator's state and the libraries' plan choices (attnprof.stats, docs/statistics.md)
+        log(f"repeat {repeat}: a fresh capture process for the new round")
+        child.close()
+        child = None
     if child is None or child.proc.poll() is not None:
         child = _Child(device)
+    if repeat is not None:
+        child.repeat = repeat
     with contextlib.suppress(OSError):
         _send(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:

@@ -8,11 +8,13 @@ rule capture:
     input:
         code("capture", "worker"),
         script=script_file("capture"),
+        # the repeats run in rounds (common.smk): round k starts when round k - 1 has ended
+        previous_round=previous_round,
     output:
         trace=capture_file("trace", run=f"{{run,{THIS_RUN}}}"),
         status=capture_file("status", run=f"{{run,{THIS_RUN}}}"),
     log:
-        "results/{run}/logs/capture/{shape}/{variant}.log",
+        "results/{run}/logs/capture/{shape}/{variant}/r{repeat}.log",
     conda:
         "../envs/attnprof.yaml"
     # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
@@ -20,6 +22,9 @@ rule capture:
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
+        # how long the worker waits for the next capture: a resource, not a param (it changes no measurement,
+        # so a new value must not recapture anything)
+        worker_idle_s=WORKER_IDLE_S,
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
@@ -34,7 +39,6 @@ rule capture:
         tolerance=config["tolerance"],
         timeout_s=config["capture_timeout_s"],
         mode=CAPTURE_MODE,
-        worker_idle_s=config["capture_worker_idle_s"],
     run:
         run_job(locals())
 
@@ -61,7 +65,8 @@ rule environment:
         torch_version=TORCH_VERSION,
         threads=CAPTURE_THREADS,
         mode=CAPTURE_MODE,
-        worker_idle_s=config["capture_worker_idle_s"],
+    resources:
+        worker_idle_s=WORKER_IDLE_S,
     run:
         run_job(locals())
 
@@ -81,11 +86,11 @@ rule calibrate:
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
+        worker_idle_s=WORKER_IDLE_S,
     params:
         device=DEVICE,
         torch_version=TORCH_VERSION,
         mode=CAPTURE_MODE,
-        worker_idle_s=config["capture_worker_idle_s"],
     run:
         run_job(locals())
 
@@ -97,7 +102,7 @@ rule capture_elsewhere:
     output:
         status=capture_file("status", run=f"{{run,{OTHER_RUN}}}"),
     log:
-        ".snakemake/attnprof/elsewhere/{run}/capture/{shape}/{variant}.log",
+        ".snakemake/attnprof/elsewhere/{run}/capture/{shape}/{variant}/r{repeat}.log",
     run:
         refuse_elsewhere(wildcards.run, log[0])
 

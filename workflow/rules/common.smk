@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from attnprof.config import lost_captures, subset_message
 from attnprof.env import default_run_id, detect_gpu, torch_build
 from attnprof.names import (
+    REPEAT_PREFIX,
     CAPTURE_FILES,
     CAPTURE_TABLES,
     RUN_FILES,
@@ -49,13 +50,13 @@ RUN_DIR = f"results/{RUN}"
 
 # File names come from attnprof.names, the one list of them; these build the paths.
 def capture_file(name, run="{run}"):
-    """A capture's file ``name`` (CAPTURE_FILES: trace, status) as a pattern over shape and variant."""
-    return f"results/{run}/captures/{{shape}}/{{variant}}/{CAPTURE_FILES[name]}"
+    """A capture's file ``name`` (CAPTURE_FILES: trace, status) as a pattern over shape, variant and repeat."""
+    return f"results/{run}/captures/{{shape}}/{{variant}}/{REPEAT_PREFIX}{{repeat}}/{CAPTURE_FILES[name]}"
 
 
 def table_file(name, run="{run}"):
-    """A capture's table ``name`` (CAPTURE_TABLES: kernels, forwards, launches, ops, device)."""
-    return f"results/{run}/tables/{{shape}}/{{variant}}/{CAPTURE_TABLES[name]}"
+    """A capture's table ``name`` (CAPTURE_TABLES: kernels, forwards, launches, ops, device), per repeat."""
+    return f"results/{run}/tables/{{shape}}/{{variant}}/{REPEAT_PREFIX}{{repeat}}/{CAPTURE_TABLES[name]}"
 
 
 def run_file(name, run="{run}"):
@@ -65,6 +66,9 @@ def run_file(name, run="{run}"):
 
 SHAPES = [s.key for s in expand_shapes(config["shapes"][DEVICE])]
 VARIANTS = list(config["variants"])
+# Independent captures of every (variant, shape), interleaved in rounds (rule capture); the between-run
+# interval of every time comes from them (attnprof.stats)
+REPEATS = int(config["repeats"])
 CUSTOM = dict(config.get("custom_variants") or {})  # names checked in the Snakefile
 # A config with fewer shapes or variants than the result set it would write into must not
 # silently replace that result set's report with a partial one.
@@ -87,7 +91,7 @@ if Path(run_file("env", RUN)).exists():
 # as a param of summarize this list makes summarize rerun, and with it the lost captures (once they are back, the
 # list changes again: summarize and the stages after it run once more, on the same data).
 LOST_CAPTURES = lost_captures(
-    RUN_DIR, run_file("summary", RUN), list(CAPTURE_FILES.values())
+    RUN_DIR, run_file("repeats", RUN), list(CAPTURE_FILES.values())
 )
 if LOST_CAPTURES:
     print(
@@ -149,6 +153,8 @@ CAPTURE_MODE = (
 )
 config["capture_mode"] = CAPTURE_MODE  # env.json and the report state the mode that ran
 GPU_UNITS = 0 if CAPTURE_MODE == "worker" else 1
+# the capture worker's idle timeout, whole seconds (a job resource: Snakemake's resources are integers)
+WORKER_IDLE_S = max(1, round(config["capture_worker_idle_s"]))
 # The threads of a capture (and of the environment record and the calibration, which the same capture worker
 # serves): every core on a CPU run, so that no other job disturbs its timings. Also a param of the capture and
 # environment rules: torch's intra-op threads are part of what a CPU capture measures, so a run with another
@@ -157,6 +163,8 @@ CAPTURE_THREADS = workflow.cores if DEVICE == "cpu" else 1
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)
+if "worker_idle_s" not in workflow.global_resources:  # a per-job setting, never a limit on the run
+    workflow.register_resource("worker_idle_s", 10**9)
 
 
 wildcard_constraints:
@@ -165,6 +173,7 @@ wildcard_constraints:
     # does not list; which ones a target covers comes from grid(run)
     variant=r"[A-Za-z_][A-Za-z0-9_]*",
     shape=KEY_CONSTRAINT,
+    repeat=r"[1-9][0-9]*",
 
 
 def code(*modules):
@@ -210,8 +219,17 @@ def grid(run):
     """(shape keys, variants) of result set ``run``: the current config's for the current run,
     else the config recorded in that result set's env.json, so that a result set captured
     elsewhere (a GPU node) re-renders here without its grid in our config."""
+    return _grid(run)[:2]
+
+
+def repeats_of(run):
+    """The repeats of result set ``run`` (config ``repeats``; 1 for a result set recorded before repeats)."""
+    return _grid(run)[2]
+
+
+def _grid(run):
     if run == RUN:
-        return SHAPES, VARIANTS
+        return SHAPES, VARIANTS, REPEATS
     env_path = Path(run_file("env", run))
     if not env_path.exists():
         raise WorkflowError(
@@ -220,17 +238,46 @@ def grid(run):
     recorded = json.loads(env_path.read_text())
     cfg = recorded["config"]
     shapes = [s.key for s in expand_shapes(cfg["shapes"][recorded["device"]])]
-    return shapes, list(cfg["variants"])
+    return shapes, list(cfg["variants"]), int(cfg.get("repeats", 1))
 
 
-def per_capture(pattern):
-    """Input function: a per-(shape, variant) path pattern over the grid of the job's own result set."""
+def per_capture(pattern, all_repeats=False):
+    """Input function: a per-(shape, variant, repeat) path pattern over the grid of the job's own result
+    set; repeat 1 only (the representative capture, whose tables the findings and the report's detail read)
+    unless ``all_repeats`` (summarize, which computes the between-run interval)."""
 
     def paths(wc):
-        shapes, variants = grid(wc.run)
-        return expand(pattern, run=wc.run, shape=shapes, variant=variants)
+        shapes, variants, repeats = _grid(wc.run)
+        return expand(
+            pattern,
+            run=wc.run,
+            shape=shapes,
+            variant=variants,
+            repeat=range(1, repeats + 1) if all_repeats else [1],
+        )
 
     return paths
+
+
+def previous_round(wc):
+    """Capture input: every status of the round before (repeat k - 1 of every shape and variant), as
+    ancient() inputs. The repeats run in rounds, round-robin over the variants and shapes, so that a drift
+    in clocks or load hits all of them alike; ancient: a recaptured earlier round does not rerun the later
+    ones (only the order of a first run is at stake)."""
+    k = int(wc.repeat)
+    if k == 1:
+        return []
+    shapes, variants, _ = _grid(wc.run)
+    return [
+        ancient(p)
+        for p in expand(
+            capture_file("status"),
+            run=wc.run,
+            shape=shapes,
+            variant=variants,
+            repeat=k - 1,
+        )
+    ]
 
 
 def plot_files(wc):
@@ -265,11 +312,13 @@ def compare_inputs(wc):
     for run in COMPARE_RUNS:
         for name in ("summary", "kernels", "env", "findings"):
             files[f"{run}/{name}"] = run_file(name, run)
-        shapes, variants = grid(run)
+        shapes, variants, _ = _grid(run)
+        files[f"{run}/repeats"] = run_file("repeats", run)
         files[f"{run}/ops"] = expand(
             table_file("ops", run),
             shape=shapes,
             variant=variants,
+            repeat=1,
         )
     return files
 

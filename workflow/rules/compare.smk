@@ -5,7 +5,7 @@ rule compare_json:
     input:
         unpack(compare_inputs),
         script=script_file("compare"),
-        code=code("compare", "trace"),
+        code=code("compare", "trace", "stats"),
     output:
         "results/compare/{name}/compare.json",
     log:
@@ -15,6 +15,7 @@ rule compare_json:
     params:
         runs=COMPARE_RUNS,
         noise_floor=config["compare"]["noise_floor"],
+        confidence=config["compare"].get("confidence", 0.95),
     run:
         run_job(locals())
 

@@ -18,7 +18,7 @@ rule extract:
         kernels_backward=table_file("kernels_backward"),
         ops_backward=table_file("ops_backward"),
     log:
-        "results/{run}/logs/extract/{shape}/{variant}.log",
+        "results/{run}/logs/extract/{shape}/{variant}/r{repeat}.log",
     conda:
         "../envs/attnprof.yaml"
     params:

@@ -49,12 +49,14 @@ rule timeline:
             run=wc.run,
             shape=wc.shape,
             variant=grid(wc.run)[1],
+            repeat=1,
         ),
         traces=lambda wc: expand(
             capture_file("trace"),
             run=wc.run,
             shape=wc.shape,
             variant=grid(wc.run)[1],
+            repeat=1,
         ),
     output:
         f"results/{{run}}/plots/{{shape}}/{TIMELINE}.png",

@@ -81,13 +81,37 @@ class RunData:
     def on_gpu(self) -> bool:
         return bool((self.summary["device"] == "cuda").any())
 
+    def between_run(self, prefix: str | None = None) -> bool:
+        """True when the summary has a between-run interval (``<prefix>_run_lo``, repeats >= 2) for
+        ``prefix`` (default: the ranked time's, device_ms on a GPU, cpu_ms on a CPU) of some variant."""
+        col = f"{prefix or ('device_ms' if self.on_gpu else 'cpu_ms')}_run_lo"
+        return col in self.summary and bool(self.summary[col].notna().any())
+
+    def spread_columns(self, prefix: str) -> tuple[str, str]:
+        """(low, high) columns of the spread a statement about time ``prefix`` (device_ms, cpu_ms) is judged
+        against: the between-run interval (``_run_lo``/``_run_hi``) when the run has one, else the min-max
+        over the profiled forwards of one capture (a run with one repeat)."""
+        if self.between_run(prefix):
+            return f"{prefix}_run_lo", f"{prefix}_run_hi"
+        return f"{prefix}_min", f"{prefix}_max"
+
+    def spread_words(self) -> dict[str, str]:
+        """How the statements name the ends of that spread: {high, low, ranges}."""
+        if self.between_run():
+            return {"high": "between-run interval's upper end", "low": "lower end", "ranges": "between-run intervals"}
+        return {"high": "slowest forward", "low": "fastest", "ranges": "per-forward ranges (one repeat: no between-run spread)"}
+
     def time_columns(self) -> tuple[str, str, str, str]:
-        """(median, min, max column of summary.csv, words) of the per-forward time a run ranks
-        by: the trace's device time on a GPU, the forward range's host time on a CPU; min and
-        max are over the profiled forwards."""
-        if self.on_gpu:
-            return "device_ms_per_forward", "device_ms_min", "device_ms_max", "trace device time per forward"
-        return "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "host time per forward (CPU run)"
+        """(median, low, high column of summary.csv, words) of the per-forward time a run ranks
+        by: the trace's device time on a GPU, the forward range's host time on a CPU; low and high
+        are the between-run interval when the run has repeats (:meth:`spread_columns`), else the
+        min and max over the profiled forwards."""
+        prefix = "device_ms" if self.on_gpu else "cpu_ms"
+        lo, hi = self.spread_columns(prefix)
+        words = "trace device time per forward" if self.on_gpu else "host time per forward (CPU run)"
+        if self.between_run():
+            words += ", median of the repeats"
+        return f"{prefix}_per_forward", lo, hi, words
 
 
 def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch_tables: list[pd.DataFrame],

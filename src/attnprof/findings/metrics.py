@@ -95,8 +95,9 @@ def metric_main_occupancy(d, vs):
 
 def metric_cpu_excess(d, vs):
     """CPU ms per forward of ``vs[0]`` minus the largest of the others that ran (ms, medians).
-    spread: from min(vs[0]) minus the largest max of the others to max(vs[0]) minus the largest
-    min of the others, over the profiled forwards (above 0 throughout: vs[0] costs more CPU than
+    spread: from low(vs[0]) minus the largest high of the others to high(vs[0]) minus the largest
+    low of the others, low and high being the between-run interval (RunData.spread_columns; the min
+    and max over the profiled forwards for a run with one repeat) (above 0 throughout: vs[0] costs more CPU than
     any other in every forward); None where an other variant's min or max is not recorded."""
     others = [v for v in vs[1:] if d.ok(v)]
     if not others:
@@ -106,11 +107,12 @@ def metric_cpu_excess(d, vs):
         return max((ref_summary(d, v, col, "ms") for v in others), key=lambda r: float("-inf") if r["value"] is None else r["value"])
 
     out = derived("difference", [ref_summary(d, vs[0], "cpu_ms_per_forward", "ms"), largest("cpu_ms_per_forward")], "ms")
-    if any(ref_summary(d, v, c)["value"] is None for v in others for c in ("cpu_ms_min", "cpu_ms_max")):
+    lo, hi = d.spread_columns("cpu_ms")  # the between-run interval with repeats, else min-max over the forwards
+    if any(ref_summary(d, v, c)["value"] is None for v in others for c in (lo, hi)):
         out["spread"] = None  # an other variant without its range: the ends are unknown
         return out
-    out["spread"] = _spread(derived("difference", [ref_summary(d, vs[0], "cpu_ms_min", "ms"), largest("cpu_ms_max")], "ms"),
-                            derived("difference", [ref_summary(d, vs[0], "cpu_ms_max", "ms"), largest("cpu_ms_min")], "ms"))
+    out["spread"] = _spread(derived("difference", [ref_summary(d, vs[0], lo, "ms"), largest(hi)], "ms"),
+                            derived("difference", [ref_summary(d, vs[0], hi, "ms"), largest(lo)], "ms"))
     return out
 
 

@@ -43,18 +43,21 @@ def rule_cpu_cost(d: RunData) -> list[dict]:
             continue
         cpu, dev = ref_summary(d, variant, "cpu_ms_per_forward", "ms"), ref_summary(d, variant, "device_ms_per_forward", "ms")
         nums = {"cpu_ms": cpu, "device_ms": dev, "cpu_over_device": derived("ratio", [cpu, dev])}
-        for name in ("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max"):
-            nums[name] = ref_summary(d, variant, name, "ms")
+        spread = (*d.spread_columns("cpu_ms"), *d.spread_columns("device_ms"))
+        for key, name in zip(("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max"), spread):
+            nums[key] = ref_summary(d, variant, name, "ms")
         apis = d.launches_of(variant)
         launch_apis = [a for a in apis["api"] if "Launch" in a or "Memcpy" in a or "Memset" in a]
         for a in launch_apis:
             nums[a] = ref_launch(d, variant, a)
         side = bound(*(nums[n]["value"] for n in ("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max")))
         ranges = (f"host {fmt_ref(nums['cpu_ms_min'])}-{fmt_ref(nums['cpu_ms_max'])}, "
-                  f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} per forward")
-        verdict = {"launch": f"launch-bound at this shape: the host takes longer to issue the work than the GPU to run it, in every "
-                             f"profiled forward ({ranges})",
-                   "device": f"device-bound at this shape, in every profiled forward ({ranges})",
+                  f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} per forward"
+                  + (", between-run intervals" if d.between_run("cpu_ms") else ""))
+        every = "in every repeat's interval" if d.between_run("cpu_ms") else "in every profiled forward"
+        verdict = {"launch": f"launch-bound at this shape: the host takes longer to issue the work than the GPU to run it, {every} "
+                             f"({ranges})",
+                   "device": f"device-bound at this shape, {every} ({ranges})",
                    "neither": f"neither launch- nor device-bound outside the spread: the ranges overlap ({ranges})",
                    None: "the per-forward ranges are not recorded: no verdict on what bounds it"}[side]
         listing = ", ".join(f"{fmt_ref(nums[a])} {a}" for a in launch_apis)
@@ -94,7 +97,7 @@ def rule_speed(d: RunData) -> list[dict]:
                           + ("" if d.on_gpu else " (on a CPU the profiler's own cost is part of the traced time)"))
         if None not in (nums["math_min"]["value"], nums["inplace_max"]["value"], nums["math_max"]["value"], nums["inplace_min"]["value"]) \
                 and nums["math_min"]["value"] <= nums["inplace_max"]["value"] and nums["inplace_min"]["value"] <= nums["math_max"]["value"]:
-            doubts.append("their per-forward ranges overlap")
+            doubts.append(f"their {d.spread_words()['ranges']} overlap")
         if doubts:
             text += "; not a finding: " + " and ".join(doubts)
         out.append(finding("speed", d, [SDPA_MATH, NAIVE_INPLACE], text, nums, [{"kind": "metric", "name": col}],
@@ -113,12 +116,14 @@ def rule_speed(d: RunData) -> list[dict]:
             nums.update(runner_up=ref_summary(d, second, col, "ms"), runner_up_min=ref_summary(d, second, lo, "ms"))
             if None not in (nums["fastest_max"]["value"], nums["runner_up_min"]["value"]) and \
                     nums["fastest_max"]["value"] >= nums["runner_up_min"]["value"]:
+                w = d.spread_words()
                 text = (f"no clear fastest variant: {fastest} ({fmt_ref(nums['fastest'])}) and {second} ({fmt_ref(nums['runner_up'])}) "
-                        f"tie within the spread ({fastest}'s slowest forward {fmt_ref(nums['fastest_max'])} >= {second}'s fastest "
+                        f"tie within the spread ({fastest}'s {w['high']} {fmt_ref(nums['fastest_max'])} >= {second}'s {w['low']} "
                         f"{fmt_ref(nums['runner_up_min'])}; {timing})")
                 headline, kind = f"ties with {second} for fastest", "warning"
             else:
-                text += f"; its slowest forward ({fmt_ref(nums['fastest_max'])}) beats the fastest of {second} ({fmt_ref(nums['runner_up_min'])})"
+                w = d.spread_words()
+                text += f"; its {w['high']} ({fmt_ref(nums['fastest_max'])}) beats the {w['low']} of {second} ({fmt_ref(nums['runner_up_min'])})"
         fused_ok = [v for v in ok if v in FUSED]
         if fused_ok:
             for v in fused_ok:
@@ -185,7 +190,7 @@ def rule_fidelity(d: RunData) -> list[dict]:
         if a[5] is not None and b[5] is not None and a[5] > b[5]:
             flips.append("CUDA-graph replays order them the other way")
         if a[3] is not None and b[2] is not None and a[3] >= b[2]:
-            flips.append("their per-forward trace times overlap (slowest forward of the first >= fastest of the second)")
+            flips.append(f"their trace times overlap ({d.spread_words()['ranges']}: the first's upper end >= the second's lower end)")
         if flips:
             nums = {f"{a[0]}_trace_ms": ref_summary(d, a[0], col, "ms"), f"{b[0]}_trace_ms": ref_summary(d, b[0], col, "ms")}
             out.append(finding("fidelity", d, [a[0], b[0]], f"ranking {a[0]} ahead of {b[0]} (trace {fmt_ref(nums[f'{a[0]}_trace_ms'])} vs "

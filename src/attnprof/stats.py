@@ -1,0 +1,132 @@
+"""Statistics of repeated captures: the between-run interval of a time, and the change verdict of a ratio.
+
+A *repeat* is one independent capture of a (variant, shape): its own capture process round, trace and
+tables (config ``repeats``). Each repeat gives one number per time, the median over its profiled forwards
+(the *repeat median*, ms). The forwards of one capture share the process, the CUDA context, the
+allocations and the library plans, so their spread (the within-capture min-max or IQR) says nothing about
+what a rerun draws again; only the spread *between* repeats does (pyperf, asv and Chromium's Pinpoint
+repeat whole processes for the same reason).
+
+Both functions work on the logarithms of the repeat medians: times are positive and their run-to-run
+changes multiplicative (a clock or a plan a few per cent off), and a ratio's interval is then the exponent
+of a difference's interval. With the 3-10 repeats that a report can afford, they use Student's t rather
+than a bootstrap: a percentile bootstrap of 3 values cannot reach outside their min-max and undercovers.
+
+* :func:`between_run_interval`: a *prediction* interval for the median a rerun with as many repeats will
+  report (not a confidence interval of the mean: a reader wants to know what a rerun holds). For the mean
+  of ``n`` new log values around the mean of ``n`` observed ones, the variance is ``s**2 * (1/n + 1/n)``,
+  so the interval is ``exp(mean ± t_{(1+c)/2, n-1} * s * sqrt(2/n))`` (e.g. Hahn & Meeker, *Statistical
+  Intervals*, 2nd ed., 2017, sec. 4.6; Student's t assumes the log medians are roughly normal).
+* :func:`compare_ratio`: Welch's t interval for the ratio of two result sets' geometric-mean repeat
+  medians, and the verdict *changed* / *same* / *inconclusive* against a practical threshold: changed when
+  the interval excludes 1 and the ratio lies beyond ``1 ± threshold``; same when the whole interval lies
+  within ``1 ± threshold`` (an equivalence test: two one-sided tests at the same level, Schuirmann 1987);
+  inconclusive otherwise, with the repeats per side that would decide it at the same spread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from scipy import stats as _st
+
+#: Confidence level of the between-run interval and of the change verdict's ratio interval.
+CONFIDENCE = 0.95
+#: Most repeats :func:`compare_ratio` suggests; beyond this it says "more than".
+MAX_REPEATS_SUGGESTED = 50
+
+
+def _logs(values: Sequence[float | None]) -> list[float]:
+    out = []
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        if v <= 0:
+            raise ValueError(f"repeat medians must be positive times, got {v!r}")
+        out.append(math.log(v))
+    return out
+
+
+def between_run_interval(medians: Sequence[float | None], confidence: float = CONFIDENCE) -> dict:
+    """Between-run statistics of one time from its repeat medians.
+
+    medians: the median time per forward (any unit, > 0) of each repeat; None/NaN entries (a repeat
+    without that time) are left out. Returns ``{"n", "center", "lo", "hi", "rel_sd"}``: n, the repeats
+    counted; center, the median of the repeat medians (the number a report states); lo and hi, the
+    prediction interval at ``confidence`` for the median a rerun with n repeats will state (module
+    docstring; None when n < 2: one repeat has no between-run spread); rel_sd, the standard deviation of
+    the log medians (about the relative standard deviation between repeats; None when n < 2).
+    Raises ValueError for a median <= 0."""
+    logs = _logs(medians)
+    n = len(logs)
+    kept = sorted(math.exp(x) for x in logs)
+    if n == 0:
+        return {"n": 0, "center": None, "lo": None, "hi": None, "rel_sd": None}
+    center = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
+    if n < 2:
+        return {"n": 1, "center": center, "lo": None, "hi": None, "rel_sd": None}
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    half = float(_st.t.ppf((1 + confidence) / 2, n - 1)) * sd * math.sqrt(2 / n)
+    # the stated center must lie inside what is stated to hold
+    return {"n": n, "center": center, "lo": min(math.exp(mean - half), center), "hi": max(math.exp(mean + half), center),
+            "rel_sd": sd}
+
+
+def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
+                  confidence: float = CONFIDENCE) -> dict:
+    """Change verdict for one time between a baseline ``a`` and ``b``, each the repeat medians of one
+    result set (same unit, > 0; None/NaN left out).
+
+    threshold: the practical threshold as a fraction (0.02: a change under 2 % is not a change worth
+    reporting). Returns ``{"verdict", "ratio", "lo", "hi", "n_a", "n_b", "repeats_needed", "why"}``:
+    ratio = geometric mean of b / geometric mean of a; lo, hi: its Welch t interval at ``confidence``;
+    verdict "slower" or "faster" (changed: the interval excludes 1 and the ratio lies beyond
+    ``1 ± threshold``), "same" (the interval lies inside ``[1/(1+threshold), 1+threshold]``) or
+    "inconclusive"; repeats_needed (inconclusive only): repeats per side at which the same estimate and
+    spread would decide, ``None`` when fewer than 2 repeats are on a side (no spread to scale) and
+    ``MAX_REPEATS_SUGGESTED + 1`` for "more than that"; why: the verdict in words.
+    Raises ValueError for a median <= 0 or a threshold < 0."""
+    if threshold < 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+    la, lb = _logs(a), _logs(b)
+    na, nb = len(la), len(lb)
+    out = {"verdict": "inconclusive", "ratio": None, "lo": None, "hi": None, "n_a": na, "n_b": nb,
+           "repeats_needed": None, "why": ""}
+    if na == 0 or nb == 0:
+        out["why"] = "no time on one side"
+        return out
+    ma, mb = sum(la) / na, sum(lb) / nb
+    d = mb - ma
+    out["ratio"] = math.exp(d)
+    if na < 2 or nb < 2:
+        out["why"] = (f"{min(na, nb)} repeat on one side: no between-run spread to judge a change against "
+                      "(config repeats >= 2 on both)")
+        return out
+    va = sum((x - ma) ** 2 for x in la) / (na - 1)
+    vb = sum((x - mb) ** 2 for x in lb) / (nb - 1)
+    se2 = va / na + vb / nb
+    if se2 > 0:  # Welch-Satterthwaite degrees of freedom
+        df = se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+        half = float(_st.t.ppf((1 + confidence) / 2, df)) * math.sqrt(se2)
+    else:
+        df, half = float(na + nb - 2), 0.0
+    lo, hi = d - half, d + half
+    out.update(lo=math.exp(lo), hi=math.exp(hi))
+    theta = math.log1p(threshold)
+    pct = f"{100 * threshold:g} %"
+    if -theta <= lo and hi <= theta:
+        out.update(verdict="same", why=f"the {confidence:.0%} interval lies within ±{pct}")
+    elif (lo > 0 or hi < 0) and abs(d) >= theta:
+        out.update(verdict="slower" if d > 0 else "faster",
+                   why=f"the {confidence:.0%} interval excludes 1 and the change is beyond ±{pct}")
+    else:
+        # the half-width shrinks about as 1/sqrt(n): the n at which it would fit the decision's margin
+        margin = abs(d) if abs(d) >= theta else theta - abs(d)
+        n = max(na, nb)
+        need = MAX_REPEATS_SUGGESTED + 1 if margin <= 0 else math.ceil(n * (half / margin) ** 2)
+        out.update(repeats_needed=min(max(need, n + 1), MAX_REPEATS_SUGGESTED + 1),
+                   why=(f"the {confidence:.0%} interval ({out['lo']:.3f}-{out['hi']:.3f}) neither excludes 1 beyond "
+                        f"±{pct} nor lies within it"))
+    return out
