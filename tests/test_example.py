@@ -8,6 +8,7 @@ import json
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -24,18 +25,66 @@ def captures():
     return [(r.shape_key, r.variant) for r in SUMMARY.itertuples()]
 
 
+REPEATS = pd.read_csv(EXAMPLE / "repeats.csv")
+
+
+def repeats_of(shape: str) -> list[int]:
+    """The repeats whose traces are re-read: every repeat at the study shape, repeat 1 elsewhere (the
+    intervals of every shape are recomputed from repeats.csv below)."""
+    return sorted(set(REPEATS["repeat"])) if shape == STUDY else [1]
+
+
 @pytest.mark.parametrize("shape,variant", captures())
 def test_summary_row_recomputed_from_the_trace(shape, variant):
-    cap = EXAMPLE / "captures" / shape / variant
+    for k in repeats_of(shape):
+        cap = EXAMPLE / "captures" / shape / variant / f"r{k}"
+        status = json.loads((cap / "status.json").read_text())
+        trace = load_trace(cap / "trace.json.gz")
+        fw = forward_table(analyse_trace(trace, status["range_name"], expect_gpu=True), variant, shape)
+        again = summary_row(status, fw)
+        rep = REPEATS[(REPEATS["shape_key"] == shape) & (REPEATS["variant"] == variant) & (REPEATS["repeat"] == k)].iloc[0]
+        assert rep["status"] == again["status"]
+        for col in ("kernels_per_forward", "device_ms_per_forward", "cpu_ms_per_forward", "forwards_complete"):
+            if again[col] is None or again[col] != again[col]:
+                assert pd.isna(rep[col]), (k, col)
+            else:
+                assert rep[col] == pytest.approx(again[col], rel=1e-9), (k, col)
+    _check_summary_row_of_repeat_1(shape, variant)
+
+
+def test_between_run_intervals_recomputed_from_the_per_repeat_table():
+    """Every summary time over the repeats: the median of repeats.csv's medians, and the rerun interval by the
+    formula of docs/statistics.md, computed here with numpy and scipy's t (attnprof.stats has its own code)."""
+    from scipy import stats as st
+
+    summary = SUMMARY.set_index(["variant", "shape_key"])
+    checked = 0
+    for (variant, shape), rep in REPEATS[REPEATS["status"] == "ok"].groupby(["variant", "shape_key"]):
+        row = summary.loc[(variant, shape)]
+        if row["status"] != "ok":
+            continue
+        for prefix in ("device_ms", "cpu_ms"):
+            m = rep[f"{prefix}_per_forward"].dropna().to_numpy(float)
+            assert row[f"{prefix}_per_forward"] == pytest.approx(np.median(m), rel=1e-12)
+            logs = np.log(m)
+            n = len(m)
+            half = st.t.ppf(0.975, n - 1) * logs.std(ddof=1) * np.sqrt((1 + np.pi / 2) / n)
+            lo, hi = min(np.exp(logs.mean() - half), np.median(m)), max(np.exp(logs.mean() + half), np.median(m))
+            assert (row[f"{prefix}_run_lo"], row[f"{prefix}_run_hi"]) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+            checked += 1
+    assert checked >= 2 * 55  # every (variant, shape) that ran, both times
+
+
+def _check_summary_row_of_repeat_1(shape, variant):
+    """The summary's repeat-1 columns (status, counts, completeness) against repeat 1's own trace."""
+    cap = EXAMPLE / "captures" / shape / variant / "r1"
     status = json.loads((cap / "status.json").read_text())
     trace = load_trace(cap / "trace.json.gz")
     fw = forward_table(analyse_trace(trace, status["range_name"], expect_gpu=True), variant, shape)
     again = summary_row(status, fw)
     row = SUMMARY[(SUMMARY["shape_key"] == shape) & (SUMMARY["variant"] == variant)].iloc[0]
     assert row["status"] == again["status"] == status["status"] or (row["status"] == again["status"] == "incomplete_trace")
-    for col in ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward", "device_ms_per_forward",
-                "device_ms_min", "device_ms_max", "device_ms_q1", "device_ms_q3", "cpu_ms_per_forward", "cpu_ms_q1", "cpu_ms_q3",
-                "forwards_complete", "forwards_timed"):
+    for col in ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward", "forwards_complete", "forwards_timed"):
         if again[col] is None or again[col] != again[col]:
             assert pd.isna(row[col]), col
         else:
@@ -48,9 +97,8 @@ def test_summary_row_recomputed_from_the_trace(shape, variant):
         assert len(hand) == status["schedule"]["active"] and not any(f["lost"] or f["bad"] for f in hand)
         assert {f["kernels"] for f in hand} == {row["kernels_per_forward"]}
         device_ms = [f["device_us"] / 1e3 for f in hand]
-        assert row["device_ms_per_forward"] == pytest.approx(statistics.median(device_ms))
-        q1, _, q3 = statistics.quantiles(device_ms, n=4, method="inclusive")  # pandas' linear quantiles
-        assert (row["device_ms_q1"], row["device_ms_q3"]) == (pytest.approx(q1), pytest.approx(q3))
+        rep = REPEATS[(REPEATS["shape_key"] == shape) & (REPEATS["variant"] == variant) & (REPEATS["repeat"] == 1)].iloc[0]
+        assert rep["device_ms_per_forward"] == pytest.approx(statistics.median(device_ms))
     else:
         assert status["phases"]["correctness"]["status"] == "skipped"
 
@@ -86,7 +134,7 @@ def test_kernel_shares_of_the_study_shape_from_the_traces():
 
     committed = pd.read_csv(EXAMPLE / "kernels.csv")
     for variant in ("naive", "sdpa_math"):
-        path = EXAMPLE / "captures" / STUDY / variant / "trace.json.gz"
+        path = EXAMPLE / "captures" / STUDY / variant / "r1" / "trace.json.gz"
         with gzip.open(path, "rt") as fh:
             events = [e for e in json.load(fh)["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
         fresh = kernel_table(analyse_trace(load_trace(path), "attn_fwd", expect_gpu=True), variant, STUDY).set_index("kernel")
@@ -118,7 +166,7 @@ def test_unsupported_backends_carry_pytorchs_reasons():
     for key, words in expected.items():
         reason = unsupported.loc[key, "reason"]
         assert reason.startswith("RuntimeError: No available kernel.") and "not used because" in reason and words in reason
-        status = json.loads((UNSUPPORTED / "captures" / key[1] / key[0] / "status.json").read_text())
+        status = json.loads((UNSUPPORTED / "captures" / key[1] / key[0] / "r1" / "status.json").read_text())
         assert any(words in r for r in status["unsupported_reasons"])
     assert (summary[summary["status"] == "ok"]["forwards_complete"] == 10).all()
     assert "head_dim should be no more than 256" in (UNSUPPORTED / "report.html").read_text()

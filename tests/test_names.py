@@ -132,10 +132,10 @@ def test_the_results_document_names_every_file_of_a_result_set():
 
     doc = (ROOT / "docs" / "results.md").read_text()
     for name in CAPTURE_FILES.values():
-        assert f"`captures/<shape>/<variant>/{name}`" in doc, name
+        assert f"`captures/<shape>/<variant>/r<k>/{name}`" in doc, name
     csv = [n.removesuffix(".csv") for n in CAPTURE_TABLES.values() if n.endswith(".csv")]
     others = [n for n in CAPTURE_TABLES.values() if not n.endswith(".csv")]
-    assert f"`tables/<shape>/<variant>/{{{','.join(csv)}}}.csv`, " + ", ".join(f"`{n}`" for n in others) in doc
+    assert f"`tables/<shape>/<variant>/r<k>/{{{','.join(csv)}}}.csv`, " + ", ".join(f"`{n}`" for n in others) in doc
     for name in RUN_FILES.values():
         assert f"`{name}`" in doc, name
 

@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: next to the Snakefile, as the README says).
 BUILT_IN = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["variants"]
 VARIANTS = [*BUILT_IN, "my_attn"]
+#: The tiny config's repeats: two rounds, so that the rounds, the per-repeat folders and the combination run.
+REPEATS = 2
 TINY = f"""
 run: tiny
 variants: [{", ".join(VARIANTS)}]
@@ -30,10 +32,12 @@ shapes:
   cuda: {{batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}}
 profiler: {{range_name: attn_fwd, warmup_calls: 1, schedule: {{wait: 1, warmup: 1, active: 2}}, min_complete_forwards: 2}}
 timing: {{repeats: 3, input_sets: 2}}
+repeats: {REPEATS}
 """
 #: --config for the runs on the CUDA grid: the study's variants (a user variant's capture process is never
 #: reused, so it would restart the capture worker: a second torch start that these tests do not need).
 ONLY_BUILT_IN = f"variants=[{','.join(BUILT_IN)}]"
+ONE_REPEAT = "repeats=1"  # the CUDA-grid tests check the capture service, not the rounds
 SHAPES = ["b1_h2_s64_d32_fp32_causal", "b1_h2_s128_d32_fp32_causal"]
 USER_MODULE = Path(__file__).resolve().parent / "user_variants" / "my_attention.py"
 
@@ -121,9 +125,9 @@ def test_the_user_variant_goes_the_whole_path(run_dir):
     assert list(mine["shape_key"]) == SHAPES and (mine["status"] == "ok").all() and mine["rel_error_ok"].all()
     assert (mine["forwards_complete"] == 2).all()  # the tiny config's active steps
     for shape in SHAPES:
-        ops = pd.read_csv(out / "tables" / shape / "my_attn" / "ops.csv")
+        ops = pd.read_csv(out / "tables" / shape / "my_attn" / "r1" / "ops.csv")
         assert "aten::softmax" in set(ops["op"])  # the profiled forward is the user's code (SDPA's math backend is another op)
-        status = json.loads((out / "captures" / shape / "my_attn" / "status.json").read_text())
+        status = json.loads((out / "captures" / shape / "my_attn" / "r2" / "status.json").read_text())
         assert status["custom"]["function"] == "my_attention:forward"
     assert "hand-written" in (out / "report.html").read_text()  # its description, from the config
 
@@ -136,12 +140,23 @@ def test_the_sweep_over_two_shapes_runs_end_to_end(run_dir):
     summary = pd.read_csv(out / "summary.csv")
     assert sorted(set(zip(summary["shape_key"], summary["seq_len"]))) == [(SHAPES[1], 128), (SHAPES[0], 64)]
     for row in summary[summary["status"] == "ok"].itertuples():
-        fw = pd.read_csv(out / "tables" / row.shape_key / row.variant / "forwards.csv")
-        assert len(fw) == row.forwards_profiled == 2 and fw["complete"].all(), (row.shape_key, row.variant)
-        # summary: median over the complete forwards of the range's host time, us -> ms
-        assert row.cpu_ms_per_forward == pytest.approx(fw["cpu_us"].median() / 1e3, rel=1e-9), (row.shape_key, row.variant)
-        assert row.cpu_ms_min == pytest.approx(fw["cpu_us"].min() / 1e3, rel=1e-9)
-        assert row.cpu_ms_max == pytest.approx(fw["cpu_us"].max() / 1e3, rel=1e-9)
+        medians, tables = [], []
+        for k in range(1, REPEATS + 1):
+            fw = pd.read_csv(out / "tables" / row.shape_key / row.variant / f"r{k}" / "forwards.csv")
+            assert len(fw) == row.forwards_profiled == 2 and fw["complete"].all(), (row.shape_key, row.variant, k)
+            medians.append(fw["cpu_us"].median() / 1e3)
+            tables.append(fw)
+        # summary: the median of the repeats' medians (two repeats: their mean) of the range's host time, us -> ms
+        assert row.cpu_ms_per_forward == pytest.approx(sum(medians) / 2, rel=1e-9), (row.shape_key, row.variant)
+        assert row.repeats == row.repeats_ok == REPEATS
+        # the rerun interval holds the stated value; the within-capture spread is the middle repeat's (of two: the faster)
+        assert row.cpu_ms_run_lo <= row.cpu_ms_per_forward <= row.cpu_ms_run_hi
+        middle = tables[medians.index(min(medians))]
+        assert row.cpu_ms_min == pytest.approx(middle["cpu_us"].min() / 1e3, rel=1e-9)
+        assert row.cpu_ms_max == pytest.approx(middle["cpu_us"].max() / 1e3, rel=1e-9)
+    # repeats.csv: one row per capture, each repeat's own median
+    repeats = pd.read_csv(out / "repeats.csv")
+    assert len(repeats) == len(summary) * REPEATS and sorted(set(repeats["repeat"])) == list(range(1, REPEATS + 1))
     # the two shapes are two measurements, not one copied: their forwards' host times differ
     ok = summary[summary["status"] == "ok"].set_index(["variant", "shape_key"])["cpu_ms_per_forward"]
     assert any(ok[(v, SHAPES[0])] != ok[(v, SHAPES[1])] for v in ("naive", "naive_inplace", "sdpa_math", "sdpa_flash", "sdpa_auto", "my_attn"))
@@ -177,7 +192,7 @@ def test_plot_setting_reruns_only_plots_and_report(run_dir):
 
 def test_profiler_schedule_reruns_every_capture(run_dir):
     jobs = planned_jobs(run_dir, "profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 3}}")
-    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) and jobs["report_pdf"] == 1
+    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) * REPEATS and jobs["report_pdf"] == 1
 
 
 def test_template_change_reruns_only_the_report(run_dir):
@@ -188,7 +203,7 @@ def test_template_change_reruns_only_the_report(run_dir):
 def test_extraction_code_change_reruns_extract_and_downstream_not_captures(run_dir):
     with edited(run_dir / "src" / "attnprof" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
         jobs = planned_jobs(run_dir)
-    assert "capture" not in jobs and jobs["extract"] == 2 * len(VARIANTS) and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
+    assert "capture" not in jobs and jobs["extract"] == 2 * len(VARIANTS) * REPEATS and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
 
 
 def test_findings_code_change_reruns_findings_and_report_not_extract(run_dir):
@@ -210,7 +225,7 @@ def test_torch_version_change_reruns_every_capture(run_dir):
     common = run_dir / "workflow" / "rules" / "common.smk"
     with edited(common, "TORCH_BUILD = torch_build()", "TORCH_BUILD = dict(torch_build(), torch='9.9.9')"):
         jobs = planned_jobs(run_dir)
-    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS)
+    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) * REPEATS
 
 
 def test_one_variants_code_change_reruns_only_its_captures(run_dir):
@@ -218,13 +233,13 @@ def test_one_variants_code_change_reruns_only_its_captures(run_dir):
     with edited(variants, "return torch.softmax(scores, dim=-1) @ v", "return torch.softmax(scores, dim=-1).matmul(v)"):
         jobs = planned_jobs(run_dir)
     # naive and naive_inplace share that code (at both shapes); the five SDPA variants and the user's do not rerun
-    assert jobs["capture"] == 4 and jobs["extract"] == 4 and jobs["summarize"] == 1
+    assert jobs["capture"] == 4 * REPEATS and jobs["extract"] == 4 * REPEATS and jobs["summarize"] == 1
 
 
 def test_another_cores_count_on_a_cpu_run_recaptures_rather_than_mixing_thread_counts(run_dir):
     """On a CPU run a capture takes every core as torch's threads: part of what it measures."""
     jobs = snakemake_cli.job_stats(snakemake(run_dir, "report", "-n", "--cores", "1").stdout)
-    assert jobs["capture"] == 2 * len(VARIANTS) and jobs["environment"] == 1
+    assert jobs["capture"] == 2 * len(VARIANTS) * REPEATS and jobs["environment"] == 1
 
 
 def test_a_lost_capture_is_captured_again(run_dir):
@@ -239,15 +254,15 @@ def test_a_lost_capture_is_captured_again(run_dir):
     finally:
         kept.rename(folder)
     jobs = snakemake_cli.job_stats(proc.stdout)
-    assert jobs["capture"] == jobs["extract"] == 1 and jobs["summarize"] == 1
-    assert f"captures/{SHAPES[0]}/naive/status.json" in proc.stderr and "are gone" in proc.stderr
+    assert jobs["capture"] == jobs["extract"] == REPEATS and jobs["summarize"] == 1  # every repeat of it
+    assert f"captures/{SHAPES[0]}/naive/r1/status.json" in proc.stderr and "are gone" in proc.stderr
 
 
 def test_a_user_modules_edit_reruns_only_its_variants_captures(run_dir):
     """The user variant's fingerprint covers its module's source (next to the Snakefile)."""
     with edited(run_dir / USER_MODULE.name, "def forward(", "# edited\ndef forward("):
         jobs = planned_jobs(run_dir)
-    assert jobs["capture"] == jobs["extract"] == len(SHAPES) and jobs["summarize"] == 1
+    assert jobs["capture"] == jobs["extract"] == len(SHAPES) * REPEATS and jobs["summarize"] == 1
 
 
 def test_compare_target_builds_a_comparison_of_two_result_sets(run_dir):
@@ -280,7 +295,7 @@ def test_gpu_captures_never_overlap(tmp_path):
     default capture_mode worker, take no resource: only the capture worker's one-at-a-time
     service can keep them apart (capture_mode process: the 'capture' resource, next test)."""
     work = copy_repo(tmp_path / "repo")
-    snakemake(work, "html", "--until", "capture", "--cores", "8", "--config", "device=cuda", "run=gpu", ONLY_BUILT_IN)
+    snakemake(work, "html", "--until", "capture", "--cores", "8", "--config", "device=cuda", "run=gpu", ONLY_BUILT_IN, ONE_REPEAT)
     spans = []
     for status in (work / "results" / "gpu" / "captures").rglob("status.json"):
         rec = json.loads(status.read_text())
@@ -297,7 +312,7 @@ def test_process_mode_captures_take_the_capture_resource(tmp_path):
     """capture_mode process: each capture is its own process, so the global 'capture' and 'gpu'
     resources (one unit each) keep them apart; the dry run shows the jobs asking for them."""
     work = copy_repo(tmp_path / "repo")
-    proc = snakemake(work, "html", "-n", "--cores", "8", "--config", "device=cuda", "run=gpu", "capture_mode=process", ONLY_BUILT_IN)
+    proc = snakemake(work, "html", "-n", "--cores", "8", "--config", "device=cuda", "run=gpu", "capture_mode=process", ONLY_BUILT_IN, ONE_REPEAT)
     out = proc.stdout + proc.stderr
     blocks = [b for b in out.split("rule ")[1:] if b.startswith("capture:")]
     assert len(blocks) == 7 and all("capture=1" in b and "gpu=1" in b for b in blocks), blocks[:1]

@@ -215,20 +215,24 @@ def calibration_numbers(calibration: dict) -> dict:
 
 
 def compare_context(doc: dict, css: str) -> dict:
-    """What the compare template needs: compare.json (``cmp``) with the noise floor and each row's
-    noise threshold in % (``noise_floor_pct``, ``noise_threshold_pct``, ``bwd_noise_threshold_pct``: the fractions times 100),
-    and the CSS."""
-    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"]}
-    def pct(v):
-        return 100 * v if v else None
-
+    """What the compare template needs: compare.json (``cmp``) with the practical threshold in %
+    (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
+    pair's verdict counts, the rows called changed (``changed``) and the (variant, shape) whose kernels differ
+    (``kernels_differ``), and the CSS."""
+    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95)}
     pairs = []
     for pair in doc["pairs"]:
-        rows = [{**r, "noise_threshold_pct": pct(r.get("noise_threshold")), "bwd_noise_threshold_pct": pct(r.get("bwd_noise_threshold"))}
-                for r in pair["rows"]]
+        rows = [{"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
+                 "repeats_b": None, "repeats_needed": None, "why": "", **r} for r in pair["rows"]]
+        counts = pair.get("counts") or {v: sum(r["verdict"] == v for r in rows)
+                                        for v in ("slower", "faster", "same", "inconclusive", "not comparable")}
         # the backward / torch.compile table: rows with a backward or a compile record in either result set
         extra = [r for r in rows if r.get("bwd_verdict") or r.get("compile_a_s") or r.get("compile_b_s")]
-        pairs.append({**pair, "rows": rows, "extra_rows": extra})
+        changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
+        kernels_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
+                                            if r.get("kernels_added") or r.get("kernels_removed")))
+        pairs.append({**pair, "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
+                      "kernels_differ": kernels_differ})
     cmp["pairs"] = pairs
     return {"cmp": cmp, "css": css}
 

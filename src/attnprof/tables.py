@@ -413,7 +413,8 @@ def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
     (1-based). Repeat 1 carries what is measured once (status, correctness, independent timings, memory,
     compile); a row whose repeat 1 is not ``ok`` is repeat 1's row. Otherwise every repeat with status
     ``ok`` is counted: each time of :data:`REPEAT_TIMES` becomes the median of the counted repeats'
-    medians, with the within-capture spread of the repeat whose median that is and the between-run
+    medians, with the within-capture spread of the middle repeat (by that median; of an even count the lower
+    of the two middle ones) and the between-run
     interval (:func:`attnprof.stats.between_run_interval`: None with one repeat) at ``confidence``
     (default attnprof.stats.CONFIDENCE); counts (:data:`REPEAT_COUNTS`) must agree, else they are left
     empty; repeats not counted are named with their status in ``repeats_note``. TFLOP/s follows the
@@ -442,8 +443,8 @@ def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
         row[f"{between}_run_lo"], row[f"{between}_run_hi"] = stats["lo"], stats["hi"]
         if med.endswith("_per_forward"):
             row[f"{between}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
-        if counted:  # the within-capture spread of the repeat whose median is stated
-            middle = min(counted, key=lambda r: (abs(r[med] - stats["center"]), int(r["repeat"])))
+        if counted:  # the within-capture spread of the middle repeat (an even count: the lower of the two middle ones)
+            middle = sorted(counted, key=lambda r: (r[med], int(r["repeat"])))[(len(counted) - 1) // 2]
             for end in ("min", "max", "q1", "q3"):
                 row[f"{within}_{end}"] = middle.get(f"{within}_{end}")
     row["repeats_ok"] = len(ok)

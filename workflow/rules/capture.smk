@@ -8,8 +8,6 @@ rule capture:
     input:
         code("capture", "worker"),
         script=script_file("capture"),
-        # the repeats run in rounds (common.smk): round k starts when round k - 1 has ended
-        previous_round=previous_round,
     output:
         trace=capture_file("trace", run=f"{{run,{THIS_RUN}}}"),
         status=capture_file("status", run=f"{{run,{THIS_RUN}}}"),
@@ -17,6 +15,10 @@ rule capture:
         "results/{run}/logs/capture/{shape}/{variant}/r{repeat}.log",
     conda:
         "../envs/attnprof.yaml"
+    # The repeats run in rounds, round-robin over the variants and shapes (so that a drift in clocks or load hits
+    # all of them alike): Snakemake starts the captures of repeat k before any of repeat k + 1, and the capture
+    # worker serves them in the order they came (attnprof.worker; a new round gets a fresh capture process).
+    priority: lambda wc: REPEATS - int(wc.repeat)
     # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
     threads: CAPTURE_THREADS
     resources:

@@ -259,27 +259,6 @@ def per_capture(pattern, all_repeats=False):
     return paths
 
 
-def previous_round(wc):
-    """Capture input: every status of the round before (repeat k - 1 of every shape and variant), as
-    ancient() inputs. The repeats run in rounds, round-robin over the variants and shapes, so that a drift
-    in clocks or load hits all of them alike; ancient: a recaptured earlier round does not rerun the later
-    ones (only the order of a first run is at stake)."""
-    k = int(wc.repeat)
-    if k == 1:
-        return []
-    shapes, variants, _ = _grid(wc.run)
-    return [
-        ancient(p)
-        for p in expand(
-            capture_file("status"),
-            run=wc.run,
-            shape=shapes,
-            variant=variants,
-            repeat=k - 1,
-        )
-    ]
-
-
 def plot_files(wc):
     """Per-shape plots of the job's result set, and its run-wide scaling plots."""
     shapes, _ = grid(wc.run)

@@ -99,7 +99,7 @@ class RunData:
         """How the statements name the ends of that spread: {high, low, ranges}."""
         if self.between_run():
             return {"high": "between-run interval's upper end", "low": "lower end", "ranges": "between-run intervals"}
-        return {"high": "slowest forward", "low": "fastest", "ranges": "per-forward ranges (one repeat: no between-run spread)"}
+        return {"high": "slowest forward", "low": "fastest", "ranges": "per-forward ranges"}
 
     def time_columns(self) -> tuple[str, str, str, str]:
         """(median, low, high column of summary.csv, words) of the per-forward time a run ranks
