@@ -22,7 +22,7 @@ with script_log(sm.log[0]) as log:
             # each repeat's medians (the between-run spread the verdicts use); absent in a result set made before repeats
             "repeats": pd.read_csv(sm.input[f"{name}/repeats"]) if Path(sm.input[f"{name}/repeats"]).exists() else None,
         })
-    result = compare_runs(runs, sm.params.noise_floor, sm.params.confidence)
+    result = compare_runs(runs, sm.params.noise_floor, sm.params.confidence, sm.params.noise_floor_host)
     with open(sm.output[0], "w") as fh:
         json.dump(result, fh, indent=2, default=str)
     for pair in result["pairs"]:

@@ -266,7 +266,7 @@ def test_a_forward_without_a_memset_counts_zero_memsets():
 
 
 def _example_status(variant: str) -> dict:
-    return json.loads((EXAMPLE / "captures" / STUDY / variant / "status.json").read_text())
+    return json.loads((EXAMPLE / "captures" / STUDY / variant / "r1" / "status.json").read_text())
 
 
 def test_summary_row_counted_by_hand():
@@ -616,7 +616,7 @@ def _empty_forwards():
 
 
 def test_out_of_memory_capture_publishes_its_reason_and_bytes_and_no_trace_note():
-    status = json.loads((EXAMPLE / "captures" / "b8_h16_s16384_d64_bf16_causal" / "sdpa_math" / "status.json").read_text())
+    status = json.loads((EXAMPLE / "captures" / "b8_h16_s16384_d64_bf16_causal" / "sdpa_math" / "r1" / "status.json").read_text())
     row = summary_row(status, _empty_forwards())
     assert row["status"] == "out_of_memory" and row["oom_bytes"] == 128 * 2**30 and row["reason"] == status["reason"]
     assert row["trace_note"] == "" and row["forward_groups"] is None  # no trace: "0 of 10 forwards" would say nothing

@@ -59,9 +59,13 @@ def test_shares_conversions_and_tolerances_in_percent(context):
     assert approx and all(c["tolerance_pct"] == pytest.approx(100 * c["tolerance"]) for c in approx)
 
 
-def test_compare_noise_in_percent():
-    doc = {"noise_floor": 0.05, "pairs": [{"rows": [{"noise_threshold": 0.0625}, {"noise_threshold": None}]}]}
+def test_compare_context_in_percent_with_counts_and_changed_rows():
+    rows = [{"variant": "a", "shape_key": "s", "verdict": "slower", "kernels_added": ["k"]},
+            {"variant": "b", "shape_key": "s", "verdict": "same"}, {"variant": "c", "shape_key": "s", "verdict": "inconclusive"}]
+    doc = {"noise_floor": 0.02, "confidence": 0.9, "pairs": [{"rows": rows}]}
     cmp = compare_context(doc, "")["cmp"]
-    assert cmp["noise_floor_pct"] == pytest.approx(5.0)
-    assert [r["noise_threshold_pct"] for r in cmp["pairs"][0]["rows"]] == [pytest.approx(6.25), None]
+    assert cmp["noise_floor_pct"] == pytest.approx(2.0) and cmp["confidence_pct"] == pytest.approx(90.0)
+    pair = cmp["pairs"][0]
+    assert [r["variant"] for r in pair["changed"]] == ["a"] and pair["kernels_differ"] == ["a at s"]
+    assert pair["counts"] == {"slower": 1, "faster": 0, "same": 1, "inconclusive": 1, "not comparable": 0}
     assert "noise_floor_pct" not in doc  # compare.json's document is not changed

@@ -62,6 +62,34 @@ def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tm
     assert kernel_table(frames, "sdpa_math", SHAPE.key).empty  # CPU run: no GPU events
 
 
+def test_queued_captures_are_served_round_by_round_each_round_in_a_fresh_process(tmp_path):
+    """Capture jobs of two rounds waiting at once (Snakemake started more jobs than one round holds): the
+    supervisor serves the earlier round first, whatever order they came in, and a new round gets a new capture
+    process, shared by its captures."""
+    records = {}
+
+    def submit(name, sp):
+        records[name] = in_worker(tmp_path, sp, name)
+
+    first = threading.Thread(target=submit, args=("busy", spec("naive", repeat=1, _test_sleep_s=3)))
+    first.start()
+    time.sleep(1.5)  # the worker is busy with round 1: the next three queue, round 2 first
+    queued = [("r2a", spec("naive", repeat=2)), ("r1", spec("sdpa_math", repeat=1)), ("r2b", spec("naive_inplace", repeat=2))]
+    threads = []
+    for name, sp in queued:
+        threads.append(threading.Thread(target=submit, args=(name, sp)))
+        threads[-1].start()
+        time.sleep(0.3)
+    for t in [first, *threads]:
+        t.join(120)
+    assert all(records[n]["status"] == "ok" for n in ("busy", "r2a", "r1", "r2b")), records
+    order = sorted(records, key=lambda n: records[n]["capture_started_at"])
+    assert order == ["busy", "r1", "r2a", "r2b"]
+    pid = {n: records[n]["worker"]["pid"] for n in records}
+    assert pid["busy"] == pid["r1"] != pid["r2a"] == pid["r2b"]
+    assert [records[n]["repeat"] for n in order] == [1, 1, 2, 2]
+
+
 def test_timing_quartiles_and_budget(tmp_path):
     rec = in_worker(tmp_path, spec("naive", timing={"repeats": 40, "input_sets": 2, "budget_s": 1e-9, "min_repeats": 4}))
     t = rec["timing"]

@@ -10,7 +10,8 @@ result sets have them, and the environment and config differences.
 Change verdict for a time (forward and backward, per variant and shape): from the two result sets'
 repeats (repeats.csv: each repeat's median per forward), :func:`attnprof.stats.compare_ratio` -- the ratio of
 the geometric-mean repeat medians with its Welch t interval, and *slower*/*faster* (the interval excludes 1
-and the ratio lies beyond ``1 ± noise_floor``), *same* (the interval lies inside ``1 ± noise_floor``) or
+and the ratio lies beyond ``1 ± noise_floor``; ``noise_floor_host`` for a CPU run's host times), *same* (the interval
+lies inside ``1 ± noise_floor``) or
 *inconclusive* (with the repeats per side that would decide it). A result set with one repeat has no
 between-run spread: its times are never called changed. The independent timing's ratio (repeat 1's CUDA
 events or perf_counter median) is shown beside it, not judged: it is one measurement per result set.
@@ -26,8 +27,12 @@ from .stats import CONFIDENCE, compare_ratio
 from .trace import short_kernel_name
 
 #: Changes smaller than this fraction are not worth reporting (config ``compare.noise_floor``'s default): the
-#: practical threshold of :func:`attnprof.stats.compare_ratio`.
+#: practical threshold of :func:`attnprof.stats.compare_ratio` for device times.
 NOISE_FLOOR = 0.02
+#: The same for host times (CPU runs; config ``compare.noise_floor_host``): the repeats of one session do not
+#: see how far a whole session's host times move. Two CPU default runs minutes apart on a 2-core machine, each
+#: with 5 repeats, moved by up to 15 % with tight within-session intervals (sdpa_auto: 0.867x, 95 %: 0.784-0.958; docs/statistics.md).
+NOISE_FLOOR_HOST = 0.20
 
 
 def normalise_kernel(name: str) -> str:
@@ -86,13 +91,16 @@ def _dispatch(findings: dict, shape_key: str) -> str | None:
     return None
 
 
-def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE) -> dict:
+def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
+                 noise_floor_host: float = NOISE_FLOOR_HOST) -> dict:
     """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
     kernels, ops, repeats (DataFrames as written by the pipeline; repeats may be None for a result set
     made before repeats), env and findings (parsed JSON). Returns a JSON-serialisable dict: rows (one per
     variant and shape in both; the time verdict from the repeats, module docstring), env_diff."""
     sa, sb = a["summary"], b["summary"]
     med, lo, hi, label = _time_columns(sa)
+    # the practical threshold of the time compared: device times, or host times on a CPU run
+    noise_floor = noise_floor if med.startswith("device") else noise_floor_host
     rows = []
     keys = sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
     for variant, shape_key in keys:
@@ -138,7 +146,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         notes.append(f"{a['name'] if 'backward' in pa else b['name']} profiled the backward too: its forwards ran with "
                      "grad (saving what the backward needs; flash and efficient also write their log-sum-exp), the other's "
                      "under no_grad, so forward ratios compare slightly different work")
-    return {"a": a["name"], "b": b["name"], "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
+    return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
             "notes": notes,
             "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
             "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
@@ -181,13 +189,16 @@ def _num(v) -> float | None:
     return None if pd.isna(v) else float(v)
 
 
-def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE) -> dict:
+def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
+                 noise_floor_host: float = NOISE_FLOOR_HOST) -> dict:
     """Compare every result set after the first with the first (the baseline). Also counts the verdicts per
-    pair (``counts``: {verdict: n} over the forward rows)."""
+    pair (``counts``: {verdict: n} over the forward rows); each pair's ``threshold`` is the practical threshold
+    of the time it compared (``noise_floor`` for device times, ``noise_floor_host`` for a CPU run's host times)."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two result sets")
-    pairs = [compare_pair(runs[0], other, noise_floor, confidence) for other in runs[1:]]
+    pairs = [compare_pair(runs[0], other, noise_floor, confidence, noise_floor_host) for other in runs[1:]]
     for p in pairs:
         p["counts"] = {v: sum(r["verdict"] == v for r in p["rows"])
                        for v in ("slower", "faster", "same", "inconclusive", "not comparable")}
-    return {"baseline": runs[0]["name"], "noise_floor": noise_floor, "confidence": confidence, "pairs": pairs}
+    return {"baseline": runs[0]["name"], "noise_floor": noise_floor, "noise_floor_host": noise_floor_host,
+            "confidence": confidence, "pairs": pairs}

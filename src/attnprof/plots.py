@@ -84,8 +84,8 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     fig, ax = plt.subplots(figsize=(HALF_IN, _height(len(summary))), layout="constrained")
     y = np.arange(len(summary))
     vals = summary[col].fillna(0).to_numpy(float)
-    xerr = np.vstack([vals - summary[lo].fillna(summary[col]).fillna(0).to_numpy(float),
-                      summary[hi].fillna(summary[col]).fillna(0).to_numpy(float) - vals])
+    xerr = np.clip(np.vstack([vals - summary[lo].fillna(summary[col]).fillna(0).to_numpy(float),
+                              summary[hi].fillna(summary[col]).fillna(0).to_numpy(float) - vals]), 0, None)
     ax.barh(y, vals, xerr=xerr, color=COLORS["device" if on_device else "cpu"], capsize=3)
     ends = vals + xerr[1]  # each label right of its whisker, so the whisker never crosses it
     for yi, v, end in zip(y, vals, ends):

@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from .compare import NOISE_FLOOR
+from .compare import NOISE_FLOOR, NOISE_FLOOR_HOST
 from .findings.expectations import WITHIN_NOISE
 from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
@@ -219,7 +219,8 @@ def compare_context(doc: dict, css: str) -> dict:
     (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
     pair's verdict counts, the rows called changed (``changed``) and the (variant, shape) whose kernels differ
     (``kernels_differ``), and the CSS."""
-    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95)}
+    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
+           "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
     pairs = []
     for pair in doc["pairs"]:
         rows = [{"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
@@ -231,7 +232,9 @@ def compare_context(doc: dict, css: str) -> dict:
         changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
         kernels_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
                                             if r.get("kernels_added") or r.get("kernels_removed")))
+        threshold = pair.get("threshold", doc["noise_floor"])
         pairs.append({**pair, "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
+                      "threshold_pct": 100 * threshold,
                       "kernels_differ": kernels_differ})
     cmp["pairs"] = pairs
     return {"cmp": cmp, "css": css}
@@ -262,6 +265,18 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
     that did not run, and last the rankings and ratios that do not hold outside the spread or
     against the independent timing (so that the page opens with what holds)."""
     out = []
+    between = "device_ms_run_lo" in summary and bool(summary[["device_ms_run_lo", "cpu_ms_run_lo"]].notna().any().any())
+    spread = "their rerun intervals" if between else "the spread of the profiled forwards"
+    if between:
+        n = int(summary["repeats"].max())
+        sd = pd.concat([summary[c] for c in ("device_ms_run_sd_pct", "cpu_ms_run_sd_pct")]).dropna()
+        dev = summary["device_ms_run_sd_pct"].dropna() if "device_ms_run_sd_pct" in summary else sd
+        out.append(f"Every time is the median of {n} repeats, each a fresh capture process, with the 95 % interval a "
+                   f"rerun's median will hold (\"rerun\"); rankings and verdicts are stated only outside it. "
+                   + (f"Device times differ between repeats by {dev.min():.1f}-{dev.max():.1f} % (standard deviation)."
+                      if len(dev) else f"Times differ between repeats by up to {sd.max():.1f} % (standard deviation)."))
+    elif "repeats" in summary:
+        out.append("One repeat per variant and shape: no time has a between-run interval (config repeats).")
     if study and study["expectations"]:
         exp = study["expectations"]
         devs = [c for c in exp if c["verdict"] == "different"]
@@ -275,7 +290,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
             text += " (section 2 gives each claim and the evidence)"
         noisy = [c["id"] for c in exp if c["verdict"] == WITHIN_NOISE]
         if noisy:
-            text += (f"; within the spread of the profiled forwards, so neither holding nor deviating: {', '.join(noisy)}")
+            text += (f"; within {spread}, so neither holding nor deviating: {', '.join(noisy)}")
         out.append(text + ".")
     doubtful, rankings = [], []
     for f in (study or {}).get("findings", []):
@@ -289,7 +304,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> l
         doubtful.append(rankings[0]["statement"] + ".")
     elif rankings:  # one sentence for them all: each has its reason in the findings table
         pairs = ", ".join(" ahead of ".join(f["variants"][:2]) for f in rankings)
-        doubtful.append(f"{len(rankings)} rankings by trace time do not hold outside the spread of the forwards or against "
+        doubtful.append(f"{len(rankings)} rankings by trace time do not hold outside {spread} or against "
                         f"the independent timing: {pairs} (the findings table gives each reason).")
     failed = summary[summary["status"] != "ok"]
     for (variant, status), rows in failed.groupby(["variant", "status"], sort=False):

@@ -44,15 +44,20 @@ MEDIAN_VARIANCE = math.pi / 2
 MAX_REPEATS_SUGGESTED = 50
 
 
-def _logs(values: Sequence[float | None]) -> list[float]:
+def _kept(values: Sequence[float | None]) -> list[float]:
+    """The values that are times: None and NaN left out; ValueError for one <= 0."""
     out = []
     for v in values:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             continue
         if v <= 0:
             raise ValueError(f"repeat medians must be positive times, got {v!r}")
-        out.append(math.log(v))
+        out.append(float(v))
     return out
+
+
+def _logs(values: Sequence[float | None]) -> list[float]:
+    return [math.log(v) for v in _kept(values)]
 
 
 def between_run_interval(medians: Sequence[float | None], confidence: float = CONFIDENCE) -> dict:
@@ -65,9 +70,9 @@ def between_run_interval(medians: Sequence[float | None], confidence: float = CO
     docstring; None when n < 2: one repeat has no between-run spread); rel_sd, the standard deviation of
     the log medians (about the relative standard deviation between repeats; None when n < 2).
     Raises ValueError for a median <= 0."""
-    logs = _logs(medians)
+    kept = sorted(_kept(medians))  # the stated center is one of the values (or the mean of two), never exp(log(x))
+    logs = [math.log(v) for v in kept]
     n = len(logs)
-    kept = sorted(math.exp(x) for x in logs)
     if n == 0:
         return {"n": 0, "center": None, "lo": None, "hi": None, "rel_sd": None}
     center = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2

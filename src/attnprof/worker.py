@@ -388,11 +388,12 @@ def _read_request(conn: socket.socket) -> dict | None:
     return None
 
 
-def _serve_one(conn: socket.socket, child: _Child | None, device: str) -> _Child | None:
-    """Serve one request on ``conn``; returns the capture process to keep (None: ended). On
-    any exception (SIGTERM/SIGINT included) the capture process is killed before ``conn``
-    closes, so a capture never outlives the request it serves."""
-    request = _read_request(conn)
+def _serve_one(conn: socket.socket, child: _Child | None, device: str, request: dict | None = None) -> _Child | None:
+    """Serve one request on ``conn`` (``request``: already read, else read here); returns the capture
+    process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the capture process is killed
+    before ``conn`` closes, so a capture never outlives the request it serves."""
+    if request is None:
+        request = _read_request(conn)
     if request is None:
         return child
     try:
@@ -401,6 +402,40 @@ def _serve_one(conn: socket.socket, child: _Child | None, device: str) -> _Child
         if child is not None:
             child.kill()
         raise
+
+
+def _repeat_of(request: dict) -> int:
+    """The repeat (round) a request belongs to: its spec's ``repeat``; 0 for calls and older clients."""
+    spec = request.get("spec") or {}
+    repeat = spec.get("repeat", 0)
+    return repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0
+
+
+def _admit(conn: socket.socket, pending: list, seq: int) -> int:
+    """Read the request on an accepted ``conn`` and add ``(repeat, seq, conn, request)`` to ``pending``; a
+    peer of another user id, or a malformed request, is dropped. Returns the next sequence number."""
+    uid = peer_uid(conn)
+    if uid != os.getuid():  # an abstract socket has no file permissions: check the peer
+        log(f"refused a connection from uid {uid}")
+        conn.close()
+        return seq
+    request = _read_request(conn)
+    if request is None:
+        conn.close()
+        return seq
+    pending.append((_repeat_of(request), seq, conn, request))
+    return seq + 1
+
+
+def _admit_waiting(listener: socket.socket, pending: list, seq: int) -> int:
+    """Accept every connection waiting on ``listener`` now (:func:`_admit`). Returns the next sequence number."""
+    listener.settimeout(0.05)  # clients of one Snakemake round start together: let the stragglers connect
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except (TimeoutError, BlockingIOError):
+            return seq
+        seq = _admit(conn, pending, seq)
 
 
 def _serve_request(conn: socket.socket, request: dict, child: _Child | None, device: str) -> _Child | None:
@@ -509,23 +544,32 @@ def serve(key: str, device: str, idle_s: float) -> int:
         return 1
     listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
     child: _Child | None = None
+    pending: list = []  # (repeat, arrival, conn, request): accepted, not yet served
+    seq = 0
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
     try:
         with _signals_raise_exit():
             while True:
-                listener.settimeout(idle_s)
-                try:
-                    conn, _ = listener.accept()
-                except TimeoutError:
-                    break
+                if not pending:
+                    listener.settimeout(idle_s)
+                    try:
+                        conn, _ = listener.accept()
+                    except TimeoutError:
+                        break
+                    seq = _admit(conn, pending, seq)
+                seq = _admit_waiting(listener, pending, seq)
+                if not pending:
+                    continue
+                # the earliest round first, then arrival order: the repeats stay in rounds whatever number of
+                # capture jobs Snakemake starts at once (each round gets a fresh capture process)
+                pending.sort(key=lambda p: (p[0], p[1]))
+                _, _, conn, request = pending.pop(0)
                 with conn:
-                    uid = peer_uid(conn)
-                    if uid != os.getuid():  # an abstract socket has no file permissions: check the peer
-                        log(f"refused a connection from uid {uid}")
-                        continue
-                    child = _serve_one(conn, child, device)
+                    child = _serve_one(conn, child, device, request)
     finally:
         listener.close()
+        for _, _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
+            conn.close()
         if child is not None:  # idle (ours), or a signal mid-capture: either way it must not run on
             child.kill()
         log(f"capture worker {key} exits")

@@ -16,6 +16,7 @@ rule compare_json:
         runs=COMPARE_RUNS,
         noise_floor=config["compare"]["noise_floor"],
         confidence=config["compare"].get("confidence", 0.95),
+        noise_floor_host=config["compare"].get("noise_floor_host", 0.20),
     run:
         run_job(locals())
 
