@@ -11,6 +11,10 @@ benchmarks/calibration/calibration_h200.json (and a table on stdout):
   repeats per side), never below the practical threshold.
 
     python benchmarks/calibration/calibrate.py [results-dir]
+
+results-dir defaults to benchmarks/calibration/results/ (the committed tables of the rerun and of calib-a/b, with
+sleep_attn's per-repeat kernel tables); the sweep's are those of its committed example under examples/.   (default: benchmarks/calibration/results/, the
+    committed tables of the four result sets: summary, repeats, kernels, env, findings, and sleep_attn's per-repeat kernels)
 """
 import json
 import math
@@ -28,11 +32,16 @@ SWEEP = "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
 STUDY = "b8_h16_s1024_d64_bf16_causal"
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
 def load(name: str) -> dict:
-    d = RESULTS / name
+    """A result set's tables: from RESULTS, else the committed example of that name (the sweep); findings.json
+    (compare reads only sdpa_auto's dispatch from it) where present."""
+    d = RESULTS / name if (RESULTS / name).is_dir() else EXAMPLES / name
+    findings = json.loads((d / "findings.json").read_text()) if (d / "findings.json").exists() else {"shapes": []}
     return {"name": name, "summary": pd.read_csv(d / "summary.csv"), "kernels": pd.read_csv(d / "kernels.csv"), "ops": None,
-            "env": json.loads((d / "env.json").read_text()), "findings": json.loads((d / "findings.json").read_text()),
-            "repeats": pd.read_csv(d / "repeats.csv")}
+            "env": json.loads((d / "env.json").read_text()), "findings": findings, "repeats": pd.read_csv(d / "repeats.csv")}
 
 
 def rows(pair: dict) -> list[dict]:

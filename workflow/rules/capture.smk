@@ -13,12 +13,12 @@ rule capture:
         status=capture_file("status", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/capture/{shape}/{variant}/r{repeat}.log",
-    conda:
-        "../envs/attnprof.yaml"
     # The repeats run in rounds, round-robin over the variants and shapes (so that a drift in clocks or load hits
     # all of them alike): Snakemake starts the captures of repeat k before any of repeat k + 1, and the capture
     # worker serves them in the order they came (attnprof.worker; a new round gets a fresh capture process).
     priority: lambda wc: REPEATS - int(wc.repeat)
+    conda:
+        "../envs/attnprof.yaml"
     # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
     threads: CAPTURE_THREADS
     resources:
@@ -60,6 +60,8 @@ rule environment:
     # script: job's, attnprof.jobs.script_environment), so the recorded torch_threads are the captures'
     # own (and the same capture worker serves both)
     threads: CAPTURE_THREADS
+    resources:
+        worker_idle_s=WORKER_IDLE_S,
     params:
         config=config,
         device=DEVICE,
@@ -67,8 +69,6 @@ rule environment:
         torch_version=TORCH_VERSION,
         threads=CAPTURE_THREADS,
         mode=CAPTURE_MODE,
-    resources:
-        worker_idle_s=WORKER_IDLE_S,
     run:
         run_job(locals())
 

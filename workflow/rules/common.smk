@@ -163,7 +163,9 @@ CAPTURE_THREADS = workflow.cores if DEVICE == "cpu" else 1
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)
-if "worker_idle_s" not in workflow.global_resources:  # a per-job setting, never a limit on the run
+if (
+    "worker_idle_s" not in workflow.global_resources
+):  # a per-job setting, never a limit on the run
     workflow.register_resource("worker_idle_s", 10**9)
 
 
@@ -238,6 +240,16 @@ def _grid(run):
     recorded = json.loads(env_path.read_text())
     cfg = recorded["config"]
     shapes = [s.key for s in expand_shapes(cfg["shapes"][recorded["device"]])]
+    legacy = sorted(
+        Path(f"results/{run}/captures").glob(f"*/*/{CAPTURE_FILES['status']}")
+    )
+    if (
+        legacy
+    ):  # a result set made before repeats: its captures are not in r<k>/ folders
+        raise WorkflowError(
+            f"results/{run} was made before repeats ({legacy[0]} is not in a {REPEAT_PREFIX}<k>/ folder): move its captures "
+            f"with: python tools/migrate_repeats.py results/{run}"
+        )
     return shapes, list(cfg["variants"]), int(cfg.get("repeats", 1))
 
 
