@@ -27,7 +27,7 @@ from scipy import stats as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from attnprof.compare import NOISE_FLOOR, compare_runs  # noqa: E402
 
-RESULTS = Path(sys.argv[1] if len(sys.argv) > 1 else "results")
+RESULTS = Path(__file__).resolve().with_name("results")  # the committed tables; the command line may name another folder
 SWEEP = "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
 STUDY = "b8_h16_s1024_d64_bf16_causal"
 
@@ -113,4 +113,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        RESULTS = Path(sys.argv[1])
     main()

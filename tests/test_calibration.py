@@ -1,0 +1,42 @@
+"""Issue 19's H200 calibration, re-judged from the committed tables (benchmarks/calibration/results and the
+default example): the A/A pair of sweeps has no changed verdict and the rerun's medians fall inside the first
+run's rerun intervals about as often as stated; the A/B pair finds exactly the variant with the known extra
+spin kernel, with the known change, measured from the spin kernel's durations in the per-repeat tables, inside
+its interval."""
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+
+from attnprof.compare import compare_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("calibrate", ROOT / "benchmarks" / "calibration" / "calibrate.py")
+calibrate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(calibrate)
+
+
+def test_a_a_sweeps_have_no_changed_verdict_and_reruns_hold_the_intervals():
+    a, b = calibrate.load(calibrate.SWEEP), calibrate.load(calibrate.SWEEP + "-rerun")
+    pair = compare_runs([a, b])["pairs"][0]
+    assert pair["counts"]["slower"] == pair["counts"]["faster"] == 0
+    assert pair["counts"]["same"] + pair["counts"]["inconclusive"] == 61
+    inside = calibrate.within_interval(a, b)
+    assert inside["pairs"] == 61 and inside["inside"] >= 0.9 * 61  # a 95 % interval: 57 of 61 here
+
+
+def test_a_b_finds_the_known_change_and_nothing_else():
+    pair = compare_runs([calibrate.load("calib-a"), calibrate.load("calib-b")])["pairs"][0]
+    changed = [r for r in pair["rows"] if r["verdict"] in ("slower", "faster")]
+    assert [(r["variant"], r["verdict"]) for r in changed] == [("sleep_attn", "slower")]
+    # the known change: B's spin kernel minus A's (means over the repeats, us per forward) over A's device time
+    spin = {}
+    for name in ("calib-a", "calib-b"):
+        tables = sorted((calibrate.RESULTS / name / "tables" / calibrate.STUDY / "sleep_attn").glob("r*/kernels.csv"))
+        assert len(tables) == 5
+        per_repeat = [pd.read_csv(p) for p in tables]
+        spin[name] = sum(float(t.loc[t["kernel"].str.contains("spin_kernel"), "us_per_forward"].sum()) for t in per_repeat) / 5
+    base = calibrate.load("calib-a")["summary"].set_index("variant").loc["sleep_attn", "device_ms_per_forward"]
+    known = 1 + (spin["calib-b"] - spin["calib-a"]) / 1e3 / base
+    assert 1.02 < known < 1.05  # about 3 %, as designed (7,000 more cycles)
+    assert changed[0]["ratio_lo"] <= known <= changed[0]["ratio_hi"]
