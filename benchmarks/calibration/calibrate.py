@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from attnprof.compare import NOISE_FLOOR, compare_runs  # noqa: E402
+from attnprof.stats import detectable_change  # noqa: E402
 
 RESULTS = Path(__file__).resolve().with_name("results")  # the committed tables; the command line may name another folder
 SWEEP = "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
@@ -57,12 +57,9 @@ def within_interval(a: dict, b: dict) -> dict:
     return {"pairs": len(both), "inside": len(inside), "outside": ["/".join(k) for k in both if k not in inside]}
 
 
-def detectable(sd: float, n: int, threshold: float = NOISE_FLOOR, power: float = 0.8) -> float:
-    """Smallest ratio - 1 that a two-sided Welch interval at 95 % excludes 1 with ``power`` (equal n, equal sd of
-    the log medians ``sd``; df 2n - 2), and never below ``threshold``."""
-    df = 2 * n - 2
-    d = (st.t.ppf(0.975, df) + st.t.ppf(power, df)) * sd * math.sqrt(2 / n)
-    return max(math.expm1(d), threshold)
+def detectable(sd: float, n: int, threshold: float = NOISE_FLOOR) -> float:
+    """attnprof.stats.detectable_change at 80 % power and the default confidence."""
+    return detectable_change(sd, n, threshold)
 
 
 def main() -> None:

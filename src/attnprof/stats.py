@@ -143,3 +143,15 @@ def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshol
                    why=(f"the {confidence:.0%} interval ({out['lo']:.3f}-{out['hi']:.3f}) neither excludes 1 beyond "
                         f"±{pct} nor lies within it"))
     return out
+
+
+def detectable_change(rel_sd: float, n: int, threshold: float, power: float = 0.8, confidence: float = CONFIDENCE) -> float:
+    """The smallest relative change (ratio - 1, a fraction) that :func:`compare_ratio` calls changed with
+    probability ``power`` between two result sets of ``n`` repeats each whose log repeat medians have standard
+    deviation ``rel_sd`` (the usual two-sample power approximation with Student's t, df 2n - 2:
+    (t_{(1+c)/2} + t_{power}) * sd * sqrt(2/n)); never below ``threshold``. ValueError for n < 2."""
+    if n < 2:
+        raise ValueError(f"a detectable change needs at least 2 repeats, got {n}")
+    df = 2 * n - 2
+    d = (float(_st.t.ppf((1 + confidence) / 2, df)) + float(_st.t.ppf(power, df))) * rel_sd * math.sqrt(2 / n)
+    return max(math.expm1(d), threshold)
