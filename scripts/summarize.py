@@ -2,21 +2,32 @@
 
 Every capture (each repeat of each variant and shape) gives one row of repeats.csv; the repeats of one
 (variant, shape) give its summary.csv row (attnprof.tables.combine_repeats: times over the repeats with
-their between-run interval). kernels.csv holds the kernel tables of repeat 1."""
+their between-run interval). kernels.csv holds the kernel tables of repeat 1.
+
+Every record is read through attnprof.records (a truncated or incomplete one names its file and key) and
+checked against its folder and against the run's env.json (device, GPU, torch build): a capture from
+another machine or environment is refused, naming both files and the field."""
 from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
-    import json
     from pathlib import Path
     import pandas as pd
     from attnprof.backward import backward_summary
     from attnprof.names import CAPTURE_FILES
+    from attnprof.records import ENV_CHECK_KEYS, STATUS_KEYS, check_capture_record, load_env, load_record
     from attnprof.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, summary_row
 
+    # the run's env.json: an input of the rule where it names one, else results/<run>/env.json when it is there
+    env_path = getattr(sm.input, "env", None)
+    if env_path is None and sm.input.status:
+        env_path = Path(sm.input.status[0]).parents[4] / "env.json"
+        env_path = env_path if env_path.exists() else None
+    env = load_env(env_path, ENV_CHECK_KEYS) if env_path else None
     per_pair: dict[tuple[str, str], list[dict]] = {}
     for status_path, forwards_path, backwards_path in zip(sm.input.status, sm.input.forwards, sm.input.backwards):
-        status = json.loads(Path(status_path).read_text())
+        status = load_record(status_path, STATUS_KEYS)
+        check_capture_record(status, status_path, None, env, env_path=env_path)
         trace_path = str(Path(status_path).with_name(CAPTURE_FILES["trace"]))
         row = summary_row(status, pd.read_csv(forwards_path), trace_path)
         # the backward's columns (config passes), empty when it was not profiled
@@ -30,4 +41,8 @@ with script_log(sm.log[0]) as log:
     pd.DataFrame(summary).to_csv(sm.output.summary, index=False)
     frames = [pd.read_csv(p) for p in sm.input.kernels]
     concat_tables(frames).to_csv(sm.output.kernels, index=False)
+    # what this job wrote, so that an edit or a cut-short file is noticed at the next run (attnprof.integrity)
+    from attnprof.integrity import record_checksums
+
+    record_checksums(Path(sm.output.summary).parent, [sm.output.summary, sm.output.repeats, sm.output.kernels])
     print(f"{len(summary)} rows from {len(repeats)} captures", file=log)

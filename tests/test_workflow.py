@@ -26,7 +26,7 @@ REPEATS = 2
 TINY = f"""
 run: tiny
 variants: [{", ".join(VARIANTS)}]
-custom_variants: {{my_attn: {{function: "my_attention:forward", setup: "my_attention:setup", description: hand-written}}}}
+custom_variants: {{my_attn: {{function: "attnprof_test_variant:forward", setup: "attnprof_test_variant:setup", description: hand-written}}}}
 shapes:
   cpu: {{batch: [1], heads: [2], seq_len: [64, 128], head_dim: [32], dtype: [fp32], causal: [true]}}
   cuda: {{batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}}
@@ -39,7 +39,7 @@ repeats: {REPEATS}
 ONLY_BUILT_IN = f"variants=[{','.join(BUILT_IN)}]"
 ONE_REPEAT = "repeats=1"  # the CUDA-grid tests check the capture service, not the rounds
 SHAPES = ["b1_h2_s64_d32_fp32_causal", "b1_h2_s128_d32_fp32_causal"]
-USER_MODULE = Path(__file__).resolve().parent / "user_variants" / "my_attention.py"
+USER_MODULE = Path(__file__).resolve().parent / "user_variants" / "attnprof_test_variant.py"
 
 pytestmark = pytest.mark.workflow
 
@@ -128,7 +128,7 @@ def test_the_user_variant_goes_the_whole_path(run_dir):
         ops = pd.read_csv(out / "tables" / shape / "my_attn" / "r1" / "ops.csv")
         assert "aten::softmax" in set(ops["op"])  # the profiled forward is the user's code (SDPA's math backend is another op)
         status = json.loads((out / "captures" / shape / "my_attn" / "r2" / "status.json").read_text())
-        assert status["custom"]["function"] == "my_attention:forward"
+        assert status["custom"]["function"] == "attnprof_test_variant:forward"
     assert "hand-written" in (out / "report.html").read_text()  # its description, from the config
 
 
@@ -256,6 +256,41 @@ def test_a_lost_capture_is_captured_again(run_dir):
     jobs = snakemake_cli.job_stats(proc.stdout)
     assert jobs["capture"] == jobs["extract"] == REPEATS and jobs["summarize"] == 1  # every repeat of it
     assert f"captures/{SHAPES[0]}/naive/r1/status.json" in proc.stderr and "are gone" in proc.stderr
+
+
+@pytest.mark.parametrize("lost,remade_by", [
+    ("summary.csv", "summarize"), ("findings.json", "findings"), (f"plots/{SHAPES[1]}/device_time.png", "plots"),
+    (f"plots/{SHAPES[0]}/timeline.png", "timeline"), (f"tables/{SHAPES[1]}/sdpa_math/r2/forwards.csv", "extract"),
+])
+def test_a_lost_derived_file_is_made_again(run_dir, lost, remade_by):
+    """A derived file deleted after the report was made: Snakemake alone says "Nothing to be done"; it is named,
+    and its rule runs again with everything after summarize (no capture)."""
+    path = run_dir / "results" / "tiny" / lost
+    kept = path.read_bytes()
+    path.unlink()
+    try:
+        proc = snakemake(run_dir, "report", "-n", "--cores", "2")
+    finally:
+        path.write_bytes(kept)
+    jobs = snakemake_cli.job_stats(proc.stdout)
+    assert jobs.get(remade_by, 0) >= 1 and jobs["summarize"] == 1 and jobs["report_html"] == 1 and "capture" not in jobs, jobs
+    assert lost in proc.stderr and "are gone or were changed" in proc.stderr
+    # restored by hand: nothing to do (a dry run leaves no trace of what it found)
+    assert snakemake_cli.job_stats(snakemake(run_dir, "report", "-n", "--cores", "2").stdout) == {}
+
+
+def test_a_hand_edited_summary_is_made_again_not_republished(run_dir):
+    summary = run_dir / "results" / "tiny" / "summary.csv"
+    kept = summary.read_text()
+    lines = kept.splitlines()
+    summary.write_text("\n".join([lines[0], lines[1].replace(",ok,", ",ok ,", 1), *lines[2:]]) + "\n")
+    try:
+        proc = snakemake(run_dir, "report", "-n", "--cores", "2")
+    finally:
+        summary.write_text(kept)
+    jobs = snakemake_cli.job_stats(proc.stdout)
+    assert jobs["summarize"] == 1 and jobs["report_html"] == 1 and "capture" not in jobs
+    assert "summary.csv (changed after it was written)" in proc.stderr
 
 
 def test_a_user_modules_edit_reruns_only_its_variants_captures(run_dir):

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from attnprof.config import lost_captures, subset_message
+from attnprof.integrity import changed_files, lost_files, rebuild_epoch
 from attnprof.env import default_run_id, detect_gpu, torch_build
 from attnprof.names import (
     REPEAT_PREFIX,
@@ -93,6 +94,36 @@ if Path(run_file("env", RUN)).exists():
 LOST_CAPTURES = lost_captures(
     RUN_DIR, run_file("repeats", RUN), list(CAPTURE_FILES.values())
 )
+# Derived files of this result set that are gone although its report was made, or were changed after their rule
+# wrote them (attnprof.integrity: a hand-edited or half-written summary): as a param of summarize they rerun it,
+# everything after it, and every missing input on the way.
+_DERIVED = [
+    f"{RUN_DIR}/tables/{s}/{v}/{REPEAT_PREFIX}{k}/{t}"
+    for s in SHAPES
+    for v in VARIANTS
+    for k in range(1, REPEATS + 1)
+    for t in CAPTURE_TABLES.values()
+]
+_DERIVED += [run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings")]
+_DERIVED += [
+    f"{RUN_DIR}/plots/{s}/{p}.png" for s in SHAPES for p in [*SHAPE_PLOTS, TIMELINE]
+]
+_DERIVED += [f"{RUN_DIR}/plots/{p}.png" for p in SCALING_PLOTS]
+LOST_DERIVED = lost_files(run_file("html", RUN), _DERIVED) + [
+    f"{p} (changed after it was written)"
+    for p in changed_files(
+        RUN_DIR,
+        [run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings")],
+    )
+]
+if LOST_DERIVED:
+    print(
+        f"attnprof: {len(LOST_DERIVED)} derived files of {RUN_DIR} are gone or were changed after they were made "
+        f"({', '.join(LOST_DERIVED[:3])}{', ...' if len(LOST_DERIVED) > 3 else ''}): they are made again",
+        file=sys.stderr,
+    )
+# summarize's parameter: changes only when something above was found (written when the run starts, onstart)
+REBUILD_EPOCH = rebuild_epoch(RUN_DIR, bool(LOST_CAPTURES or LOST_DERIVED))
 if LOST_CAPTURES:
     print(
         f"attnprof: {len(LOST_CAPTURES)} capture files that {run_file('summary', RUN)} was made from are gone "
@@ -318,6 +349,10 @@ def compare_inputs(wc):
 # Either way a capture's client is forked only after the server's imports are done, so that they never
 # share the cores with a capture's CPU timings.
 onstart:
+    if workflow.is_main_process and (LOST_CAPTURES or LOST_DERIVED):
+        from attnprof.integrity import write_epoch
+
+        write_epoch(RUN_DIR, REBUILD_EPOCH)
     if DEVICE == "cuda" and workflow.is_main_process and workflow.use_threads:
         from attnprof.jobs import start_forkserver
 

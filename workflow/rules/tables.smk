@@ -3,7 +3,7 @@
 
 rule summarize:
     input:
-        code("tables", "backward", "stats"),
+        code("tables", "backward", "stats", "integrity"),
         script=script_file("summarize"),
         status=per_capture(capture_file("status"), all_repeats=True),
         forwards=per_capture(table_file("forwards"), all_repeats=True),
@@ -18,9 +18,9 @@ rule summarize:
     conda:
         "../envs/attnprof.yaml"
     params:
-        # captures lost since the summary was made (common.smk): a change here reruns summarize, which
-        # needs them again
-        lost=lambda wc: LOST_CAPTURES if wc.run == RUN else [],
+        # captures and derived files lost (or changed) since the summary was made (common.smk): the epoch changes,
+        # summarize and everything after it rerun, and every missing input on the way is made again
+        rebuild=lambda wc: REBUILD_EPOCH if wc.run == RUN else "0",
         # the between-run interval's level (the compare verdict's, attnprof.stats)
         confidence=config["compare"].get("confidence", 0.95),
     run:
