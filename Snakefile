@@ -12,7 +12,8 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
 # --config hands nested values over as text ('plots={dpi: 150}' gives dpi '150'): read them as
-# the schema's types before validating; say how to use --configfile when validation fails.
+# the schema's types before validating. Every config error is a few lines: the key, the value, what is
+# expected and a fix (attnprof.config.schema_message), never the whole schema and config.
 import sys
 
 import yaml
@@ -20,21 +21,26 @@ from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from attnprof.config import (
-    CONFIGFILE_HINT,
     check_variants,
     coerce_to_schema,
     config_problems,
+    problems_message,
+    schema_message,
 )
 
 _SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
-config.update(coerce_to_schema(dict(config), yaml.safe_load(_SCHEMA.read_text())))
+_SCHEMA_DOC = yaml.safe_load(_SCHEMA.read_text())
+config.update(coerce_to_schema(dict(config), _SCHEMA_DOC))
 # shape grids, passes and counters first: the schema's own message for them names neither key nor cause
 if _problems := config_problems(config):
-    raise WorkflowError("config: " + "; ".join(_problems))
-try:
-    validate(config, str(_SCHEMA))
-except WorkflowError as exc:
-    raise WorkflowError(f"{exc}\n{CONFIGFILE_HINT}") from None
+    raise WorkflowError(problems_message(_problems))
+# the schema's: jsonschema's most relevant error, named by key with what is expected and a fix; the
+# advice on nested values only for a nested value given with --config
+_DEFAULTS = yaml.safe_load((Path(workflow.basedir) / "config/config.yaml").read_text())
+_GIVEN = dict(getattr(workflow.config_settings, "config", None) or {})
+if _why := schema_message(config, _SCHEMA_DOC, command_line=_GIVEN, defaults=_DEFAULTS):
+    raise WorkflowError(_why)
+validate(config, str(_SCHEMA))  # valid by now; sets the schema's defaults
 # the names themselves: built in (attnprof.variants.VARIANTS) or under custom_variants
 try:
     check_variants(config["variants"], config.get("custom_variants"))

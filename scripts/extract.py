@@ -1,20 +1,29 @@
 """Snakemake script: per-capture tables from the trace (rule extract). Logic: attnprof.tables.
 
-The trace is read first: an unreadable trace raises TraceError (naming the file and the
-cause) before any table is written."""
+The record and the trace are read first: an unreadable or incomplete record raises RecordError, an
+unreadable trace TraceError (each naming the file and the cause), and a record that disagrees with its
+folder or its trace (attnprof.records.check_capture_record), or a trace in a schema attnprof does not
+know, refuses the capture, before any table is written."""
 from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
     import json
-    from pathlib import Path
     from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
-    from attnprof.trace import device_properties, load_trace
+    from attnprof.trace import TraceError, device_properties, events_frame, load_trace
     from attnprof.backward import analyse_passes, backward_tables, empty_backward_tables
+    from attnprof.records import STATUS_KEYS, check_capture_record, load_record, trace_schema_problem
 
     variant, shape = sm.wildcards.variant, sm.wildcards.shape
-    status = json.loads(Path(sm.input.status).read_text())
+    status = load_record(sm.input.status, STATUS_KEYS)
     trace = load_trace(sm.input.trace)
+    # which capture this is: the record against its folder and its trace (GPU, CUDA build, GPU or CPU trace)
+    categories = events_frame(trace)["cat"].value_counts().to_dict()
+    check_capture_record(status, sm.input.status, device_properties(trace), trace_path=sm.input.trace,
+                         trace_meta={k: trace.get(k) for k in ("cuda_runtime_version", "cuda_driver_version")},
+                         trace_categories=categories)
+    if status["status"] in ("ok", "incomplete_trace") and (why := trace_schema_problem(categories, status["device"] == "cuda")):
+        raise TraceError(f"{sm.input.trace}: {why}")
     # the range name the capture used (its own record), else the config's
     range_name = status.get("range_name") or sm.params.range_name
     # a capture that profiled its backward (config passes): both passes, each with its own ranges

@@ -7,6 +7,7 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.findings import load_expectations
+    from attnprof.records import load_calibration, load_env
     from attnprof.report import build_context, render_html
     from attnprof.tables import concat_tables
 
@@ -32,11 +33,11 @@ with script_log(sm.log[0]) as log:
         kernels=pd.read_csv(sm.input.kernels),
         launches=launches,
         findings=json.loads(Path(sm.input.findings).read_text()),
-        env=json.loads(Path(sm.input.env).read_text()),
+        env=load_env(sm.input.env),  # every key the report states, or an error naming the file and the key
         expectations=load_expectations(sm.input.expectations, variants=summary["variant"]),
         plots=plots,
         run_plots=run_plots,
-        calibration=json.loads(Path(sm.input.calibration).read_text()),
+        calibration=load_calibration(sm.input.calibration),
         css=Path(sm.input.css).read_text(),
     )
     Path(sm.output[0]).write_text(render_html(context, Path(sm.input.template).parent, Path(sm.input.template).name))

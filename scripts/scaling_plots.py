@@ -3,11 +3,11 @@ from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
-    import json
     from pathlib import Path
     import pandas as pd
     from attnprof.plots import make_scaling
+    from attnprof.records import load_calibration
 
-    paths = make_scaling(pd.read_csv(sm.input.summary), json.loads(Path(sm.input.calibration).read_text()),
+    paths = make_scaling(pd.read_csv(sm.input.summary), load_calibration(sm.input.calibration),
                          Path(sm.output[0]).parent, sm.params.dpi)
     print("\n".join(map(str, paths)), file=log)

@@ -107,3 +107,77 @@ def test_lost_captures_are_the_repeat_rows_without_their_files(tmp_path):
          str(run / "captures/s1/b/r2/status.json"), str(run / "captures/s1/c/r1/trace.json.gz"),
          str(run / "captures/s1/c/r1/status.json")])
     assert lost_captures(str(run), str(run / "missing.csv"), files) == []
+
+
+# --- config errors: a few lines each (the key, the value, what is expected, a fix) ------------------------------------
+
+def config_error(tmp_path, *config: str) -> tuple[str, list[str]]:
+    """A dry run of the workflow with ``--config *config`` that must fail at parse time: (everything Snakemake
+    printed, the lines of the error's own message: between 'WorkflowError in file ...' and the traceback line)."""
+    import snakemake_cli
+
+    root = Path(__file__).resolve().parents[1]
+    proc = snakemake_cli.run(["-n", "--cores", "1", "--snakefile", root / "Snakefile", "--directory", tmp_path,
+                              "--config", *config], timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "WorkflowError in file" in out, out[-3000:]
+    message = out.split("WorkflowError in file", 1)[1].split("\n", 1)[1].split('  File "', 1)[0]
+    return out, message.rstrip("\n").splitlines()
+
+
+def test_a_misspelt_top_level_key_is_named_in_a_few_lines(tmp_path):
+    """Before: 733 lines (the whole schema and the whole config)."""
+    out, message = config_error(tmp_path, "typo_key=1")
+    assert message[0] == "config: unknown key 'typo_key' (given 1)" and len(message) <= 6, message
+    assert "repeats" in message[1] and "fix:" in message[2]
+    assert len(out.splitlines()) <= 12 and "Failed validating" not in out and "Nested values" not in out
+    _, message = config_error(tmp_path, "repeets=3")
+    assert "did you mean 'repeats'?" in message[2]
+
+
+def test_a_grid_of_single_values_says_each_field_takes_a_list(tmp_path):
+    """Before: 'is not valid under any of the given schemas' and the grid printed."""
+    out, message = config_error(tmp_path, "shapes={cpu: {batch: 2, heads: 8, seq_len: 512, head_dim: 64, dtype: fp32, causal: true}}")
+    assert len(message) <= 6 and message[0].startswith("config: shapes.cpu: each field of a grid takes a list"), message
+    assert "batch: [2]" in message[0] and "causal: [true]" in message[0]
+    assert "not valid under any of the given schemas" not in out and "Nested values" not in out
+
+
+def test_a_value_of_the_wrong_type_names_key_value_expectation_and_fix(tmp_path):
+    out, message = config_error(tmp_path, "repeats=zero")
+    assert message == ["config: repeats = zero: not an integer",
+                       "  expected: an integer from 1 to 50 (independent captures of every (variant, shape), in rounds "
+                       "round-robin over the grid, ...)",
+                       "  fix: e.g. --config repeats=3"]
+    assert "Nested values" not in out  # a top-level value: the advice on nested ones does not apply
+
+
+def test_the_nested_values_advice_comes_only_with_a_nested_value_from_the_command_line(tmp_path):
+    _, message = config_error(tmp_path, "plots={dpi: abc}")
+    assert message[0] == "config: plots.dpi = abc: not an integer" and len(message) <= 6
+    assert "'plots: {dpi: 110}'" in message[2] and "--configfile my.yaml" in message[2]
+    # the same value from a config file: the fix names the file, not the command line's limits
+    from attnprof.config import schema_message
+
+    why = schema_message({**DEFAULTS, "plots": {"dpi": "abc", "top_kernels": 6}}, SCHEMA, command_line={}, defaults=DEFAULTS)
+    assert "easiest in a YAML file" not in why and "'plots: {dpi: 110}' in your --configfile" in why
+    assert schema_message(DEFAULTS, SCHEMA, command_line={"repeats": 3}, defaults=DEFAULTS) is None
+
+
+def test_schema_messages_name_the_key_for_every_kind_of_error():
+    from attnprof.config import schema_message
+
+    def message(**changes):
+        why = schema_message({**DEFAULTS, **changes}, SCHEMA, command_line=changes, defaults=DEFAULTS)
+        assert why and len(why.splitlines()) <= 6, why
+        return why
+
+    assert message(device="gpu").startswith("config: device = gpu: not one of the allowed values\n  expected: one of auto, cuda, cpu")
+    assert message(variants="naive").endswith("fix: e.g. --config 'variants=[naive]'")  # a single value, listed
+    assert "config: run = a b: does not match" in message(run="a b")
+    assert message(plots={"dpi": 110, "top_kernel": 6}).startswith("config: unknown key 'plots.top_kernel' (given 6)\n"
+                                                                   "  known under plots: dpi, top_kernels\n"
+                                                                   "  fix: did you mean 'top_kernels'?")
+    why = message(profiler={"range_name": "attn_fwd", "warmup_calls": 3})
+    assert why.startswith("config: profiler has no key 'schedule' (it is required)")
+    assert "(1 more problem" in message(device="gpu", repeats=0)

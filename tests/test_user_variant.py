@@ -1,7 +1,11 @@
 """Your own variant (config custom_variants): a wrong one is flagged by the float64 check, a missing
 one is a recorded failure, and it is fingerprinted by its module's source
-(tests/user_variants/my_attention.py). Its whole path, config to report at two shapes, is part of the
-tiny workflow run (test_workflow.test_the_user_variant_goes_the_whole_path)."""
+(tests/user_variants/attnprof_test_variant.py). Its whole path, config to report at two shapes, is part of the
+tiny workflow run (test_workflow.test_the_user_variant_goes_the_whole_path).
+
+The test module is named as no user is told to name theirs: a my_attention.py that a user made at the
+repository root, as the README's example says, would otherwise be imported in its place."""
+import re
 import sys
 from pathlib import Path
 
@@ -22,27 +26,35 @@ def importable(monkeypatch):
 
 
 def test_a_wrong_user_variant_is_flagged_by_the_float64_check(tmp_path, importable):
-    rec = run_isolated(spec("bad", custom={"function": "my_attention:wrong"}), tmp_path / "t.json.gz", tmp_path / "s.json",
+    rec = run_isolated(spec("bad", custom={"function": "attnprof_test_variant:wrong"}), tmp_path / "t.json.gz", tmp_path / "s.json",
                        timeout_s=300)
     assert rec["status"] == "ok" and rec["rel_error_ok"] is False and rec["rel_error"] > 0.1  # causal mask forgotten
 
 
 def test_missing_user_function_is_a_recorded_failure(tmp_path, importable):
-    rec = run_isolated(spec("gone", custom={"function": "my_attention:nothing_here"}), tmp_path / "t.json.gz",
+    rec = run_isolated(spec("gone", custom={"function": "attnprof_test_variant:nothing_here"}), tmp_path / "t.json.gz",
                        tmp_path / "s.json", timeout_s=300)
     assert rec["status"] == "failed" and "nothing_here" in rec["reason"]
 
 
 def test_fingerprint_follows_the_user_module_without_importing_it(tmp_path, monkeypatch):
-    (tmp_path / "fresh_attn.py").write_text((USER_DIR / "my_attention.py").read_text())
+    (tmp_path / "fresh_attn.py").write_text((USER_DIR / "attnprof_test_variant.py").read_text())
     monkeypatch.syspath_prepend(str(tmp_path))
     custom = {"function": "fresh_attn:forward"}
     before = variant_fingerprint("mine", custom)
     assert "fresh_attn" not in sys.modules
     assert variant_fingerprint("mine", custom) == before
-    (tmp_path / "fresh_attn.py").write_text((USER_DIR / "my_attention.py").read_text() + "\n# edited\n")
+    (tmp_path / "fresh_attn.py").write_text((USER_DIR / "attnprof_test_variant.py").read_text() + "\n# edited\n")
     assert variant_fingerprint("mine", custom) != before
     assert variant_fingerprint("naive") == variant_fingerprint("naive")  # built-ins unaffected
     with pytest.raises(ValueError, match="not found"):
         variant_fingerprint("mine", {"function": "no_such_module_here:f"})
 
+
+
+def test_the_test_module_is_named_as_no_user_is_told_to_name_theirs():
+    root = USER_DIR.parents[1]
+    told = {m for text in ((root / "README.md").read_text(), (root / "config" / "config.yaml").read_text())
+            for m in re.findall(r"[\"']([A-Za-z_][A-Za-z0-9_.]*):[A-Za-z_][A-Za-z0-9_]*[\"']", text)}
+    assert "my_attention" in told  # the README's example
+    assert not told & {p.stem for p in USER_DIR.glob("*.py")}

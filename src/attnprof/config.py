@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-#: How to give nested values when --config cannot express them.
+#: How to give nested values when --config cannot express them: part of a schema error's message only when
+#: the error is about a nested value given on the command line (:func:`schema_message`).
 CONFIGFILE_HINT = ("Nested values are easiest in a YAML file: write e.g. 'plots: {dpi: 150, top_kernels: 6}' "
                    "to my.yaml and pass --configfile my.yaml (it is merged over config/config.yaml).")
 
@@ -70,8 +71,9 @@ GRID_KEYS = ("batch", "heads", "kv_heads", "seq_len", "q_len", "kv_len", "head_d
 def grid_problems(shapes: dict) -> list[str]:
     """What is wrong with the config's ``shapes`` ({device: grid or list of grids}), one line per
     problem naming the grid (``shapes.cpu[1]``) and the key, checked before the schema (whose own
-    message for a grid is 'is not valid under any of the given schemas'): an unknown key, a value
-    that is not a non-empty list (or a scalar) of positive integers / known names, seq_len together
+    message for a grid is 'is not valid under any of the given schemas'): an unknown key, single values
+    where the grid takes lists (``batch: 2`` for ``batch: [2]``), a value that is not a non-empty list of
+    positive integers / known names, seq_len together
     with q_len or kv_len, q_len without kv_len, neither seq_len nor kv_len; then every point of the
     grid through :class:`attnprof.variants.Shape` (heads not a multiple of kv_heads, q_len > kv_len
     with a lower-right mask). [] when all is well."""
@@ -87,6 +89,13 @@ def grid_problems(shapes: dict) -> list[str]:
             bad_keys = [k for k in grid if k not in GRID_KEYS]
             if bad_keys:
                 problems.append(f"{where}: unknown keys {bad_keys} (known: {', '.join(GRID_KEYS)})")
+            scalars = [k for k, v in grid.items() if k in GRID_KEYS and not isinstance(v, list)]
+            if scalars:
+                listed = ", ".join(f"{k}: [{_default_text(v)}]" if k in scalars else f"{k}: {_default_text(v)}"
+                                   for k, v in grid.items() if k in GRID_KEYS)
+                problems.append(f"{where}: each field of a grid takes a list, not a single value "
+                                f"({', '.join(scalars)}); write e.g. {scalars[0]}: [{_default_text(grid[scalars[0]])}], "
+                                f"the grid as {{{listed}}} (every combination of the lists is a point)")
             for key, value in grid.items():
                 values = value if isinstance(value, list) else [value]
                 if key in ("batch", "heads", "kv_heads", "seq_len", "q_len", "kv_len", "head_dim"):
@@ -135,6 +144,200 @@ def config_problems(config: dict) -> list[str]:
         problems.append(f"counters.variants {unknown} are neither built in nor under custom_variants "
                         "(those not in this run's variants are left out; an unknown name would be too, silently)")
     return problems
+
+
+def problems_message(problems: list[str], most: int = 5) -> str:
+    """:func:`config_problems` as a WorkflowError's message: one line for one problem, else one line each
+    (the first ``most`` of them)."""
+    if len(problems) == 1:
+        return f"config: {problems[0]}"
+    more = f"\n  ({len(problems) - most} more)" if len(problems) > most else ""
+    return "config:\n" + "\n".join(f"  - {p}" for p in problems[:most]) + more
+
+
+def _path_text(path) -> str:
+    """``['shapes', 'cpu', 0, 'batch']`` -> ``shapes.cpu[0].batch``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _resolve(schema: dict, root: dict) -> dict:
+    while isinstance(schema, dict) and "$ref" in schema:
+        schema = {**root.get("$defs", {}).get(schema["$ref"].rsplit("/", 1)[1], {}),
+                  **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema if isinstance(schema, dict) else {}
+
+
+def _subschema(schema: dict, path, root: dict) -> dict:
+    """The schema of the value at ``path`` (keys and list indices), following properties, items and the
+    first alternative of oneOf/anyOf that has the next key; {} when it cannot be followed."""
+    node = _resolve(schema, root)
+    for part in path:
+        alts = [node, *(_resolve(a, root) for a in node.get("oneOf", []) + node.get("anyOf", []))]
+        nxt = None
+        for alt in alts:
+            if isinstance(part, int) and isinstance(alt.get("items"), dict):
+                nxt = alt["items"]
+            elif not isinstance(part, int) and part in alt.get("properties", {}):
+                nxt = alt["properties"][part]
+            elif not isinstance(part, int) and isinstance(alt.get("additionalProperties"), dict):
+                nxt = alt["additionalProperties"]
+            if nxt is not None:
+                break
+        if nxt is None:
+            return {}
+        node = _resolve(nxt, root)
+    return node
+
+
+def _number_range(schema: dict) -> str:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    if lo is not None and hi is not None:
+        return f" from {lo} to {hi}"
+    parts = [f"{op} {schema[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
+                                              ("exclusiveMaximum", "<")) if k in schema]
+    return (" " + " and ".join(parts)) if parts else ""
+
+
+def expected_text(schema: dict, root: dict | None = None) -> str:
+    """What a value that ``schema`` (a JSON schema node) accepts, in words: 'an integer from 1 to 50',
+    'one of auto, cuda, cpu', 'a list of forward, backward'..."""
+    root = root or {}
+    schema = _resolve(schema, root)
+    alts = schema.get("oneOf") or schema.get("anyOf")
+    if alts:
+        return " or ".join(expected_text(a, root) for a in alts)
+    if "enum" in schema:
+        return "one of " + ", ".join(map(_default_text, schema["enum"]))
+    if "const" in schema:
+        return _default_text(schema["const"])
+    kind = schema.get("type")
+    if kind == "integer":
+        return "an integer" + _number_range(schema)
+    if kind == "number":
+        return "a number" + _number_range(schema)
+    if kind == "boolean":
+        return "true or false"
+    if kind == "string":
+        return f"text matching {schema['pattern']}" if "pattern" in schema else "text"
+    if kind == "array":
+        items = _resolve(schema.get("items") or {}, root)
+        if "enum" in items:
+            return "a list of " + ", ".join(map(_default_text, items["enum"]))
+        plural = {"integer": "integers", "number": "numbers", "string": "strings", "boolean": "true/false values"}
+        if items.get("type") not in plural:
+            return "a list"
+        return f"a list of {plural[items['type']]}" + (f" matching {items['pattern']}" if "pattern" in items else
+                                                       _number_range(items))
+    if kind == "object":
+        keys = list(schema.get("properties", {}))
+        return "a mapping" + (f" with the keys {', '.join(keys)}" if keys else "")
+    return "a value the schema accepts"
+
+
+def _example(schema: dict, root: dict):
+    """A value ``schema`` accepts, for a message's fix; None when none comes to mind."""
+    schema = _resolve(schema, root)
+    if "default" in schema:
+        return schema["default"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + 1 if "exclusiveMinimum" in schema else 1)
+        return int(low) if kind == "integer" else low
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        item = _example(schema.get("items") or {}, root)
+        return [item] if item is not None else None
+    return None
+
+
+def _snippet(path, value) -> str:
+    """``['plots', 'dpi']``, 150 -> ``plots: {dpi: 150}``."""
+    text = _default_text(value)
+    for key in reversed(path[1:]):
+        text = f"{{{key}: {text}}}"
+    return f"{path[0]}: {text}"
+
+
+def schema_message(config: dict, schema: dict, command_line: dict | None = None, defaults: dict | None = None) -> str | None:
+    """None when ``config`` is valid under ``schema`` (the config schema, as YAML loads it); else a message of a few
+    lines about the most relevant error (jsonschema's ``best_match``): the key and the value, what is expected (from
+    the schema, with the key's description), and a fix -- the example value from ``defaults`` (config/config.yaml)
+    where it has one. An unknown key is named with the keys known there and the closest one. ``command_line``: the
+    values given with --config; the advice on nested values (:data:`CONFIGFILE_HINT`) is given only when the error
+    is about a nested value given there."""
+    import difflib
+    import shlex
+
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    errors = list(Draft202012Validator(schema).iter_errors(config))
+    error = best_match(errors)
+    if error is None:
+        return None
+    path = list(error.absolute_path)
+    where = _path_text(path)
+    value = _default_text(error.instance)
+    value = value if len(value) <= 80 else value[:77] + "..."
+    node = _subschema(schema, path, schema)
+    cli = command_line or {}
+    defaults = defaults or {}
+    lines = []
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = list(node.get("properties", {}))
+        extra = [k for k in error.instance if k not in known]
+        key = extra[0] if extra else "?"
+        full = f"{where}.{key}" if where else key
+        given = _default_text(error.instance.get(key))
+        lines.append(f"config: unknown key '{full}' (given {given if len(given) <= 60 else given[:57] + '...'})")
+        lines.append(f"  known{' under ' + where if where else ''}: {', '.join(known)}")
+        close = difflib.get_close_matches(str(key), known, n=1)
+        lines.append(f"  fix: {'did you mean ' + repr(close[0]) + '? ' if close else ''}correct or remove '{full}' "
+                     "(every key: docs/configuration.md)")
+        path = [*path, key]
+    elif error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else "?"
+        sub = _resolve(node.get("properties", {}).get(missing, {}), schema)
+        lines.append(f"config: {where or 'the config'} has no key '{missing}' (it is required)")
+        lines.append(f"  expected: {where + '.' if where else ''}{missing}: {expected_text(sub, schema)}")
+        path = [*path, missing]
+        node = sub
+    else:
+        what = {"type": f"not {expected_text({'type': error.validator_value}, schema)}",
+                "enum": "not one of the allowed values"}.get(error.validator, error.message.replace(repr(error.instance), "").strip())
+        lines.append(f"config: {where} = {value}: {what}")
+        description = node.get("description", "")
+        description = description if len(description) <= 90 else description[:87].rsplit(" ", 1)[0] + " ..."
+        lines.append(f"  expected: {expected_text(node, schema)}" + (f" ({description})" if description else ""))
+    if error.validator != "additionalProperties":
+        example = defaults
+        for part in path:
+            example = example[part] if isinstance(example, dict) and part in example else None
+        if error.validator == "type" and error.validator_value == "array" and not isinstance(error.instance, (list, dict)):
+            example = [error.instance]  # a single value where a list is wanted: that value, listed
+        if example is None:
+            example = _example(node, schema)
+        # the advice on nested values: only for a nested value given on the command line
+        hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
+        if example is not None and path and all(isinstance(p, str) for p in path):
+            if len(path) == 1 and not isinstance(example, dict):
+                lines.append(f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}")
+            elif hint:
+                lines.append(f"  fix: write e.g. '{_snippet(path, example)}' to my.yaml and pass --configfile my.yaml "
+                             "(nested values are easiest in a YAML file; it is merged over config/config.yaml)")
+            else:
+                lines.append(f"  fix: e.g. '{_snippet(path, example)}' in your --configfile")
+        elif hint:
+            lines.append(f"  fix: {CONFIGFILE_HINT}")
+    if len(errors) > 1:
+        lines.append(f"  ({len(errors) - 1} more problem{'s' if len(errors) > 2 else ''} in the config: fix this one and run again)")
+    return "\n".join(lines)
 
 
 def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],

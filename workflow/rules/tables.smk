@@ -9,6 +9,9 @@ rule summarize:
         forwards=per_capture(table_file("forwards"), all_repeats=True),
         kernels=per_capture(table_file("kernels")),
         backwards=per_capture(table_file("backwards"), all_repeats=True),
+        # every record is checked against the environment record (attnprof.records); ancient: a rewritten
+        # env.json (a plot setting, recorded with the config) does not rerun summarize
+        env=ancient(run_file("env")),
     output:
         summary=run_file("summary"),
         repeats=run_file("repeats"),
