@@ -7,6 +7,7 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.compare import compare_runs
+    from attnprof.records import load_record
     from attnprof.tables import concat_tables
 
     runs = []
@@ -17,8 +18,8 @@ with script_log(sm.log[0]) as log:
             "summary": pd.read_csv(sm.input[f"{name}/summary"]),
             "kernels": pd.read_csv(sm.input[f"{name}/kernels"]),
             "ops": concat_tables(ops),
-            "env": json.loads(Path(sm.input[f"{name}/env"]).read_text()),
-            "findings": json.loads(Path(sm.input[f"{name}/findings"]).read_text()),
+            "env": load_record(sm.input[f"{name}/env"]),
+            "findings": load_record(sm.input[f"{name}/findings"], ("shapes",)),
             # each repeat's medians (the between-run spread the verdicts use); absent in a result set made before repeats
             "repeats": pd.read_csv(sm.input[f"{name}/repeats"]) if Path(sm.input[f"{name}/repeats"]).exists() else None,
         })

@@ -3,15 +3,14 @@ from attnprof.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
-    import json
-    from pathlib import Path
     from attnprof.plots import timeline
+    from attnprof.records import load_record
     from attnprof.tables import analyse_trace, forward_table
     from attnprof.trace import load_trace
 
     captures = []
     for status_path, trace_path in zip(sm.input.status, sm.input.traces):
-        status = json.loads(Path(status_path).read_text())
+        status = load_record(status_path, ("variant", "status", "shape_key"))  # a clear error naming file and key
         cap = {"variant": status["variant"], "status": status["status"]}
         if status["status"] == "ok":
             range_name = status.get("range_name") or sm.params.range_name  # the capture's own record first
