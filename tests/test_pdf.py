@@ -28,7 +28,9 @@ def pdf_problems(pdf_path: Path | pdfplumber.PDF, html_path: Path, dpi: int, doc
       without page numbers."""
     problems = []
     html = html_path.read_text()
-    n_figures = html.count("<img ")
+    # figures of the sections the PDF leaves to the HTML (class screen-only: the other shapes of a sweep) do not count
+    n_figures = sum(part.count("<img ") for part in re.split(r"(?=<section )", html)
+                    if not re.match(r'<section class="[^"]*\bscreen-only\b', part))
     headings = {re.sub(r"<[^>]+>|\s+", " ", h).strip() for h in re.findall(r"<h[234][^>]*>(.*?)</h[234]>", html, re.S)}
     headings = {h.replace("&#39;", "'").replace("&amp;", "&") for h in headings if h}
     n_images = 0
@@ -89,8 +91,9 @@ def test_committed_h200_pdf_has_every_shape_and_the_timeline(h200_pdf):
     text = "\n".join(p.extract_text() or "" for p in h200_pdf.pages)
     first = h200_pdf.pages[0].extract_text() or ""
     shapes = sorted(p.name for p in (EXAMPLE / "captures").iterdir())
-    for shape in shapes:
-        assert f"Shape {shape}" in text, shape
+    for shape in shapes:  # in the cross-shape view, by the parts that differ (seq_len, head_dim)
+        seq, dim = shape.split("_s")[1].split("_d")[0], shape.split("_d")[1].split("_")[0]
+        assert f"s{seq}_d{dim}" in text.replace("\u200b", ""), shape
     assert "Kernel timeline" in text and "In brief" in first and "Contents" in first
     assert "report.html" in text  # the PDF says where the per-shape detail it leaves out is
 
@@ -124,3 +127,92 @@ def test_committed_beyond_pdf_reads_as_a_document():
     for heading in ("Backward pass", "torch.compile", "Hardware counters (Nsight Compute)"):
         assert heading in text, heading
     assert "causal lower-right" in text and "grouped-query" in text  # the shapes described in words
+
+
+@pytest.fixture(scope="module")
+def rendered_h200(tmp_path_factory):
+    """The H200 example's report as this checkout renders it (attnprof.report on the committed summary.csv,
+    kernels.csv, findings.json, env.json, calibration.json and plots; no launches table, which only adds a line
+    per variant), HTML and PDF in a temporary folder, the PDF opened once."""
+    if not (EXAMPLE / "summary.csv").exists():
+        pytest.skip("no committed H200 example")
+    import pandas as pd
+
+    from attnprof.findings import load_expectations
+    from attnprof.report import build_context, render_html, render_pdf
+
+    root = Path(__file__).resolve().parents[1]
+    summary = pd.read_csv(EXAMPLE / "summary.csv")
+    plots, run_plots = {}, {}
+    for p in (EXAMPLE / "plots").rglob("*.png"):
+        if p.parent.name == "plots":
+            run_plots[p.stem] = p
+        else:
+            plots.setdefault(p.parent.name, {})[p.stem] = p
+    ctx = build_context(EXAMPLE.name, summary, pd.read_csv(EXAMPLE / "kernels.csv"), pd.DataFrame(),
+                        json.loads((EXAMPLE / "findings.json").read_text()), json.loads((EXAMPLE / "env.json").read_text()),
+                        load_expectations(root / "config" / "expectations.yaml", variants=summary["variant"]), plots,
+                        css=(root / "report" / "report.css").read_text(), run_plots=run_plots,
+                        calibration=json.loads((EXAMPLE / "calibration.json").read_text()))
+    out = tmp_path_factory.mktemp("h200")
+    (out / "report.html").write_text(render_html(ctx, root / "report"))
+    render_pdf(out / "report.html", out / "report.pdf")
+    with pdfplumber.open(out / "report.pdf") as pdf:
+        yield summary, out, pdf
+
+
+def test_rendered_h200_pdf_is_a_document_of_at_most_20_pages(rendered_h200):
+    summary, out, pdf = rendered_h200
+    env = json.loads((EXAMPLE / "env.json").read_text())
+    assert len(pdf.pages) <= 20
+    assert pdf_problems(pdf, out / "report.html", env["config"]["plots"]["dpi"]) == []
+    text = "\n".join(p.extract_text() or "" for p in pdf.pages)
+    for shape in dict.fromkeys(summary["shape_key"]):  # every shape in the cross-shape view (by what differs)
+        seq, dim = shape.split("_s")[1].split("_d")[0], shape.split("_d")[1].split("_")[0]
+        assert f"s{seq}_d{dim}" in text.replace("\u200b", ""), shape
+    assert "report.html" in text and "summary.csv" in text  # the PDF says where the per-shape detail is
+
+
+def test_rendered_h200_page_1_names_the_fastest_kernel_its_margin_and_failed_checks(rendered_h200):
+    """Computed from summary.csv: at the study's shape, the fastest variant that is not a dispatcher and computes
+    the right result, and its margin over the next variant with another kernel; any variant with rel_error_ok false."""
+    from attnprof.report import DISPATCHERS, _fmt
+
+    summary, _, pdf = rendered_h200
+    first = re.sub(r"\s+", " ", pdf.pages[0].extract_text() or "")
+    assert "In brief" in first and "Contents" in first
+    study = summary["shape_key"].iloc[0]
+    kernels = __import__("pandas").read_csv(EXAMPLE / "kernels.csv")
+    ok = summary[(summary["shape_key"] == study) & (summary["status"] == "ok") & (summary["rel_error_ok"] != False)  # noqa: E712
+                 & ~summary["variant"].isin(DISPATCHERS)].sort_values("device_ms_per_forward")
+    names = {v: set(kernels[(kernels["variant"] == v) & (kernels["shape_key"] == study)]["kernel"]) for v in ok["variant"]}
+    best = ok.iloc[0]
+    nxt = next(r for _, r in ok.iloc[1:].iterrows() if names[r["variant"]] != names[best["variant"]])
+    margin = _fmt(nxt["device_ms_per_forward"] / best["device_ms_per_forward"])
+    assert f"The fastest kernel is {best['variant']}" in first
+    assert f"{margin}\u00d7 faster than the next distinct kernel, {nxt['variant']}" in first
+    assert f"rerun {_fmt(best['device_ms_run_lo'])}\u2013{_fmt(best['device_ms_run_hi'])}" in first
+    for v in DISPATCHERS:  # a dispatcher is never the fastest, and is said to dispatch
+        assert f"fastest kernel is {v}" not in first and f"{v} is a dispatcher" in first
+    for v in dict.fromkeys(summary[summary["rel_error_ok"] == False]["variant"]):  # noqa: E712
+        assert f"{v} computes a wrong result" in first
+    assert "expectations" not in first.split("Contents")[0]  # the study's bookkeeping is in its own section
+
+
+SENTENCES = {"finding", "evidence from this run's traces"}
+
+
+def test_rendered_h200_table_cells_are_short(rendered_h200):
+    """No table cell of the PDF runs to a paragraph of kernel name: the longest cell of any table whose last column
+    is not sentences (findings, expectation evidence) is at most 6 lines and 300 characters."""
+    _, _, pdf = rendered_h200
+    longest = ""
+    for page in pdf.pages:
+        for table in page.extract_tables():
+            if table and table[0] and (table[0][-1] or "").replace("\n", " ").strip() in SENTENCES:
+                continue
+            for row in table:
+                for cell in row:
+                    if cell and len(cell) > len(longest):
+                        longest = cell
+    assert len(longest) <= 300 and longest.count("\n") < 6, longest

@@ -84,31 +84,53 @@ def test_a_timeline_of_many_variants_still_fits_a_page_with_its_heading(tmp_path
     assert height_in(12) == pytest.approx(PAGE_FIGURE_MAX_IN, abs=0.03) and PAGE_FIGURE_MAX_IN < 7.3 - 1.0
 
 
-def test_in_brief_opens_with_what_holds_and_ends_with_what_does_not():
-    """The fastest variant (a finding) comes first; a ratio that is not robust and a ranking the
-    independent timing contradicts come after the statuses and the trace sentence."""
+def _brief_summary():
+    import pandas as pd
+
+    def row(variant, ms, lo, hi, cpu, ok=True, status="ok", key="b1_s1"):
+        return {"variant": variant, "shape_key": key, "status": status, "device": "cuda", "device_ms_per_forward": ms,
+                "device_ms_run_lo": lo, "device_ms_run_hi": hi, "cpu_ms_per_forward": cpu, "cpu_ms_run_lo": cpu and cpu * 0.9,
+                "cpu_ms_run_hi": cpu and cpu * 1.1, "cpu_ms_run_sd_pct": 1.0, "device_ms_run_sd_pct": 1.0, "rel_error": 1e-3 if ok else 0.5,
+                "rel_error_ok": ok, "repeats": 3, "kernels_per_forward": 1.0, "memcpy_per_forward": 0.0, "oom_bytes": None,
+                "seq_len": 1}
+
+    return pd.DataFrame([row("wrong", 0.01, 0.009, 0.011, 0.05, ok=False), row("sdpa_auto", 0.019, 0.018, 0.020, 0.08),
+                         row("sdpa_cudnn", 0.02, 0.019, 0.021, 0.05), row("sdpa_flash", 0.03, 0.029, 0.031, 0.05),
+                         row("sdpa_math", None, None, None, None, status="out_of_memory")])
+
+
+def test_in_brief_leads_with_wrong_results_and_ranks_distinct_kernels_only():
+    """A wrong result leads page 1 and is never the fastest; sdpa_auto (a dispatcher) is stated as dispatching to its
+    kernel with its host cost, never as the fastest; the margin is computed against the next distinct kernel; every
+    sentence links its evidence."""
     import pandas as pd
 
     from attnprof.report import in_brief
 
-    findings = [
-        {"rule": "speed", "kind": "warning", "headline": "1.5x the time of naive_inplace (not robust)", "statement": "RATIO; not a finding"},
-        {"rule": "speed", "kind": "observation", "headline": "fastest variant", "statement": "FASTEST"},
-        {"rule": "fidelity", "kind": "artefact", "headline": "ranking", "statement": "RANKING does not hold"},
-        {"rule": "speed", "kind": "observation", "headline": "fused backends", "statement": "NOT IN BRIEF"},
-    ]
-    summary = pd.DataFrame([{"variant": "sdpa_cudnn", "status": "unsupported", "shape_key": "s", "device": "cpu"},
-                            {"variant": "naive", "status": "ok", "shape_key": "s", "device": "cpu"}])
-    brief = in_brief({"expectations": [], "findings": findings}, [{"findings": []}], summary)
-    assert brief[0] == "FASTEST." and brief[1] == "sdpa_cudnn: unsupported at s."
-    assert brief[-2:] == ["RATIO; not a finding.", "RANKING does not hold."]
-    assert not any("NOT IN BRIEF" in s for s in brief) and len(brief) == 5
-    # two rankings or more: one sentence that names each pair
-    second = {"rule": "fidelity", "kind": "artefact", "headline": "ranking", "variants": ["b", "c"], "statement": "B C"}
-    findings[2]["variants"] = ["a", "b"]
-    brief = in_brief({"expectations": [], "findings": findings + [second]}, [{"findings": []}], summary)
-    assert brief[-1].startswith("2 rankings by trace time do not hold") and "a ahead of b, b ahead of c" in brief[-1]
-    assert len(brief) == 5
+    summary = _brief_summary()
+    kernels = pd.DataFrame([{"variant": v, "shape_key": "b1_s1", "kernel": k, "label": k, "us_per_forward": 1.0}
+                            for v, k in [("wrong", "kw"), ("sdpa_auto", "kc"), ("sdpa_cudnn", "kc"), ("sdpa_flash", "kf")]])
+    findings = [{"rule": "dispatch", "kind": "observation", "variants": ["sdpa_auto", "sdpa_cudnn"], "headline": "dispatched to cudnn"}]
+    study = {"key": "b1_s1", "expectations": [], "findings": findings}
+    brief = in_brief(study, [{"key": "b1_s1", "findings": findings}], summary, kernels)
+    texts = [b["text"] for b in brief]
+    assert texts[0].startswith("wrong computes a wrong result") and "0.5" in texts[0]
+    fastest = next(t for t in texts if t.startswith("The fastest kernel"))
+    assert fastest.startswith("The fastest kernel is sdpa_cudnn") and "sdpa_flash" in fastest
+    assert f"{0.03 / 0.02:.3g}\u00d7 faster" in fastest and "rerun 0.019\u20130.021" in fastest
+    auto = next(t for t in texts if t.startswith("sdpa_auto"))
+    assert "dispatches to sdpa_cudnn" in auto and "0.03 ms more host time" in auto
+    assert any(t.startswith("sdpa_math ran out of memory") for t in texts)
+    assert all(b["href"].startswith("#") for b in brief) and 3 <= len(brief) <= 6
+
+
+def test_expectations_in_words():
+    from attnprof.report import expectations_words
+
+    checks = [{"verdict": "same", "claim": "A"}, {"verdict": "different", "claim": "B", "observed": {"value": 2, "unit": "ms"}},
+              {"verdict": "within noise", "claim": "C"}]
+    text = expectations_words(checks)
+    assert text.startswith("1 of the 3 claims hold") and "\u201cB\u201d (observed 2 ms)" in text and "\u201cC\u201d" in text
 
 
 def test_an_out_of_memory_reason_is_printed_without_pytorchs_closing_advice():

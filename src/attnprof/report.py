@@ -121,6 +121,8 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     for shape_key in dict.fromkeys(summary["shape_key"]):
         rows = summary[summary["shape_key"] == shape_key]
         f = by_shape.get(shape_key, {"findings": [], "expectations": []})
+        # each finding with the anchor of its row in the findings table (page 1 links its evidence there)
+        f = {**f, "findings": [{**item, "anchor": f"f-{shape_key}-{i}"} for i, item in enumerate(f["findings"], 1)]}
         fidelity = _fidelity_ratios(f["findings"])
         per_variant = {}
         for item in f["findings"]:
@@ -135,7 +137,9 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
         for row in _records(rows):
             v = row["variant"]
             k = kernels[(kernels["variant"] == v) & (kernels["shape_key"] == shape_key)] if len(kernels) else kernels
-            k = k.assign(label=[kernel_label(n) for n in k["kernel"]]) if len(k) else k
+            if len(k):  # a short name for the table (the full name on demand), the time per forward in ms like every other
+                k = k.assign(label=[kernel_label(n) for n in k["kernel"]],
+                             ms_per_forward=k["us_per_forward"] / 1000 if "us_per_forward" in k else None)
             la = launches[(launches["variant"] == v) & (launches["shape_key"] == shape_key)] if len(launches) else launches
             row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
             table.append({**row, "change": change_of(v, env), "study_kernels": counts.get(v),
@@ -146,6 +150,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
         shapes.append({
             "key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": f["findings"],
             "expectations": [_check_numbers(c) for c in f["expectations"]],
+            "expectations_words": expectations_words(f["expectations"]),
             "is_study": bool(f["expectations"]), "part1": False,
             "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
             "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),
@@ -162,7 +167,8 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
                              if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
     cfg = env.get("config", {})
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
-            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": in_brief(study, shapes, summary),
+            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": in_brief(study, shapes, summary, kernels),
+            "brief_notes": brief_notes(study, shapes, summary), "sweep": sweep_table(summary, bool(env.get("gpu_name"))),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names(),
@@ -272,69 +278,261 @@ def change_of(variant: str, env: dict) -> str:
     return CHANGES.get(variant, variant)
 
 
-def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> list[str]:
-    """Sentences for the report's first page, each taken from a finding, an expectation check
-    or a status of this run: how many of the study's expectations hold (and which deviate),
-    the fastest variant, variants that did not run, trace defects or missing checks, backwards
-    that did not run, and last the rankings and ratios that do not hold outside the spread or
-    against the independent timing (so that the page opens with what holds)."""
-    out = []
+#: variants that pick a backend rather than run a kernel of their own: a finding says what they dispatched to,
+#: and a ranking never sets them beside (or ahead of) the kernel they dispatched to
+DISPATCHERS = ("sdpa_auto",)
+
+#: a status of summary.csv in words, for page 1
+_STATUS_WORDS = {"out_of_memory": "ran out of memory", "unsupported": "is not supported", "error": "failed",
+                 "incomplete_trace": "left an incomplete trace"}
+
+
+def _ok(value) -> bool:
+    return value is not None and not (isinstance(value, float) and value != value)
+
+
+def _interval(row, prefix: str) -> str:
+    """' (rerun lo–hi)' of a time, '' where the row has no between-run interval."""
+    lo, hi = row.get(f"{prefix}_run_lo"), row.get(f"{prefix}_run_hi")
+    return f" (rerun {_fmt(lo)}\u2013{_fmt(hi)})" if _ok(lo) and _ok(hi) else ""
+
+
+def _time(row, prefix: str) -> str:
+    """A time per forward as page 1 states it: median of the repeats in ms, with its rerun interval."""
+    return f"{_fmt(row[f'{prefix}_per_forward'])} ms{_interval(row, prefix)}"
+
+
+def _apart(a, b, prefix: str) -> bool:
+    """Whether ``a`` is faster than ``b`` outside both rerun intervals (min–max of the forwards with one repeat)."""
+    def ends(r, lo, hi):
+        return (r.get(f"{prefix}_run_lo"), r.get(f"{prefix}_run_hi")) if _ok(r.get(f"{prefix}_run_lo")) else (r.get(lo), r.get(hi))
+    _, a_hi = ends(a, f"{prefix}_min", f"{prefix}_max")
+    b_lo, _ = ends(b, f"{prefix}_min", f"{prefix}_max")
+    return _ok(a_hi) and _ok(b_lo) and a_hi < b_lo
+
+
+def _shape_word(shape_key: str, keys: list[str]) -> str:
+    """A shape key shortened to the parts that differ between ``keys`` (seq_len and head_dim of a sweep)."""
+    parts = [k.split("_") for k in keys]
+    common = set.intersection(*map(set, parts)) if len(parts) > 1 else set()
+    return "_".join(p for p in shape_key.split("_") if p not in common) or shape_key
+
+
+def sweep_table(summary: pd.DataFrame, gpu: bool) -> dict:
+    """The cross-shape view of a sweep: one row per variant, one column per shape; each cell the time per forward
+    (device on a GPU, host on a CPU; median of the repeats, rerun interval), TFLOP/s and kernels per forward, or
+    the status of a capture that published no numbers. ``common`` names what every shape shares."""
+    keys = list(dict.fromkeys(summary["shape_key"]))
+    parts = [k.split("_") for k in keys]
+    common = [p for p in parts[0] if all(p in q for q in parts)] if len(keys) > 1 else []
+    prefix = "device_ms" if gpu else "cpu_ms"
+    rows = []
+    for variant in dict.fromkeys(summary["variant"]):
+        cells = []
+        for key in keys:
+            match = summary[(summary["variant"] == variant) & (summary["shape_key"] == key)]
+            if match.empty:
+                cells.append(None)
+                continue
+            r = _records(match)[0]
+            cells.append({"status": r["status"], "ms": r.get(f"{prefix}_per_forward"), "lo": r.get(f"{prefix}_run_lo"),
+                          "hi": r.get(f"{prefix}_run_hi"), "tflops": r.get("tflops"), "kernels": r.get("kernels_per_forward"),
+                          "memcpy": r.get("memcpy_per_forward"), "wrong": r.get("rel_error_ok") is False})
+        rows.append({"variant": variant, "cells": cells, "dispatcher": variant in DISPATCHERS})
+    return {"shapes": [{"key": k, "short": _shape_word(k, keys)} for k in keys], "common": "_".join(common), "rows": rows,
+            "others": len(keys) - 1}
+
+
+def _main_kernel(kernels: pd.DataFrame, variant: str, shape_key: str) -> str:
+    """The label of the kernel that takes most of a variant's device time at a shape ('' without kernels)."""
+    if kernels is None or not len(kernels) or "us_per_forward" not in kernels:
+        return ""
+    k = kernels[(kernels["variant"] == variant) & (kernels["shape_key"] == shape_key)]
+    if k.empty:
+        return ""
+    top = k.sort_values("us_per_forward", ascending=False).iloc[0]
+    return str(top.get("label") or kernel_label(top["kernel"]))
+
+
+def _kernel_set(kernels: pd.DataFrame, variant: str, shape_key: str) -> frozenset:
+    if kernels is None or not len(kernels):
+        return frozenset()
+    k = kernels[(kernels["variant"] == variant) & (kernels["shape_key"] == shape_key)]
+    return frozenset(k["kernel"])
+
+
+def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kernels: pd.DataFrame | None = None) -> list[dict]:
+    """Page 1's findings, 3 to 6 sentences, each with its number, its rerun interval and ``href``, the anchor of its
+    evidence: correctness failures first (rel_error_ok false), then the fastest distinct kernel and its margin over the
+    next (a dispatcher such as sdpa_auto and a variant with a wrong result are never candidates), what a dispatcher
+    dispatched to and what it costs on the host, a hidden copy, FP32 GEMMs, and captures that did not run."""
+    out: list[dict] = []
+    if summary.empty:
+        return out
+    gpu = "device_ms_per_forward" in summary and bool(summary["device_ms_per_forward"].notna().any())
+    prefix = "device_ms" if gpu else "cpu_ms"
+    where = "device" if gpu else "host"
+    keys = list(dict.fromkeys(summary["shape_key"]))
+    skey = study["key"] if study else keys[0]
+    rows = _records(summary)
+    by = {(r["variant"], r["shape_key"]): r for r in rows}
+    many = len(keys) > 1
+    sweep_href = "#sweep" if many else "#study"
+
+    # 1. correctness
+    wrong = [r for r in rows if r.get("rel_error_ok") is False]
+    for variant in dict.fromkeys(r["variant"] for r in wrong):
+        at = [r for r in wrong if r["variant"] == variant]
+        worst = max(at, key=lambda r: r.get("rel_error") or 0)
+        out.append({"text": f"{variant} computes a wrong result: relative error {_fmt(worst.get('rel_error'), 2)} against the "
+                            f"float64 reference at {worst['shape_key']}"
+                            + (f" (wrong at {len(at)} of {len(keys)} shapes)" if many else "")
+                            + "; it is left out of every ranking.",
+                    "href": f"#v-{worst['shape_key']}-{variant}"})
+
+    # 2. fastest distinct kernel, shape by shape
+    wrong_variants = {r["variant"] for r in wrong}
+    per_shape = {}
+    for key in keys:
+        cands = sorted((r for r in rows if r["shape_key"] == key and r["status"] == "ok" and r["variant"] not in DISPATCHERS
+                        and r.get("rel_error_ok") is not False and _ok(r.get(f"{prefix}_per_forward"))),
+                       key=lambda r: r[f"{prefix}_per_forward"])
+        if not cands:
+            continue
+        best = cands[0]
+        own = _kernel_set(kernels, best["variant"], key)
+        nxt = next((r for r in cands[1:] if not own or _kernel_set(kernels, r["variant"], key) != own), None)
+        per_shape[key] = (best, nxt)
+    if per_shape:
+        winners = list(dict.fromkeys(b["variant"] for b, _ in per_shape.values()))
+        best, nxt = per_shape.get(skey) or next(iter(per_shape.values()))
+        at_key = best["shape_key"]
+        kname = _main_kernel(kernels, best["variant"], at_key) if gpu else ""
+        fused = next((f["headline"].split(": ", 1)[-1] for f in (study or {}).get("findings", [])
+                      if f["rule"] == "fusion" and f["variants"][:1] == [best["variant"]]), "")
+        # the library's words for a fused kernel (its full name is in the kernel tables), else the kernel's short name
+        what = f"{best['variant']}" + (f" ({fused})" if fused else (f" (kernel {kname})" if kname else ""))
+        thing = "kernel" if gpu else "variant"  # on a CPU there are no kernels to tell apart
+        clear = nxt is None or _apart(best, nxt, prefix)
+        fastest = f"The fastest {thing}" if clear else f"By median, the fastest {thing}"
+        if len(winners) == 1:
+            lead = f"{fastest} is {what}, at {'all ' + str(len(per_shape)) + ' shapes' if many else at_key}"
+        else:
+            lead = f"{fastest} at {at_key} is {what}; elsewhere " + "; ".join(
+                f"{w} at {sum(b['variant'] == w for b, _ in per_shape.values())} shapes" for w in winners if w != best["variant"])
+        text = lead + f": {_time(best, prefix)} {where} time per forward at {at_key}"
+        if nxt is not None:
+            ratio = nxt[f"{prefix}_per_forward"] / best[f"{prefix}_per_forward"]
+            holds = _apart(best, nxt, prefix)
+            nlabel = _main_kernel(kernels, nxt["variant"], at_key) if gpu else ""
+            text += (f", {_fmt(ratio)}\u00d7 faster than the next {'distinct kernel' if gpu else 'variant'}, {nxt['variant']}"
+                     + (f" ({nlabel})" if nlabel and len(nlabel) <= 40 else "")
+                     + f", at {_time(nxt, prefix)}" + ("" if holds else "; the rerun intervals overlap, so this run does not rank them"))
+            margins = [n[f"{prefix}_per_forward"] / b[f"{prefix}_per_forward"] for b, n in per_shape.values() if n is not None]
+            if many and len(margins) > 1:
+                text += f"; over the sweep its margin is {_fmt(min(margins))}\u00d7 to {_fmt(max(margins))}\u00d7"
+        if wrong_variants:
+            text += f" (wrong results left out: {', '.join(sorted(wrong_variants))})"
+        out.append({"text": text + ".", "href": sweep_href})
+
+    # 3. dispatchers: where they went and what they cost on the host
+    went: dict[str, dict[str, list[str]]] = {}
+    for sh in shapes:
+        for f in sh["findings"]:
+            if f["rule"] == "dispatch" and len(f["variants"]) == 2:
+                went.setdefault(f["variants"][0], {}).setdefault(f["variants"][1], []).append(sh["key"])
+    for disp in [v for v in DISPATCHERS if v in set(summary["variant"])]:
+        targets = went.get(disp, {})
+        if not targets:
+            continue
+        target = max(targets, key=lambda t: len(targets[t]))
+        n_ok = sum(1 for k in keys if by.get((disp, k), {}).get("status") == "ok")
+        text = (f"{disp} is a dispatcher, not a kernel: it dispatches to {target} (the same kernel)"
+                + (f" at {len(targets[target])} of {n_ok} shapes" if many else ""))
+        others = [f"{t} at {', '.join(v)}" for t, v in targets.items() if t != target]
+        if others:
+            text += f", to {'; '.join(others)}"
+        a, b = by.get((disp, skey)), by.get((target, skey))
+        if a and b and _ok(a.get("cpu_ms_per_forward")) and _ok(b.get("cpu_ms_per_forward")):
+            more = a["cpu_ms_per_forward"] - b["cpu_ms_per_forward"]
+            higher = sum(1 for k in keys if _ok(by.get((disp, k), {}).get("cpu_ms_per_forward"))
+                         and _ok(by.get((target, k), {}).get("cpu_ms_per_forward"))
+                         and by[(disp, k)]["cpu_ms_per_forward"] > by[(target, k)]["cpu_ms_per_forward"])
+            text += (f", and costs {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at {skey}: "
+                     f"{_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
+                     + ("" if _apart(b, a, "cpu_ms") or more <= 0 else "; the rerun intervals overlap")
+                     + (f"; more at {higher} of {len(keys)} shapes" if many else ""))
+        out.append({"text": text + ".", "href": f"#v-{skey}-{disp}"})
+
+    # 4. hidden copies and FP32 GEMMs at the study's shape, as the findings state them
+    for f in (study or {}).get("findings", []):
+        v = f["variants"][0] if f["variants"] else ""
+        r = by.get((v, skey))
+        if r is None:
+            continue
+        if f["rule"] == "hidden_copy":
+            fix = next((o for o in rows if o["shape_key"] == skey and o["variant"] != v and o["status"] == "ok"
+                        and o.get("memcpy_per_forward") == 0 and o["variant"].startswith(v)), None)
+            text = f"{v} launches a {f['headline']}: {_time(r, prefix)} per forward"
+            if fix is not None:
+                text += (f"; {fix['variant']}, without the copy, {_time(fix, prefix)}"
+                         + ("" if _apart(fix, r, prefix) else "; the rerun intervals overlap"))
+            out.append({"text": text + ".", "href": f"#{f['anchor']}"})
+        elif f["rule"] == "precision" and "FP32" in f["headline"]:
+            text = (f"{v} launches {_fmt(r.get('kernels_per_forward'))} kernels per forward, its GEMMs in FP32 "
+                    f"({f['headline']}), and takes {_time(r, prefix)}")
+            best = per_shape.get(skey, (None, None))[0]
+            if best is not None:
+                text += f", {_fmt(r[f'{prefix}_per_forward'] / best[f'{prefix}_per_forward'])}\u00d7 {best['variant']}'s time"
+            out.append({"text": text + ".", "href": f"#{f['anchor']}"})
+
+    # 5. captures that published nothing
+    failed = summary[summary["status"] != "ok"]
+    for (variant, status), fr in failed.groupby(["variant", "status"], sort=False):
+        recs = _records(fr)
+        gib = [r["oom_bytes"] / 2**30 for r in recs if _ok(r.get("oom_bytes"))]
+        seq = sorted({int(r["seq_len"]) for r in recs if _ok(r.get("seq_len"))})
+        at = (f"seq_len {', '.join(map(str, seq))}" if seq and many else "") + f" ({', '.join(fr['shape_key'])})"
+        out.append({"text": f"{variant} {_STATUS_WORDS.get(status, status)} at {at.strip()}"
+                            + (f", asking for up to {_fmt(max(gib))} GiB" if gib else "") + "; it has no numbers there.",
+                    "href": f"#v-{recs[0]['shape_key']}-{variant}" if not many else "#sweep"})
+    return out
+
+
+def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> list[str]:
+    """The small print under page 1's findings: what a time and its rerun interval are, and whether every trace
+    was complete."""
+    notes = []
     between = "device_ms_run_lo" in summary and bool(summary[["device_ms_run_lo", "cpu_ms_run_lo"]].notna().any().any())
-    spread = "their rerun intervals" if between else "the spread of the profiled forwards"
     if between:
         n = int(summary["repeats"].max())
-        sd = pd.concat([summary[c] for c in ("device_ms_run_sd_pct", "cpu_ms_run_sd_pct")]).dropna()
-        dev = summary["device_ms_run_sd_pct"].dropna() if "device_ms_run_sd_pct" in summary else sd
-        out.append(f"Every time is the median of {n} repeats, each a fresh capture process, with the 95 % interval a "
-                   f"rerun's median will hold (\"rerun\"); rankings and verdicts are stated only outside it. "
-                   + (f"Device times differ between repeats by {dev.min():.1f}-{dev.max():.1f} % (standard deviation)."
-                      if len(dev) else f"Times differ between repeats by up to {sd.max():.1f} % (standard deviation)."))
+        notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "
+                     "the 95 % interval the median of a rerun with as many repeats will hold; a ranking is called only "
+                     "outside it.")
     elif "repeats" in summary:
-        out.append("One repeat per variant and shape: no time has a between-run interval (config repeats).")
-    if study and study["expectations"]:
-        exp = study["expectations"]
-        devs = [c for c in exp if c["verdict"] == "different"]
-        others = sum(bool(c.get("own_source")) for c in exp)
-        whose = f" (the study's and {others} from PyTorch's own documents)" if others else " of the study"
-        text = f"{sum(c['verdict'] == 'same' for c in exp)} of {len(exp)} expectations{whose} hold at its shape"
-        if devs:
-            text += "; deviating: " + "; ".join(
-                f"{c['id']} (expected {_fmt(c['expected'])}, observed {_fmt((c.get('observed') or {}).get('value'))}"
-                f"{' ' + c['observed']['unit'] if (c.get('observed') or {}).get('unit') else ''})" for c in devs)
-            text += " (section 2 gives each claim and the evidence)"
-        noisy = [c["id"] for c in exp if c["verdict"] == WITHIN_NOISE]
-        if noisy:
-            text += (f"; within {spread}, so neither holding nor deviating: {', '.join(noisy)}")
-        out.append(text + ".")
-    doubtful, rankings = [], []
-    for f in (study or {}).get("findings", []):
-        if f["rule"] == "speed" and f["headline"] == "fastest variant" and f["kind"] != "warning":
-            out.append(f["statement"] + ".")
-        elif f["rule"] == "speed" and f["kind"] == "warning":
-            doubtful.append(f["statement"] + ".")
-        elif f["rule"] == "fidelity" and f["kind"] == "artefact":
-            rankings.append(f)
-    if len(rankings) == 1:
-        doubtful.append(rankings[0]["statement"] + ".")
-    elif rankings:  # one sentence for them all: each has its reason in the findings table
-        pairs = ", ".join(" ahead of ".join(f["variants"][:2]) for f in rankings)
-        doubtful.append(f"{len(rankings)} rankings by trace time do not hold outside {spread} or against "
-                        f"the independent timing: {pairs} (the findings table gives each reason).")
-    failed = summary[summary["status"] != "ok"]
-    for (variant, status), rows in failed.groupby(["variant", "status"], sort=False):
-        out.append(f"{variant}: {status} at {', '.join(rows['shape_key'])}.")
+        notes.append("One repeat per variant and shape: no time has a between-run interval (config repeats).")
     warned = [f for sh in shapes for f in sh["findings"] if f["rule"] in ("trace_quality", "status") and f["kind"] == "warning"]
-    gpu = bool((summary.get("device") == "cuda").any()) if "device" in summary else False
-    complete = ("Every capture's trace was complete: every launch found its GPU event, no impossible times, forwards alike."
-                if gpu else "Every capture's trace was complete: every profiled forward range is in it, valid and alike.")
-    out.append(f"{len(warned)} captures with an incomplete trace or a missing check (named in each variant's row)." if warned
-               else complete)
-    # a backward that was asked for and did not run is stated here too, with PyTorch's reason in the backward table
-    if "backward_status" in summary:
-        nb = summary[summary["backward_status"].notna() & (summary["backward_status"] != "ok") & (summary["status"] == "ok")]
-        for (variant, status), rows in nb.groupby(["variant", "backward_status"], sort=False):
-            out.append(f"{variant} backward: {status} at {', '.join(rows['shape_key'])} (its forward is published).")
-    return out + doubtful
+    notes.append(f"{len(warned)} captures have an incomplete trace or a missing check (named in each variant's row)." if warned
+                 else "Every capture's trace was complete.")
+    return notes
+
+
+def expectations_words(checks: list[dict]) -> str:
+    """The study comparison in words: how many of its claims hold, which do not, which the rerun intervals leave open."""
+    if not checks:
+        return ""
+    same = [c for c in checks if c["verdict"] == "same"]
+    diff = [c for c in checks if c["verdict"] == "different"]
+    noise = [c for c in checks if c["verdict"] == WITHIN_NOISE]
+    text = f"{len(same)} of the {len(checks)} claims hold on this run."
+    if diff:
+        text += " " + ("It does not confirm: " if len(diff) == 1 else f"{len(diff)} do not: ") + "; ".join(
+            f"\u201c{c['claim']}\u201d (observed {_fmt((c.get('observed') or {}).get('value'))}"
+            f"{' ' + c['observed']['unit'] if (c.get('observed') or {}).get('unit') else ''})" for c in diff) + "."
+    if noise:
+        text += (" Within the rerun intervals, so neither confirmed nor refuted: "
+                 + "; ".join(f"\u201c{c['claim']}\u201d" for c in noise) + ".")
+    return text
 
 
 def cudnn_version(value) -> str:
