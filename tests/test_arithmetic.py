@@ -88,6 +88,20 @@ def valid(g: dict) -> bool:
     return g["ts"] is not None and g["dur"] is not None and g["ts"] > 0 and g["dur"] > 0 and g["ts"] >= g["launch_ts"]
 
 
+def overlapping_forwards(hand: dict) -> set:
+    """Forwards (by hand) with two GPU events that overlap in time (by more than 2 ns); every GPU
+    event of these traces runs on one stream (7), where work runs in order: impossible times."""
+    out = set()
+    for f in {g["forward"] for g in hand["gpu"]}:
+        mine = sorted((g for g in hand["gpu"] if g["forward"] == f and valid(g)), key=lambda g: g["ts"])
+        reach = float("-inf")
+        for g in mine:
+            if g["ts"] < reach - 0.002:
+                out.add(f)
+            reach = max(reach, g["ts"] + g["dur"])
+    return out
+
+
 def spliced_naive() -> tuple[dict, dict]:
     """naive (5 kernels, 1 memcpy, 1 memset per forward, 10 forwards) with two defects: forward 0 lost
     the GPU record of its first kernel (incomplete: left out of everything) and forward 3's memcpy has a
@@ -162,20 +176,23 @@ def test_kernel_table_counts_complete_forwards_and_times_timed_ones():
 
 
 def test_kernel_table_where_forwards_differ_in_one_kernel():
-    """x3_counts_5_vs_6: 5 forwards with 5 kernels, 5 with a sixth: one name runs once or twice."""
+    """x3_counts_5_vs_6: 5 forwards with 5 kernels, 5 with a sixth: one name runs once or twice. The
+    sixth kernel overlaps the next one on the stream, so times come from the other forwards only."""
     trace = _load(FIXTURES / "cases" / "x3_counts_5_vs_6.json.gz")
     hand = plain(trace)
+    timed = set(range(10)) - overlapping_forwards(hand)
+    assert len(timed) == 5
     kt = kernel_table(analyse_trace(trace, "attn_fwd"), "naive", STUDY).set_index("kernel")
     for name in {g["name"] for g in hand["gpu"]}:
         calls = [sum(1 for g in hand["gpu"] if g["name"] == name and g["forward"] == f) for f in range(10)]
-        durs = [g["dur"] for g in hand["gpu"] if g["name"] == name]
+        durs = [g["dur"] for g in hand["gpu"] if g["name"] == name and g["forward"] in timed]
         assert (kt.loc[name, "calls_min"], kt.loc[name, "calls_max"]) == (min(calls), max(calls))
         if min(calls) != max(calls):  # the sixth kernel is a second call of one of the five
             assert (min(calls), max(calls)) == (1, 2) and pd.isna(kt.loc[name, "calls_per_forward"])
         else:
             assert kt.loc[name, "calls_per_forward"] == calls[0]
-        assert kt.loc[name, "us_per_forward"] == pytest.approx(sum(durs) / 10)
-        assert kt.loc[name, "mean_us"] == pytest.approx(sum(durs) / sum(calls))
+        assert kt.loc[name, "us_per_forward"] == pytest.approx(sum(durs) / len(timed))
+        assert kt.loc[name, "mean_us"] == pytest.approx(sum(durs) / sum(calls[f] for f in timed))
 
 
 def test_kernel_table_with_no_timed_forward_has_counts_and_no_times():
@@ -377,7 +394,8 @@ def test_gpu_events_joined_to_launch_and_op_by_hand():
     gpu = gpu_events(events, forward_ranges(events, "attn_fwd"))
     assert len(gpu) == len(hand) == 70 and list(gpu.index) == list(range(70))
     assert list(gpu.columns) == ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation",
-                                 "device", "time_ok", "duplicate", "orphan_forward", "grid", "block", "registers_per_thread",
+                                 "device", "stream", "graph_replay", "stream_overlap", "time_ok", "duplicate", "orphan_forward",
+                                 "grid", "block", "registers_per_thread",
                                  "shared_memory_bytes", "est_occupancy_pct", "blocks_per_sm", "warps_per_sm"]
     assert str(gpu["forward"].dtype) == "int64"
     fwd = plain(trace)
@@ -411,8 +429,9 @@ def _launch(ts, corr, ext=None, tid=1):
 
 
 def test_ranges_and_attribution_at_the_boundaries():
-    """Forward ranges [100, 200] and [200, 300] touch (a call at 200 could be either's): both are
-    flagged; [400, 500] is fine. Launch calls exactly at a range's start and end belong to it."""
+    """Forward ranges [100, 200] and [200, 300] touch: touching is not overlapping, both are fine (a
+    call at 200 belongs to the later one); [400, 500] is fine; [600, 600] has no length: not a range.
+    Launch calls exactly at a range's start and end belong to it."""
     events = events_frame({"traceEvents": [
         _x("user_annotation", "attn_fwd", 400, 100), _x("user_annotation", "attn_fwd", 100, 100),
         _x("user_annotation", "attn_fwd", 200, 100), _x("user_annotation", "attn_fwd", 600, 0),
@@ -421,15 +440,16 @@ def test_ranges_and_attribution_at_the_boundaries():
     ranges = forward_ranges(events, "attn_fwd")
     assert ranges["ts"].tolist()[:6] == [100, 200, 400, 600, 700, 900] and ranges["forward"].tolist() == [0, 1, 2, 3, 4, 5, 6]
     assert ranges["cpu_us"].tolist()[:5] == [100, 100, 100, 0, 50] and ranges["end"].tolist()[:5] == [200, 300, 500, 600, 750]
-    # touching ranges are flagged, a zero-length range is a range, a range without a start (sorted last)
-    # or without a duration is not
-    assert ranges["range_ok"].tolist() == [False, False, True, True, True, False, False]
+    # touching ranges are fine, a zero-length range is not a range, nor is a range without a start
+    # (sorted last) or without a duration
+    assert ranges["range_ok"].tolist() == [True, True, True, False, True, False, False]
     assert ranges["tid"].tolist()[5:] == [5, 4]
     ts = pd.Series([400.0, 500.0, 399.0, 501.0, 600.0, 450.0, 725.0, 725.0, 150.0, float("nan"), 420.0, 910.0])
     tid = pd.Series([1, 1, 1, 1, 1, 2, 2, 1, 1, 1, 3, 5])
     # start, end, just before, just after, zero-length range, other thread, thread 2's range, its time
-    # on thread 1, inside a flagged range, no time, a thread without ranges, after a range with no end
-    assert assign_forward(ts, tid, ranges).tolist() == [2, 2, -1, -1, 3, -1, 4, -1, -1, -1, -1, -1]
+    # on thread 1, inside a touching range, no time, a thread without ranges, after a range with no end
+    assert assign_forward(ts, tid, ranges).tolist() == [2, 2, -1, -1, -1, -1, 4, -1, 0, -1, -1, -1]
+    assert assign_forward(pd.Series([200.0]), pd.Series([1]), ranges).tolist() == [1]
 
 
 def test_a_range_inside_a_long_one_flags_both_and_not_the_next():
@@ -505,7 +525,8 @@ def test_incomplete_forwards_named_as_runs():
 
 def test_forward_groups_by_hand():
     """x3_counts_5_vs_6: two groups of 5 forwards, each with the median device time of its own
-    forwards; r1_ts0_dur0: one group, no forward timed, so no device time."""
+    timed forwards (the 6-kernel ones have two GPU events overlapping on one stream: none timed, no
+    device time); r1_ts0_dur0: one group, no forward timed, so no device time."""
     trace = _load(FIXTURES / "cases" / "x3_counts_5_vs_6.json.gz")
     hand = plain(trace)
     fw = forward_table(analyse_trace(trace, "attn_fwd"), "naive", STUDY)
@@ -515,9 +536,12 @@ def test_forward_groups_by_hand():
         mine = [g for g in hand["gpu"] if g["forward"] == f]
         by_kernels[sum(1 for g in mine if g["category"] == "kernel")].append((f, sum(g["dur"] for g in mine)))
     assert [(g["kernels"], g["memcpy"], g["memset"], g["forwards"]) for g in groups] == [(5, 1, 1, 5), (6, 1, 1, 5)]
+    untimed_here = overlapping_forwards(hand)
+    assert untimed_here == {f for f, _ in by_kernels[6]}
     for g in groups:
         assert g["forward_ids"] == [f for f, _ in by_kernels[g["kernels"]]]
-        assert g["device_ms"] == pytest.approx(statistics.median(us for _, us in by_kernels[g["kernels"]]) / 1e3)
+        timed_us = [us for f, us in by_kernels[g["kernels"]] if f not in untimed_here]
+        assert g["device_ms"] == (pytest.approx(statistics.median(timed_us) / 1e3) if timed_us else None)
         assert g["signature"] == fw.loc[g["forward_ids"][0], "signature"] and len(g["signature"]) == 12
     untimed = forward_groups(forward_table(analyse_trace(_load(FIXTURES / "cases" / "r1_ts0_dur0.json.gz"), "attn_fwd"),
                                            "naive", STUDY))

@@ -122,7 +122,8 @@ from attnprof.trace import GPU_ARG_KEYS, Trace, events_frame  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_H200 = ROOT / "tests" / "fixtures" / "h200"
 H200_TRACES = sorted(FIXTURES_H200.glob("*/trace.json.gz"))
-CASE_TRACES = [p for p in sorted((ROOT / "tests" / "fixtures" / "cases").glob("*.json.gz")) if not p.name.startswith("b12")]
+CASE_TRACES = [p for p in sorted((ROOT / "tests" / "fixtures" / "cases").glob("*.json.gz"))
+               if not p.name.startswith("b12") and not p.name.endswith(".status.json.gz")]  # records, not traces
 
 
 def _largest_per_variant(paths):

@@ -18,13 +18,19 @@ everywhere else -- GPU event -> correlation id -> its runtime launch call -> the
 
 * same thread: the range of that thread that contains ts (the forward rule,
   :func:`attnprof.trace.assign_forward`);
-* another thread: the backward range whose window [ts, end] contains ts -- the calling thread
-  is blocked inside ``autograd.grad`` while the engine runs, so the window bounds the work --
+* another thread that belongs to the backward -- an autograd engine thread (:func:`backward_threads`:
+  a thread that runs ``autograd::engine::evaluate_function`` ops inside another thread's backward
+  range) -- the backward range whose window [ts, end] contains ts (the calling thread is blocked
+  inside ``autograd.grad`` while the engine runs, so the window bounds the work),
   unless the event lies inside a forward range of its own thread (a forward's work is never a
   backward's). The rule is for backward ranges only; forward ranges keep the same-thread rule.
   A launch inside the windows of two or more backward ranges (possible only when backwards of
   different threads overlap) is attributed to none; each of those ranges counts it in
   ``ambiguous_launches`` and is incomplete.
+* any other thread (a helper thread, a data loader, another stream's worker): never the
+  backward's, even inside its window. Its launches are left out (their GPU events count as
+  launched outside every range) and each range whose window holds one counts it in
+  ``other_thread_launches``, which the note states; the range stays complete (its own work is).
 
 The completeness rule of :func:`attnprof.tables.completeness` applies to backward ranges as it
 does to forwards (every launch finds its GPU event, no orphaned or duplicate GPU records, some
@@ -32,7 +38,7 @@ GPU activity on a GPU, valid times for device times), plus ``ambiguous_launches 
 
 Outputs (per capture, next to the forward tables): ``backwards.csv`` (one row per backward
 range, :data:`BACKWARD_COLUMNS`: the forward table's columns, ``forward`` renamed ``backward``,
-plus ``ambiguous_launches``), ``kernels_backward.csv`` and ``ops_backward.csv`` (the kernel and
+plus ``ambiguous_launches`` and ``other_thread_launches``), ``kernels_backward.csv`` and ``ops_backward.csv`` (the kernel and
 op tables of the backward ranges, ``*_per_forward`` columns renamed ``*_per_backward``). All three
 are header-only when the capture profiled no backward. summary.csv gets
 :data:`attnprof.tables.BACKWARD_SUMMARY_COLUMNS`, empty unless the backward was profiled.
@@ -52,15 +58,43 @@ import pandas as pd
 from .names import backward_range_name
 from .tables import (BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, KERNEL_COLUMNS, assess_forwards,
                      completeness, forward_table, kernel_table, op_table)
-from .trace import assign_forward, cpu_ops, events_frame, forward_ranges, gpu_events, is_launch_api, launches
+from .trace import assign_forward, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api, launches
 
 PASSES = ("forward", "backward")
-BACKWARD_COLUMNS = ["backward" if c == "forward" else c for c in FORWARD_COLUMNS] + ["ambiguous_launches"]
+BACKWARD_COLUMNS = ["backward" if c == "forward" else c for c in FORWARD_COLUMNS] + ["ambiguous_launches",
+                                                                                    "other_thread_launches"]
+#: The aten-level op the autograd engine runs for every node of the graph it evaluates.
+ENGINE_OP = "autograd::engine::evaluate_function"
 
 
-def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict]:
+def backward_threads(events: pd.DataFrame, ranges: pd.DataFrame) -> list[frozenset]:
+    """Per backward range (row of ``ranges``, in order): the threads other than the range's own
+    that may run its work -- the autograd engine's. The engine threads are identified from the
+    trace: the threads that run an ``ENGINE_OP`` op (``autograd::engine::evaluate_function: ...``,
+    a ``cpu_op``) starting inside the window [ts, end] of some backward range (``range_ok`` or not)
+    other than one of their own. The engine keeps one thread per device for every backward of the
+    process, so each range gets them all (less its own thread). A trace that holds no such op
+    anywhere (hand-built, or from a profiler that does not record them) cannot name the engine's
+    threads: there the threads that run any aten op inside another thread's backward window stand
+    for them. A thread that only launches (no op) is never the engine's."""
+    ops = events[events["cat"] == "cpu_op"]
+    engine = ops[ops["name"].astype(str).str.startswith(ENGINE_OP)]
+    marked = ops if engine.empty else engine
+    t, threads = marked["ts"].to_numpy(float), marked["tid"].to_numpy(object)
+    found = set()
+    with np.errstate(invalid="ignore"):
+        for r in ranges.itertuples():
+            inside = (t >= r.ts) & (t <= r.end) & (threads != r.tid)
+            found.update(threads[inside])
+    return [frozenset(found - {r.tid}) for r in ranges.itertuples()]
+
+
+def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame,
+                  belonging: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
     """For each event: the backward range (``range_ok`` ones) on *another* thread whose window holds
-    its ts (-1: none or several), how many such windows hold it, and the ranges' masks."""
+    its ts (-1: none or several), how many such windows hold it, and the ranges' masks. With
+    ``belonging`` only events of the range's engine threads (column ``threads``, :func:`backward_threads`,
+    when ``ranges`` has it) count; with ``belonging`` False, only events of the other threads do."""
     t = ts.to_numpy(float)
     threads = tid.to_numpy(object)
     index = np.full(len(t), -1, dtype="int64")
@@ -70,6 +104,11 @@ def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> tuple[
     with np.errstate(invalid="ignore"):
         for r in good.itertuples():
             m = (threads != r.tid) & (t >= r.ts) & (t <= r.end)
+            if "threads" in good:
+                engine = np.array([x in r.threads for x in threads], dtype=bool)
+                m &= engine if belonging else ~engine
+            elif not belonging:
+                m &= False
             masks[int(r.forward)] = m
             count += m
             index = np.where(m, int(r.forward), index)
@@ -78,9 +117,10 @@ def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> tuple[
 
 def assign_backward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Series:
     """Index of the backward range that holds each (ts, tid) event, or -1 (module docstring): the
-    same-thread rule first, then the window of a backward range on another thread, for events that
-    no forward range (``ranges.attrs["forward_ranges"]``, when set) holds on their own thread and
-    that exactly one window holds."""
+    same-thread rule first, then the window of a backward range on another thread that belongs to
+    it (``ranges["threads"]``, when set: :func:`backward_threads`), for events that no forward range
+    (``ranges.attrs["forward_ranges"]``, when set) holds on their own thread and that exactly one
+    window holds."""
     out = assign_forward(ts, tid, ranges)
     fwd = ranges.attrs.get("forward_ranges")
     in_forward = assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
@@ -89,21 +129,46 @@ def assign_backward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.S
     return pd.Series(np.where(free, index, out.to_numpy()), index=ts.index, dtype="int64")
 
 
-def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
-    """Per backward range (index = range number): launch calls (:data:`attnprof.trace.LAUNCH_API`)
-    left unattributed because the windows of two or more backward ranges on other threads hold
-    them (and no range of their own thread or forward does)."""
-    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
-    launch = api[(api["forward"] < 0) & is_launch_api(api["name"])]
-    if launch.empty or ranges.empty:
-        return out
+def _unattributed_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The calls of ``api`` that enqueue GPU work (``enqueues``, else a name of
+    :data:`attnprof.trace.LAUNCH_API`) and that no range holds, with a mask of those that a forward
+    range of their own thread holds."""
+    enqueues = api["enqueues"].astype(bool) if "enqueues" in api else is_launch_api(api["name"])
+    launch = api[(api["forward"] < 0) & enqueues]
     fwd = ranges.attrs.get("forward_ranges")
     in_forward = (assign_forward(launch["ts"], launch["tid"], fwd).to_numpy() >= 0 if fwd is not None and len(fwd)
-                  else np.zeros(len(launch), bool))
+                  and len(launch) else np.zeros(len(launch), bool))
+    return launch, in_forward
+
+
+def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
+    """Per backward range (index = range number): calls that enqueue GPU work (``api["enqueues"]``)
+    left unattributed because the windows of two or more backward ranges on other threads, each
+    with the call's thread among its engine threads, hold them (and no range of their own thread
+    or forward does)."""
+    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
+    launch, in_forward = _unattributed_launches(api, ranges)
+    if launch.empty or ranges.empty:
+        return out
     _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges)
     ambiguous = (count >= 2) & ~in_forward
     for r, m in masks.items():
         out[r] = int((m & ambiguous).sum())
+    return out
+
+
+def other_thread_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
+    """Per backward range (index = range number): calls that enqueue GPU work, inside the range's
+    window, from a thread that is neither the range's nor one of its engine threads
+    (:func:`backward_threads`) and not inside a forward range of their own thread: left out of
+    every range (module docstring). 0 everywhere when ``ranges`` has no ``threads`` column."""
+    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
+    launch, in_forward = _unattributed_launches(api, ranges)
+    if launch.empty or ranges.empty:
+        return out
+    _, _, masks = _cross_thread(launch["ts"], launch["tid"], ranges, belonging=False)
+    for r, m in masks.items():
+        out[r] = int((m & ~in_forward).sum())
     return out
 
 
@@ -135,16 +200,18 @@ def analyse_passes(trace: dict, range_name: str, backward_name: str | None = Non
     their completeness has ``ambiguous_launches``. ``backward_name``: default
     :func:`backward_range_name`; a trace without such ranges gives empty backward frames."""
     events = events_frame(trace)
+    flows = flow_finishes(trace)
     if expect_gpu is None:
         expect_gpu = bool(trace.get("deviceProperties"))
     fwd_ranges = forward_ranges(events, range_name)
     bwd_ranges = forward_ranges(events, backward_name or backward_range_name(range_name))
     _mark_pass_overlaps(fwd_ranges, bwd_ranges)
+    bwd_ranges["threads"] = pd.Series(backward_threads(events, bwd_ranges), index=bwd_ranges.index, dtype=object)
     bwd_ranges.attrs["forward_ranges"] = fwd_ranges
-    fwd = {"ranges": fwd_ranges, "gpu": gpu_events(events, fwd_ranges), "api": launches(events, fwd_ranges),
+    fwd = {"ranges": fwd_ranges, "gpu": gpu_events(events, fwd_ranges), "api": launches(events, fwd_ranges, flows=flows),
            "ops": cpu_ops(events, fwd_ranges)}
     bwd = {"ranges": bwd_ranges, "gpu": gpu_events(events, bwd_ranges, assign_backward),
-           "api": launches(events, bwd_ranges, assign_backward), "ops": cpu_ops(events, bwd_ranges, assign_backward)}
+           "api": launches(events, bwd_ranges, assign_backward, flows), "ops": cpu_ops(events, bwd_ranges, assign_backward)}
     # both gpu frames hold the same events in the same order (same events, same sort): keep each
     # pass's own, and the stray ones in both
     fg, bg = fwd["gpu"], bwd["gpu"]
@@ -156,6 +223,7 @@ def analyse_passes(trace: dict, range_name: str, backward_name: str | None = Non
     fwd["completeness"] = completeness(fwd_ranges, fwd["gpu"], fwd["api"], expect_gpu)
     comp = completeness(bwd_ranges, bwd["gpu"], bwd["api"], expect_gpu)
     comp["ambiguous_launches"] = ambiguous_launches(bwd["api"], bwd_ranges).reindex(comp.index, fill_value=0)
+    comp["other_thread_launches"] = other_thread_launches(bwd["api"], bwd_ranges).reindex(comp.index, fill_value=0)
     comp["complete"] &= comp["ambiguous_launches"] == 0
     comp["timing_complete"] = comp["complete"] & (comp["bad_time_events"] == 0)
     bwd["completeness"] = comp
@@ -168,10 +236,13 @@ def _per_backward(df: pd.DataFrame) -> pd.DataFrame:
 
 def backward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     """One row per backward range (:data:`BACKWARD_COLUMNS`): :func:`attnprof.tables.forward_table`
-    of the backward frames, its ``forward`` column named ``backward``, plus ``ambiguous_launches``."""
+    of the backward frames, its ``forward`` column named ``backward``, plus ``ambiguous_launches`` and
+    ``other_thread_launches`` (launches from threads that do not belong to the backward inside its
+    window, left out)."""
     table = forward_table(frames, variant, shape_key)
-    amb = frames["completeness"].get("ambiguous_launches", pd.Series(dtype="int64"))
-    table["ambiguous_launches"] = table["forward"].map(amb).fillna(0).astype(int) if len(table) else pd.Series(dtype="int64")
+    for col in ("ambiguous_launches", "other_thread_launches"):
+        values = frames["completeness"].get(col, pd.Series(dtype="int64"))
+        table[col] = table["forward"].map(values).fillna(0).astype(int) if len(table) else pd.Series(dtype="int64")
     return table.rename(columns={"forward": "backward"})[BACKWARD_COLUMNS]
 
 

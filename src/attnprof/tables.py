@@ -13,7 +13,8 @@ import math
 
 import pandas as pd
 
-from .trace import cpu_ops, events_frame, forward_ranges, gpu_events, is_launch_api, kernel_label, launches
+from .trace import (GRAPH_LAUNCH_API, busy_time, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api,
+                    kernel_label, launches)
 
 KERNEL_COLUMNS = [
     "variant", "shape_key", "kernel", "label", "category", "device", "calls_per_forward", "calls_min", "calls_max",
@@ -21,9 +22,10 @@ KERNEL_COLUMNS = [
     "est_occupancy_pct", "launch_api", "op",
 ]
 FORWARD_COLUMNS = [
-    "variant", "shape_key", "forward", "cpu_us", "device_us", "device_span_us", "kernels", "memcpy", "memset",
+    "variant", "shape_key", "forward", "cpu_us", "device_us", "device_busy_us", "device_span_us", "kernels", "memcpy", "memset",
     "launch_calls", "launches_without_gpu_event", "gpu_events_without_launch", "duplicate_gpu_events", "duplicate_launches",
-    "bad_time_events", "range_ok", "complete", "timing_complete", "signature", "unattributed_gpu_events",
+    "bad_time_events", "stream_overlap_events", "graph_launches", "range_ok", "complete", "timing_complete", "signature",
+    "unattributed_gpu_events",
 ]
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
@@ -93,11 +95,14 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, expect_gpu: bool = False) -> pd.DataFrame:
-    """Per forward (index = forward number):
+    """Per forward (index = forward number), from the frames of :func:`analyse_trace` (``ranges``,
+    ``gpu``, ``api``):
 
-    - launch_calls: API calls that enqueue one GPU event each (:data:`attnprof.trace.LAUNCH_API`);
+    - launch_calls: API calls that enqueue GPU work, whatever their name (``api["enqueues"]``,
+      :func:`attnprof.trace.enqueues_gpu_work`; for an ``api`` frame without that column: a name of
+      :data:`attnprof.trace.LAUNCH_API` or a GPU event with the call's correlation id);
     - launches_without_gpu_event: of those, calls whose correlation id has no kernel, memcpy or
-      memset event in the trace (Kineto lost the GPU record);
+      memset event in the trace (Kineto lost the GPU records);
     - gpu_events_without_launch: GPU events with no launch record whose own External id names an
       aten op of this forward (Kineto lost the CPU-side record);
     - duplicate_gpu_events: the forward's GPU events that share a correlation id with another;
@@ -105,7 +110,10 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
       call of the trace (each launch has its own id; a reused one can hide a lost GPU event behind
       the other launch's);
     - bad_time_events: the forward's GPU events with impossible times (``time_ok`` in
-      :func:`attnprof.trace.gpu_events`);
+      :func:`attnprof.trace.gpu_events`, same-stream overlaps included);
+    - stream_overlap_events: of those, events that overlap another GPU event on their stream;
+    - graph_launches: the forward's launch calls that replay a CUDA graph (one call, the graph's
+      several GPU events under its correlation id, each counted; ``api["graph_launch"]``);
     - range_ok: the forward's range has valid times and overlaps no other (forward_ranges);
     - complete: range_ok, and no lost, orphaned or duplicate records (GPU events or launches), and -- when
       ``expect_gpu`` -- at least one GPU event (on a GPU, a forward with no recorded GPU
@@ -115,9 +123,16 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     Completeness rule: only complete forwards enter counts; only timing-complete forwards
     enter device times."""
     fwd = pd.Index(ranges["forward"], name="forward")
-    launch = api[(api["forward"] >= 0) & is_launch_api(api["name"])]
-    lost = launch[~launch["correlation"].isin(gpu["correlation"].dropna())]
-    every_launch = api[is_launch_api(api["name"])]
+    gpu_corr = gpu["correlation"].dropna()
+    if "enqueues" in api:
+        enqueues = api["enqueues"].astype(bool)
+    else:
+        enqueues = is_launch_api(api["name"]) | api["correlation"].isin(gpu_corr).fillna(False).astype(bool)
+    graph = (api["graph_launch"].astype(bool) if "graph_launch" in api
+             else api["name"].astype(str).str.match(GRAPH_LAUNCH_API))
+    launch = api[(api["forward"] >= 0) & enqueues]
+    lost = launch[~launch["correlation"].isin(gpu_corr).fillna(False).astype(bool)]
+    every_launch = api[enqueues]
     reused = every_launch["correlation"].dropna()
     reused = set(reused[reused.duplicated(keep=False)])
     inside = gpu[gpu["forward"] >= 0]
@@ -132,6 +147,9 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     out["duplicate_gpu_events"] = per_forward(inside[inside["duplicate"]])
     out["duplicate_launches"] = per_forward(launch[launch["correlation"].isin(reused)])
     out["bad_time_events"] = per_forward(inside[~inside["time_ok"]])
+    out["stream_overlap_events"] = (per_forward(inside[inside["stream_overlap"].astype(bool)]) if "stream_overlap" in inside
+                                    else 0)
+    out["graph_launches"] = per_forward(launch[graph[launch.index]])
     out["range_ok"] = ranges.set_index("forward")["range_ok"].reindex(fwd).astype(bool)
     out["complete"] = (out["range_ok"] & (out["launches_without_gpu_event"] == 0) & (out["gpu_events_without_launch"] == 0)
                        & (out["duplicate_gpu_events"] == 0) & (out["duplicate_launches"] == 0))
@@ -151,7 +169,7 @@ def analyse_trace(trace: dict, range_name: str, expect_gpu: bool | None = None) 
     frames = {
         "ranges": ranges,
         "gpu": gpu_events(events, ranges),
-        "api": launches(events, ranges),
+        "api": launches(events, ranges, flows=flow_finishes(trace)),
         "ops": cpu_ops(events, ranges),
     }
     if expect_gpu is None:
@@ -218,10 +236,13 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
 
 def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     """One row per profiled forward: cpu_us (host time of the forward's range), device_us
-    (sum of its kernel+memcpy+memset durations, valid-time events only), device_span_us
+    (sum of its kernel+memcpy+memset durations, valid-time events only), device_busy_us (the
+    time those events kept the GPU busy: the union of their intervals, :func:`attnprof.trace.busy_time`;
+    below device_us only where events overlap on different streams), device_span_us
     (first start to last end of its valid-time GPU events), counts per category (every GPU
     event, bad times included), and the completeness columns of :func:`completeness`
-    (launch_calls, launches_without_gpu_event, bad_time_events, complete, timing_complete).
+    (launch_calls, launches_without_gpu_event, bad_time_events, stream_overlap_events,
+    graph_launches, complete, timing_complete). All times in us.
     unattributed_gpu_events: trace-wide GPU events outside every forward, same value on
     every row, normally 0."""
     ranges, gpu = frames["ranges"], frames["gpu"]
@@ -232,6 +253,8 @@ def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     counts = inside.groupby(["forward", "category"]).size().unstack(fill_value=0)
     table = pd.DataFrame({"variant": variant, "shape_key": shape_key, "forward": ranges["forward"], "cpu_us": ranges["cpu_us"]})
     table["device_us"] = table["forward"].map(valid["dur"].sum()).fillna(0.0)
+    ok = inside[inside["time_ok"]]
+    table["device_busy_us"] = table["forward"].map(busy_time(ok["ts"], ok["dur"], ok["forward"])).astype(float).fillna(0.0)
     table["device_span_us"] = table["forward"].map(valid["end"].max() - valid["ts"].min()).fillna(0.0)
     for cat in ("kernel", "memcpy", "memset"):
         col = "kernels" if cat == "kernel" else cat
@@ -362,6 +385,7 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
                      f"finite, starting before its launch, or ending long after the trace) in forward{'s' if len(bad_fwd) > 1 else ''} "
                      f"{_ranges_text(bad_fwd)}: "
                      "counted, but those forwards are left out of device times")
+    notes += _more_notes(forwards, timed) if present else []
     if len(groups) > 1:
         notes.append("forwards differ: " + describe_groups(groups))
     stray = int(forwards["unattributed_gpu_events"].max()) if present and "unattributed_gpu_events" in forwards else 0
@@ -372,6 +396,45 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
     return {"forwards_expected": expected, "forwards_profiled": present, "forwards_complete": n_complete,
             "forwards_timed": int(timed.sum()), "incomplete_forwards": _ranges_text(incomplete), "bad_time_events": bad,
             "groups": groups, "note": "; ".join(notes), "sufficient": n_complete >= minimum, "minimum": minimum}
+
+
+#: Cross-stream overlap worth a word in the note: the busy time is this much below the summed durations.
+BUSY_NOTE_FRACTION = 1e-3
+
+
+def _more_notes(forwards: pd.DataFrame, timed: pd.Series) -> list[str]:
+    """The sentences of :func:`assess_forwards`' note about same-stream overlaps, CUDA-graph
+    replays, GPU events that overlap on different streams (the sum of durations and the busy time
+    both stated, ms per forward, medians over the timed forwards) and launches from threads that
+    are not the range's (backward ranges: ``other_thread_launches``); [] when none applies. Columns
+    absent from ``forwards`` (tables written before they existed) say nothing."""
+    notes = []
+
+    def where(mask) -> str:
+        ids = [int(f) for f in forwards.loc[mask, "forward"]]
+        return f"forward{'s' if len(ids) > 1 else ''} {_ranges_text(ids)}"
+
+    col = forwards.get("stream_overlap_events")
+    if col is not None and int(col.sum()):
+        n = int(col.sum())
+        notes.append(f"{n} of those GPU events overlap another GPU event on the same stream ({where(col > 0)}): a stream "
+                     "runs its work in order, so their times are impossible and not summed")
+    col = forwards.get("graph_launches")
+    if col is not None and int(col.sum()):
+        notes.append(f"{where(col > 0)} replay a CUDA graph ({int(col.sum())} graph launches): every GPU event of a replay "
+                     "carries its launch's correlation id and is counted")
+    if "device_busy_us" in forwards and timed.any():
+        t = forwards[timed.to_numpy(bool)]
+        over = (t["device_us"] - t["device_busy_us"]) > BUSY_NOTE_FRACTION * t["device_us"]
+        if over.any():
+            notes.append(f"GPU events overlap on different streams ({where(forwards.index.isin(t.index[over.to_numpy()]))}): "
+                         f"the device time sums their durations, {t['device_us'].median() / 1e3:.4f} ms per forward, while "
+                         f"the GPU was busy {t['device_busy_us'].median() / 1e3:.4f} ms (device_busy_us)")
+    col = forwards.get("other_thread_launches")
+    if col is not None and int(col.sum()):
+        notes.append(f"{int(col.sum())} launches from threads that are neither the range's nor the autograd engine's inside "
+                     f"the windows of {where(col > 0)}: not counted (their GPU events are outside every range)")
+    return notes
 
 
 def incomplete_reason(trace_path, verdict: dict) -> str:

@@ -18,15 +18,22 @@ A GPU event belongs to forward *i* when the API call with its correlation id sta
 inside the *i*-th CPU range named ``range_name``. This attribution does not assume that
 every forward launches the same work, unlike dividing totals by the step count.
 
+Flow events (``ph`` ``"s"``/``"f"``, ``cat`` ``"ac2g"``, ``id`` = the call's correlation id) draw
+an arrow from an API call to its GPU activity; their finish (``"f"``) lands on the GPU row, or --
+for calls that enqueue nothing (``cudaStreamIsCapturing``, ``cudaGetErrorString``...) -- on the
+call itself (:func:`flow_finishes`). A CUDA-graph replay is one ``cudaGraphLaunch`` call whose
+several GPU events all carry its correlation id (and, from Kineto, a ``graph node id``).
+
 Completeness (see :func:`attnprof.tables.forward_table`): Kineto can lose GPU records (a
-launch whose correlation id has no kernel/memcpy/memset event) and can write GPU events
-with impossible times (``ts`` 0, ``dur`` <= 0, a start before the launch call, an end long after the trace).
-Every launch is therefore matched to its GPU event, and every GPU event's times are
-checked (:data:`GPU_CATEGORIES`, :func:`gpu_events` column ``time_ok``).
+call that enqueues GPU work -- whatever its name, :func:`enqueues_gpu_work` -- whose correlation
+id has no kernel/memcpy/memset event) and can write GPU events with impossible times (``ts`` 0,
+``dur`` <= 0, a start before the launch call, an end long after the trace, two events overlapping
+on one stream). Every such call is therefore matched to its GPU events, and every GPU event's times
+are checked (:data:`GPU_CATEGORIES`, :func:`gpu_events` column ``time_ok``).
 
 Reading (issue 10: a 311 MB trace in seconds and well under 1 GB): :func:`load_trace` decodes
-only the fields the tables read -- ph, name, cat, ts, dur, pid, tid and, of ``args``, the
-correlation and External ids, the device and the launch metadata -- with msgspec into typed
+only the fields the tables read -- ph, name, cat, ts, dur, pid, tid, a flow's id and, of ``args``, the
+correlation and External ids, the callback id, the device, stream, graph node and the launch metadata -- with msgspec into typed
 structs, a batch of events at a time, and keeps them as columns, never as one dict per event;
 whatever that reader does not take as it is goes to the standard library's json, which gives
 the same tables (or the same :class:`TraceError`).
@@ -51,18 +58,38 @@ import pandas as pd
 
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
-#: Runtime/driver API calls that enqueue exactly one GPU event (kernel, memcpy or memset)
-#: carrying the call's correlation id (CUPTI activity records): kernel launches (runtime and
-#: driver, cooperative, Ex/ExC, versioned ``_v11060`` names), every memcpy and memset call.
-LAUNCH_API = re.compile(r"^cu(da)?(Launch(Cooperative)?Kernel(Ex(C)?)?|Memcpy\w*|Memset\w*)(_v\d+)?$")
+#: Name families of the runtime/driver API calls known to enqueue GPU work (kernel, memcpy or
+#: memset records carrying the call's correlation id): kernel launches (runtime and driver,
+#: cooperative, Ex/ExC), CUDA-graph launches, every memcpy and memset call, with any suffix
+#: (versions ``_v2``/``_v11060``, per-thread-stream ``_ptsz``/``_ptds``...).
+#: ``cu[da]LaunchHostFunc`` enqueues a host function, which leaves no GPU record: not a member.
+LAUNCH_API = re.compile(r"^cu(da)?(Graph(Exec)?Launch|Launch(?!HostFunc)|Memcpy|Memset)\w*$")
+#: The CUDA-graph launches among them (one call, several GPU events: the graph's nodes).
+GRAPH_LAUNCH_API = re.compile(r"^cu(da)?Graph(Exec)?Launch\w*$")
+#: Names of API calls that say nothing about the call: Kineto writes ``INVALID`` for a callback id
+#: it has no name for; ``(no name)`` is :func:`events_frame`'s for a missing name.
+UNNAMED_APIS = ("INVALID", "(no name)", "")
 LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-               "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemsetAsync")  # the common ones, for docs
+               "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")  # the common ones, for docs
 CPU_CATEGORIES = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver")
+#: Two times closer than this are the same time (us): timestamps are written to the nanosecond,
+#: and a start plus a duration carries float rounding (see :func:`same_time_tolerance`).
+TIME_TOLERANCE_US = 0.002
 
 
 def is_launch_api(names: pd.Series) -> pd.Series:
-    """True where an API call's name enqueues one GPU event (:data:`LAUNCH_API`)."""
+    """True where an API call's name is of a family known to enqueue GPU work (:data:`LAUNCH_API`).
+    Only part of the rule: :func:`launches` column ``enqueues`` is the rule (it also takes calls
+    that the trace links to GPU work, whatever their name)."""
     return names.astype(str).str.match(LAUNCH_API)
+
+
+def same_time_tolerance(ts) -> np.ndarray:
+    """Per time ``ts`` (us, array-like): the difference below which two times are taken as equal --
+    :data:`TIME_TOLERANCE_US`, or two float64 steps at that magnitude where those are larger
+    (epoch-scale timestamps)."""
+    ts = np.abs(np.asarray(ts, dtype=float))
+    return np.maximum(TIME_TOLERANCE_US, 2 * np.spacing(np.where(np.isfinite(ts), ts, 0.0)))
 
 
 METADATA_ARGS = {
@@ -82,9 +109,11 @@ class TraceError(ValueError):
 
 #: Keys of a GPU event's ``args`` that :func:`gpu_events` reads, in the order of the
 #: ``gpu_args`` tuples of :func:`events_frame`.
-GPU_ARG_KEYS = ("device", "External id", *METADATA_ARGS)
+GPU_ARG_KEYS = ("device", "External id", "stream", "graph node id", *METADATA_ARGS)
 #: The columns of :func:`events_frame` that :func:`launches` and :func:`cpu_ops` keep.
-EVENT_COLUMNS = ["name", "cat", "ts", "dur", "pid", "tid", "end", "correlation", "external_id"]
+EVENT_COLUMNS = ["name", "cat", "ts", "dur", "pid", "tid", "end", "correlation", "external_id", "cbid"]
+#: Columns of :func:`flow_finishes`.
+FLOW_COLUMNS = ["correlation", "pid", "tid", "ts"]
 
 
 def load_trace(path: str | Path) -> dict:
@@ -113,7 +142,7 @@ def load_trace(path: str | Path) -> dict:
         return _load_reference(data, path)
     del data  # the text is freed before its columns become a frame
     top, columns = decoded
-    return Trace(top, _frame_from_columns(columns), source, path.suffix == ".gz")
+    return Trace(top, _frame_from_columns(columns), source, path.suffix == ".gz", _flows_from_columns(columns))
 
 
 def _read_file(path: Path) -> tuple[bytes, bytes | bytearray]:
@@ -166,11 +195,14 @@ def _load_reference(data: bytes | bytearray, path: Path) -> dict:
 _Args = msgspec.defstruct("_Args", [
     ("correlation", int | None, None),
     ("external_id", int | None, msgspec.field(default=None, name="External id")),
+    ("cbid", int | None, None),
     ("device", Any, None),
+    ("stream", Any, None),
+    ("graph_node", Any, msgspec.field(default=None, name="graph node id")),
     *((col, Any, msgspec.field(default=None, name=key)) for key, col in METADATA_ARGS.items()),
 ], gc=False)
 _NO_ARGS = _Args()
-_gpu_arg_tuple = operator.attrgetter("device", "external_id", *METADATA_ARGS.values())  # GPU_ARG_KEYS order
+_gpu_arg_tuple = operator.attrgetter("device", "external_id", "stream", "graph_node", *METADATA_ARGS.values())  # GPU_ARG_KEYS order
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -183,6 +215,7 @@ class _Event(msgspec.Struct, gc=False):
     pid: int | str | None = None
     tid: int | str | None = None
     args: _Args | None = None
+    id: Any = None  # flow events' id (the correlation id of the call they link)
 
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -230,20 +263,22 @@ def _decode_fast(data: bytes | bytearray) -> tuple[dict, dict] | None:
 def _event_columns(raws: list) -> dict:
     """Columns of the complete (``ph == "X"``) events among ``raws`` (each one event's JSON
     text), decoded a batch at a time: name, cat, pid, tid as lists (equal strings and ids
-    shared; None where missing), ts, dur, correlation, external_id as float64 arrays (NaN
+    shared; None where missing), ts, dur, correlation, external_id, cbid as float64 arrays (NaN
     where missing), gpu as (row, tuple of the GPU_ARG_KEYS values) for kernel, memcpy and
-    memset events. The cyclic garbage collector is paused meanwhile: it would otherwise walk
+    memset events; and flows: (id, pid, tid, ts) of every ``ac2g`` flow finish (``ph == "f"``). The cyclic garbage collector is paused meanwhile: it would otherwise walk
     the growing lists again and again, and nothing made here forms a cycle."""
     decode = _EVENT.decode
     share = {None: None}.setdefault
-    name, cat, pid, tid, gpu = [], [], [], [], []
-    ts, dur, corr, ext = [], [], [], []
+    name, cat, pid, tid, gpu, flows = [], [], [], [], [], []
+    ts, dur, corr, ext, cbid = [], [], [], [], []
     rows = 0
     collecting = gc.isenabled()
     gc.disable()
     try:
         for start in range(0, len(raws), _BATCH):
-            xs = [e for e in map(decode, raws[start : start + _BATCH]) if e.ph == "X"]
+            batch = list(map(decode, raws[start : start + _BATCH]))
+            flows += [(e.id, e.pid, e.tid, e.ts) for e in batch if e.ph == "f" and e.cat == "ac2g"]
+            xs = [e for e in batch if e.ph == "X"]
             cats = [share(e.cat, e.cat) for e in xs]
             name += [share(e.name, e.name) for e in xs]
             cat += cats
@@ -252,7 +287,8 @@ def _event_columns(raws: list) -> dict:
             ts.append(np.array([e.ts for e in xs], dtype=float))
             dur.append(np.array([e.dur for e in xs], dtype=float))
             args = [_NO_ARGS if e.args is None else e.args for e in xs]
-            for out, ids in ((corr, [a.correlation for a in args]), (ext, [a.external_id for a in args])):
+            for out, ids in ((corr, [a.correlation for a in args]), (ext, [a.external_id for a in args]),
+                             (cbid, [a.cbid for a in args])):
                 ids = np.array(ids, dtype=float)
                 if (np.abs(ids) >= _EXACT_IDS).any():
                     raise _NotFast("an id too large for float64")
@@ -263,7 +299,7 @@ def _event_columns(raws: list) -> dict:
         if collecting:
             gc.enable()
     return {"rows": rows, "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-            "correlation": corr, "external_id": ext, "gpu": gpu}
+            "correlation": corr, "external_id": ext, "cbid": cbid, "gpu": gpu, "flows": flows}
 
 
 def _frame_from_columns(columns: dict) -> pd.DataFrame:
@@ -278,7 +314,20 @@ def _frame_from_columns(columns: dict) -> pd.DataFrame:
         gpu_args[row] = values
     return _finish_frame(df, pd.Series(np.concatenate(columns["correlation"])),
                          pd.Series(np.concatenate(columns["external_id"])), gpu_args,
-                         names_as_read=None in columns["name"] or None in columns["cat"])
+                         names_as_read=None in columns["name"] or None in columns["cat"],
+                         cbid=pd.Series(np.concatenate(columns["cbid"])))
+
+
+def _flows_from_columns(columns: dict) -> pd.DataFrame:
+    """:func:`flow_finishes` of the fast reader's columns."""
+    flows = columns["flows"]
+    return _flow_frame([f[0] for f in flows], [f[1] for f in flows], [f[2] for f in flows], [f[3] for f in flows])
+
+
+def _flow_frame(ids: list, pids: list, tids: list, ts: list) -> pd.DataFrame:
+    return pd.DataFrame({"correlation": integer_ids(pd.Series(ids, dtype=object)), "pid": pd.Series(pids, dtype=object),
+                         "tid": pd.Series(tids, dtype=object),
+                         "ts": pd.to_numeric(pd.Series(ts, dtype=object), errors="coerce").astype(float)})[FLOW_COLUMNS]
 
 
 def _frame_from_dicts(events: list) -> pd.DataFrame:
@@ -292,11 +341,11 @@ def _frame_from_dicts(events: list) -> pd.DataFrame:
         if isinstance(c, str) and c in GPU_CATEGORIES:
             gpu_args[row] = tuple(a.get(k) for k in GPU_ARG_KEYS)
     return _finish_frame(df, args.apply(lambda a: a.get("correlation")), args.apply(lambda a: a.get("External id")),
-                         gpu_args)
+                         gpu_args, cbid=args.apply(lambda a: a.get("cbid")))
 
 
 def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, gpu_args: np.ndarray,
-                  names_as_read: bool = True) -> pd.DataFrame:
+                  names_as_read: bool = True, cbid: pd.Series | None = None) -> pd.DataFrame:
     """Both readers' last step: ``df`` holds the events' name, cat, ts, dur, pid, tid as read.
     ``names_as_read`` False: every name and cat is a string (the fast reader's, when none is
     missing), which the name and cat rules leave as they are."""
@@ -308,6 +357,7 @@ def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Seri
     df["end"] = df["ts"] + df["dur"]
     df["correlation"] = integer_ids(correlation)
     df["external_id"] = integer_ids(external_id)
+    df["cbid"] = integer_ids(cbid if cbid is not None else pd.Series([None] * len(df), dtype=object))
     df["gpu_args"] = gpu_args
     return df
 
@@ -324,23 +374,29 @@ class Trace(dict):
     ``copy``, comparisons, pickling, ``json.dump``...); from then on the list is what counts
     (the caller may change it) and events_frame reads it, like a plain dict's."""
 
-    __slots__ = ("_frame", "_source", "_gzipped")
+    __slots__ = ("_frame", "_source", "_gzipped", "_flows")
 
-    def __init__(self, top: dict, frame: pd.DataFrame, source: bytes, gzipped: bool):
+    def __init__(self, top: dict, frame: pd.DataFrame, source: bytes, gzipped: bool, flows: pd.DataFrame | None = None):
         """``top``: the top-level object with :data:`_LAZY` for ``traceEvents``; ``frame``: its
-        events_frame; ``source``: the file's bytes, gzip-compressed when ``gzipped``."""
+        events_frame; ``source``: the file's bytes, gzip-compressed when ``gzipped``; ``flows``:
+        its :func:`flow_finishes` (None: none read)."""
         super().__init__(top)
         self._frame, self._source, self._gzipped = frame, source, gzipped
+        self._flows = flows if flows is not None else _flow_frame([], [], [], [])
 
     def events_frame(self) -> pd.DataFrame | None:
         """The columns read from the file while ``traceEvents`` has not been built; else None."""
         return self._frame if dict.get(self, "traceEvents") is _LAZY else None
 
+    def flow_frame(self) -> pd.DataFrame | None:
+        """The flow finishes read from the file while ``traceEvents`` has not been built; else None."""
+        return self._flows if dict.get(self, "traceEvents") is _LAZY else None
+
     def _build(self) -> None:
         if dict.get(self, "traceEvents") is _LAZY:
             text = gzip.decompress(self._source) if self._gzipped else self._source
             dict.__setitem__(self, "traceEvents", json.loads(text.decode("utf-8"))["traceEvents"])
-            self._frame = self._source = None
+            self._frame = self._source = self._flows = None
 
     def __getitem__(self, key):
         if key == "traceEvents":
@@ -401,7 +457,8 @@ class Trace(dict):
 def events_frame(trace: dict) -> pd.DataFrame:
     """Complete (``ph == "X"``) events as a DataFrame with columns name, cat, ts, dur
     (microseconds; NaN where missing or not a number), pid, tid, end, correlation,
-    external_id and gpu_args: for kernel, memcpy and memset events the tuple of their
+    external_id, cbid (``args.cbid``, the CUPTI callback id that names a runtime/driver API;
+    <NA> where missing) and gpu_args: for kernel, memcpy and memset events the tuple of their
     ``args`` values of :data:`GPU_ARG_KEYS` (None where missing), None for the other events
     (the events' other ``args`` are not kept). Empty frame (same columns) when the trace holds
     none. A :class:`Trace` gives the columns its fast reader read; any other dict, its
@@ -410,6 +467,21 @@ def events_frame(trace: dict) -> pd.DataFrame:
     if frame is not None:
         return frame.copy(deep=False)
     return _frame_from_dicts(trace["traceEvents"])
+
+
+def flow_finishes(trace: dict) -> pd.DataFrame:
+    """The finishes (``ph == "f"``) of the trace's ``ac2g`` flow events, one row each, columns
+    :data:`FLOW_COLUMNS`: correlation (the flow's ``id``: the correlation id of the API call it
+    starts from; <NA> when not an integer), pid, tid (where the arrow lands) and ts (us). Kineto
+    draws an ``ac2g`` arrow from a call to its GPU activity, which lands on the GPU's row (another
+    pid than the call's); for calls that enqueue nothing it lands on the call itself. Empty frame
+    when the trace has none."""
+    flows = trace.flow_frame() if isinstance(trace, Trace) else None
+    if flows is not None:
+        return flows.copy()
+    rows = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "f" and e.get("cat") == "ac2g"]
+    return _flow_frame([e.get("id") for e in rows], [e.get("pid") for e in rows], [e.get("tid") for e in rows],
+                       [e.get("ts") for e in rows])
 
 
 def integer_ids(values: pd.Series) -> pd.Series:
@@ -423,19 +495,22 @@ def integer_ids(values: pd.Series) -> pd.Series:
 def forward_ranges(events: pd.DataFrame, range_name: str) -> pd.DataFrame:
     """The CPU ``record_function`` ranges named ``range_name``, in time order (ranges without
     a valid start last), as columns forward (0-based), ts, end, cpu_us (the range's duration:
-    host time of one forward), tid, and range_ok: False when the range has no finite start or
-    a missing or negative duration, or overlaps another such range of its thread (forwards are
-    sequential: an overlap means a corrupt trace or a different program). Work is attributed
-    only to ranges that are ok."""
+    host time of one forward), tid, and range_ok: False when the range has no finite start, a
+    missing, zero or negative duration (a forward takes time: a zero-length range holds no
+    forward, also on a CPU run, where no GPU event would betray it), or overlaps another such
+    range of its thread (forwards are sequential: an overlap means a corrupt trace or a different
+    program). Ranges that touch -- one ends where the next begins, within
+    :func:`same_time_tolerance` -- do not overlap. Work is attributed only to ranges that are ok."""
     r = events[(events["cat"] == "user_annotation") & (events["name"] == range_name)]
     r = r.sort_values("ts", na_position="last").reset_index(drop=True)
     out = pd.DataFrame({"forward": r.index, "ts": r["ts"], "end": r["end"], "cpu_us": r["dur"], "tid": r["tid"]})
-    ok = np.isfinite(out["ts"]) & np.isfinite(out["end"]) & (out["cpu_us"] >= 0)
+    ok = np.isfinite(out["ts"]) & np.isfinite(out["end"]) & (out["cpu_us"] > 0)
     overlap = pd.Series(False, index=out.index)
     for _, rr in out[ok].groupby("tid"):
         rr = rr.sort_values("ts")
         prev_end = rr["end"].cummax().shift()
-        hit = rr["ts"] <= prev_end  # starts before an earlier range of the thread has ended
+        # starts before an earlier range of the thread has ended (touching is not overlapping)
+        hit = rr["ts"] < prev_end - same_time_tolerance(rr["ts"])
         overlap[rr.index[hit]] = True
         overlap[rr.index[hit.shift(-1, fill_value=False)]] = True
     out["range_ok"] = ok & ~overlap
@@ -460,13 +535,103 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     return out
 
 
-def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
-    """CUDA runtime and driver API calls with the forward they ran in (-1: outside any).
+def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward,
+             flows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """CUDA runtime and driver API calls (columns :data:`EVENT_COLUMNS`) with the forward they
+    ran in (-1: outside any) and what the trace says about the GPU work they enqueue:
+
+    - ``linked``: the trace links this call to GPU work: a kernel, memcpy or memset event carries
+      its correlation id, or an ``ac2g`` flow from it lands on another process's row than the
+      call's (the GPU's; :func:`flow_finishes`, ``flows``; None: no flows);
+    - ``enqueues``: the call enqueues GPU work, so that finding none of it means lost GPU records
+      (:func:`enqueues_gpu_work`);
+    - ``graph_launch``: the call replays a CUDA graph (name of :data:`GRAPH_LAUNCH_API`, or GPU
+      events with a ``graph node id`` carry its correlation id): it owns several GPU events.
+
     ``assign``: the rule that maps (ts, tid) to a range (:func:`assign_forward`; the backward
     ranges use :func:`attnprof.backward.assign_backward`)."""
+    api = _api_calls(events, ranges, assign)
+    gpu = events[events["cat"].isin(GPU_CATEGORIES)]
+    api["linked"] = _linked_calls(api, gpu, flows)
+    api["enqueues"] = enqueues_gpu_work(api, events)
+    node = gpu["gpu_args"].map(lambda a: a[_NODE] is not None).astype(bool)
+    graph_corr = gpu.loc[node, "correlation"].dropna()
+    api["graph_launch"] = (_matches(api["name"], GRAPH_LAUNCH_API) | api["correlation"].isin(graph_corr).fillna(False)).astype(bool)
+    return api
+
+
+_NODE = GPU_ARG_KEYS.index("graph node id")
+
+
+def _api_calls(events: pd.DataFrame, ranges: pd.DataFrame, assign) -> pd.DataFrame:
     api = events.loc[events["cat"].isin(LAUNCH_CATEGORIES), EVENT_COLUMNS].copy()
     api["forward"] = assign(api["ts"], api["tid"], ranges)
     return api
+
+
+def _matches(names: pd.Series, pattern: re.Pattern) -> pd.Series:
+    """``names`` (as strings) that ``pattern`` matches from their start; each distinct name tried once."""
+    names = names.astype(str)
+    hit = {n: bool(pattern.match(n)) for n in names.unique()}
+    return names.map(hit).astype(bool)
+
+
+def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | None) -> pd.Series:
+    """Per API call: a GPU event carries its correlation id, or an ac2g flow of its correlation id
+    lands somewhere else than on the call itself (another thread's row -- the GPU stream's -- or
+    another time). Kineto's flows of calls without GPU work (``cudaStreamIsCapturing``,
+    ``cudaFuncSetAttribute``...) land on the call: its own thread, at its own start."""
+    linked = api["correlation"].isin(gpu["correlation"].dropna()).fillna(False).astype(bool)
+    if flows is not None and len(flows):
+        f = flows.dropna(subset=["correlation"]).rename(columns={"tid": "f_tid", "ts": "f_ts"})[["correlation", "f_tid", "f_ts"]]
+        calls = api.loc[api["correlation"].notna(), ["correlation", "tid", "ts"]].reset_index()
+        m = calls.merge(f, on="correlation")
+        if len(m):
+            other_thread = np.array([a != b for a, b in zip(m["tid"], m["f_tid"])], dtype=bool)
+            other_time = ~(np.abs(m["f_ts"].to_numpy(float) - m["ts"].to_numpy(float)) <= same_time_tolerance(m["ts"]))
+            linked.loc[m.loc[other_thread | other_time, "index"].unique()] = True
+    return linked
+
+
+def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
+    """Per API call of ``api`` (:func:`launches`' frame, with its ``linked`` and ``forward``
+    columns): whether the call enqueues GPU work -- decided from what the trace says, not from
+    a fixed list of names. A call enqueues GPU work when
+
+    1. the trace links it to GPU work (``linked``); or
+    2. it has a real name (not :data:`UNNAMED_APIS`) and that name is of a family known to enqueue
+       work (:data:`LAUNCH_API`: launches, graph launches, memcpys, memsets with any suffix), or the
+       trace links some call of that name (in any range, or outside) to GPU work; or
+    3. it has no real name (Kineto's ``INVALID``) and either its callback id (``args.cbid``, which
+       names the API exactly) is that of a call of its category that the trace links to GPU work,
+       or it stands where another range has a linked call: the same k-th call among those issued
+       by aten ops of the same name in its range (for calls that carry no callback id).
+
+    A call that enqueues work and whose correlation id no GPU event carries lost its GPU
+    records (:func:`attnprof.tables.completeness`). Calls that enqueue nothing
+    (``cudaStreamIsCapturing``, ``cudaGetDevice``, ``cudaEventRecord``, synchronizations,
+    ``cudaFuncSetAttribute``, ``cudaMalloc``...) are none of these. Bool Series on api's index."""
+    names = api["name"].astype(str)
+    linked = api["linked"].astype(bool)
+    named = ~names.isin(UNNAMED_APIS)
+    known = set(names[linked & named])
+    out = linked | (named & (_matches(names, LAUNCH_API) | names.isin(known)))
+    unnamed = ~named & ~linked
+    if unnamed.any():
+        cbid = api["cbid"] if "cbid" in api else pd.Series(pd.NA, index=api.index, dtype="Int64")
+        known_cbid = set(zip(api.loc[linked & cbid.notna(), "cat"], cbid[linked & cbid.notna()].astype(int)))
+        by_cbid = [c is not pd.NA and (cat, int(c)) in known_cbid for cat, c in zip(api["cat"], cbid)]
+        out |= unnamed & pd.Series(by_cbid, index=api.index, dtype=bool)
+        inside = api[api["forward"] >= 0].sort_values("ts", kind="stable")
+        if len(inside):
+            ops = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id")
+            op = inside["external_id"].map(ops.set_index("external_id")["name"]).astype(object).fillna("")
+            k = inside.assign(op=op).groupby(["forward", "op"]).cumcount()
+            place = pd.Series(list(zip(op, k)), index=inside.index)
+            known_place = set(place[linked[inside.index]])
+            at_linked_place = place.map(lambda p: p in known_place).reindex(api.index, fill_value=False).astype(bool)
+            out |= unnamed & at_linked_place
+    return out.astype(bool)
 
 
 def cpu_ops(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
@@ -483,24 +648,34 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward
     Columns: name, category ('kernel'|'memcpy'|'memset'), ts, dur, end (us), forward
     (-1 when the launch was outside every forward or missing), launch_api, launch_ts (us,
     start of the launching API call), op, device (``args.device``: the GPU it ran on, the
-    ``id`` of a ``deviceProperties`` entry; NaN when absent), time_ok (False for impossible
-    times: ts or dur missing or not finite, ts <= 0, dur <= 0, a start before the launch call
-    started, or an end later than the trace's CPU span again after its last CPU event),
-    duplicate (another GPU event carries
-    the same correlation id: one launch, one GPU record), orphan_forward (for an event whose
-    launch record is missing: the forward of the aten op its own ``External id`` names, else
-    -1), and the launch metadata columns of METADATA_ARGS (NaN where the trace
-    carries none). ``assign``: the (ts, tid) -> range rule, as in :func:`launches`."""
+    ``id`` of a ``deviceProperties`` entry; NaN when absent), stream (``args.stream``, else the
+    event's tid: the row Kineto draws it on), graph_replay (the event is a node of a CUDA-graph
+    replay: its launch is a graph launch, :func:`launches`, or it carries a ``graph node id``),
+    stream_overlap (the event overlaps another GPU event of the same device and stream by more
+    than :func:`same_time_tolerance`: a stream runs its work in order, so both times are
+    impossible), time_ok (False for impossible times: ts or dur missing or not finite, ts <= 0,
+    dur <= 0, a start before the launch call started, an end later than the trace's CPU span
+    again after its last CPU event, or stream_overlap), duplicate (another GPU event carries the
+    same correlation id: one launch, one GPU record -- except under a graph launch, whose nodes
+    share its id: there only a second event of the same graph node, or the same name, start and
+    duration, is a duplicate), orphan_forward (for an event whose launch record is missing: the
+    forward of the aten op its own ``External id`` names, else -1), and the launch metadata
+    columns of METADATA_ARGS (NaN where the trace carries none). ``assign``: the (ts, tid) ->
+    range rule, as in :func:`launches`."""
     gpu = events[events["cat"].isin(GPU_CATEGORIES)].copy()
     gpu["category"] = gpu["cat"].map(GPU_CATEGORIES)
     arg = {key: i for i, key in enumerate(GPU_ARG_KEYS)}  # position in the gpu_args tuples
     gpu["device"] = integer_ids(gpu["gpu_args"].apply(lambda a: a[arg["device"]]))
+    stream = gpu["gpu_args"].map(lambda a: a[arg["stream"]])
+    gpu["stream"] = stream.where(stream.notna(), gpu["tid"]).astype(object)
+    gpu["graph_node"] = gpu["gpu_args"].map(lambda a: a[arg["graph node id"]])
     for key, col in METADATA_ARGS.items():
         gpu[col] = gpu["gpu_args"].apply(lambda a, i=arg[key]: a[i])
     for col in ("grid", "block"):
         gpu[col] = gpu[col].apply(lambda g: "x".join(str(int(x)) for x in g) if isinstance(g, list) else None)
-    api = launches(events, ranges, assign)[["correlation", "name", "forward", "external_id", "ts"]]
+    api = _api_calls(events, ranges, assign)[["correlation", "name", "forward", "external_id", "ts"]]
     api = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
+    api["graph_launch"] = _matches(api["name"], GRAPH_LAUNCH_API)
     api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id", "ts": "launch_ts"})
     gpu = gpu.merge(api, on="correlation", how="left")
     # the CPU side of the trace spans [cpu_start, cpu_end]: GPU work launched in it cannot end
@@ -508,9 +683,22 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward
     cpu = events[events["cat"].isin(CPU_CATEGORIES)]
     cpu_ts, cpu_end = cpu["ts"][np.isfinite(cpu["ts"])], cpu["end"][np.isfinite(cpu["end"])]
     latest = cpu_end.max() + (cpu_end.max() - cpu_ts.min()) if len(cpu_ts) and len(cpu_end) else np.inf
-    gpu["time_ok"] = (np.isfinite(gpu["ts"]) & np.isfinite(gpu["dur"]) & (gpu["ts"] > 0) & (gpu["dur"] > 0)
-                      & ~(gpu["ts"] < gpu["launch_ts"]) & ~(gpu["end"] > latest))
-    gpu["duplicate"] = gpu["correlation"].notna() & gpu.duplicated("correlation", keep=False)
+    time_ok = (np.isfinite(gpu["ts"]) & np.isfinite(gpu["dur"]) & (gpu["ts"] > 0) & (gpu["dur"] > 0)
+               & ~(gpu["ts"] < gpu["launch_ts"]) & ~(gpu["end"] > latest))
+    has_corr = gpu["correlation"].notna()
+    node = gpu["graph_node"].notna()
+    graph = (gpu["graph_launch"].astype("boolean").fillna(False).astype(bool) | node) & has_corr
+    gpu["duplicate"] = has_corr & gpu.duplicated("correlation", keep=False)
+    if graph.any():  # a graph launch's events share its correlation id: duplicates are repeated nodes
+        graph = gpu["correlation"].isin(gpu.loc[graph, "correlation"]).fillna(False).astype(bool)
+        key = gpu.assign(graph_node=gpu["graph_node"].astype(str))
+        graph_dup = has_corr & ((node & key.duplicated(["correlation", "graph_node"], keep=False))
+                                | gpu.duplicated(["correlation", "name", "ts", "dur"], keep=False))
+        gpu["duplicate"] = np.where(graph, graph_dup, gpu["duplicate"])
+    gpu["graph_replay"] = graph | node
+    # records repeated under one correlation id are a record defect (duplicate), not a time defect
+    gpu["stream_overlap"] = same_stream_overlaps(gpu, time_ok & ~gpu["duplicate"])
+    gpu["time_ok"] = time_ok & ~gpu["stream_overlap"]
     # a GPU event whose launch record is missing: its own External id names the aten op that issued it
     ops = events[events["cat"] == "cpu_op"].dropna(subset=["external_id"]).drop_duplicates("external_id").set_index("external_id")
     gpu["orphan_forward"] = -1
@@ -523,8 +711,51 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward
     gpu["op"] = gpu["launch_external_id"].map(op_by_id)
     gpu["forward"] = gpu["forward"].fillna(-1).astype("int64")
     cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation", "device",
-            "time_ok", "duplicate", "orphan_forward", *METADATA_ARGS.values()]
+            "stream", "graph_replay", "stream_overlap", "time_ok", "duplicate", "orphan_forward", *METADATA_ARGS.values()]
     return gpu[cols].sort_values("ts").reset_index(drop=True)
+
+
+def same_stream_overlaps(gpu: pd.DataFrame, considered: pd.Series) -> pd.Series:
+    """Per GPU event of ``gpu`` (columns ts, end, device, stream, pid): True where the event
+    overlaps another one of the same device (``device``, else the event's pid) and stream by more
+    than :func:`same_time_tolerance` -- both events of each such pair. Only events where
+    ``considered`` is True take part (the others are False). Events on different streams may
+    overlap (that is concurrency); on one stream they cannot."""
+    out = np.zeros(len(gpu), dtype=bool)
+    sel = np.flatnonzero(considered.to_numpy(bool))
+    if len(sel) < 2:
+        return pd.Series(out, index=gpu.index)
+    sub = gpu.iloc[sel]
+    device = sub["device"].astype(object).where(sub["device"].notna(), sub["pid"])
+    lanes = pd.Series(list(zip(device.map(repr), sub["stream"].map(repr))), index=sub.index)
+    for _, rows in pd.Series(np.arange(len(sub)), index=sub.index).groupby(lanes):
+        pos = rows.to_numpy()
+        pos = pos[np.argsort(sub["ts"].to_numpy(float)[pos], kind="stable")]
+        ts, end = sub["ts"].to_numpy(float)[pos], sub["end"].to_numpy(float)[pos]
+        reach = np.maximum.accumulate(end)  # the latest end so far
+        holder = np.maximum.accumulate(np.where(end >= reach, np.arange(len(pos)), 0))  # the event that reaches it
+        hit = ts[1:] < reach[:-1] - same_time_tolerance(ts[1:])
+        out[sel[pos[1:][hit]]] = True
+        out[sel[pos[holder[:-1][hit]]]] = True
+    return pd.Series(out, index=gpu.index)
+
+
+def busy_time(ts: pd.Series, dur: pd.Series, group: pd.Series | None = None):
+    """Time (us) covered by the union of the intervals [ts, ts + dur] -- the time the GPU was busy
+    with them, however many streams ran at once: the sum of their durations less every part
+    already covered by an earlier-starting interval (so it equals the sum, up to float rounding, when
+    none overlaps). A float (0.0 for none); with ``group`` (labels on the same index), a Series of
+    the busy time of each group's intervals, indexed by label."""
+    key = pd.Series(0, index=ts.index) if group is None else group
+    df = pd.DataFrame({"g": key, "ts": ts.astype(float), "dur": dur.astype(float)}).sort_values(["g", "ts"], kind="stable")
+    df["end"] = df["ts"] + df["dur"]
+    reach = df.groupby("g", sort=False)["end"].cummax()
+    prev = reach.groupby(df["g"], sort=False).shift()  # latest end of the earlier-starting intervals
+    covered = (np.minimum(df["end"], prev) - df["ts"]).clip(lower=0.0).fillna(0.0)
+    busy = df.groupby("g")["dur"].sum() - covered.groupby(df["g"]).sum()
+    if group is None:
+        return float(busy.iloc[0]) if len(busy) else 0.0
+    return busy
 
 
 def device_properties(trace: dict) -> list[dict]:
