@@ -5,7 +5,7 @@ rule compare_json:
     input:
         unpack(compare_inputs),
         script=script_file("compare"),
-        code=code("compare", "trace", "stats"),
+        code=code("compare", "trace", "stats", "records"),
     output:
         "results/compare/{name}/compare.json",
     log:

@@ -23,7 +23,7 @@ rule plots:
 rule scaling_plots:
     """Run-wide figures: device time, TFLOP/s and peak memory against seq_len; roofline."""
     input:
-        code("plots"),
+        code("plots", "records"),
         script=script_file("scaling_plots"),
         summary=run_file("summary"),
         calibration=run_file("calibration"),
@@ -42,7 +42,7 @@ rule scaling_plots:
 rule timeline:
     """One profiled forward per variant of a shape, drawn from the traces (CPU launches, GPU work)."""
     input:
-        code("plots", "trace", "tables", "findings/kernel_names"),
+        code("plots", "trace", "tables", "findings/kernel_names", "records"),
         script=script_file("timeline"),
         status=lambda wc: expand(
             capture_file("status"),
