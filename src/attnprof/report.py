@@ -173,7 +173,8 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names(),
             # compare's noise floor in % (a result set recorded before the compare config had none: its default)
-            "noise_floor_pct": 100 * (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR)}
+            "noise_floor_pct": 100 * (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR),
+            "noise_floor_host_pct": 100 * (cfg.get("compare") or {}).get("noise_floor_host", NOISE_FLOOR_HOST)}
 
 
 def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:
