@@ -12,14 +12,18 @@ with script_log(sm.log[0]) as log:
     from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
     from attnprof.trace import TraceError, device_properties, events_frame, load_trace
     from attnprof.backward import analyse_passes, backward_tables, empty_backward_tables
-    from attnprof.records import STATUS_KEYS, check_capture_record, load_record, trace_schema_problem
+    from attnprof.records import STATUS_KEYS, check_capture_record, devices_used, load_record, trace_schema_problem
 
     variant, shape = sm.wildcards.variant, sm.wildcards.shape
     status = load_record(sm.input.status, STATUS_KEYS)
     trace = load_trace(sm.input.trace)
     # which capture this is: the record against its folder and its trace (GPU, CUDA build, GPU or CPU trace)
-    categories = events_frame(trace)["cat"].value_counts().to_dict()
-    check_capture_record(status, sm.input.status, device_properties(trace), trace_path=sm.input.trace,
+    events = events_frame(trace)
+    categories = events["cat"].value_counts().to_dict()
+    # the GPUs the trace's kernels, memcpys and memsets ran on (their args.device): the record's GPU must be one of
+    # those, not merely one listed in deviceProperties (a trace can list several)
+    props = devices_used(device_properties(trace), (a[0] for a in events["gpu_args"].dropna()))
+    check_capture_record(status, sm.input.status, props, trace_path=sm.input.trace,
                          trace_meta={k: trace.get(k) for k in ("cuda_runtime_version", "cuda_driver_version")},
                          trace_categories=categories)
     if status["status"] in ("ok", "incomplete_trace") and (why := trace_schema_problem(categories, status["device"] == "cuda")):

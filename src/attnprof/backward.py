@@ -75,18 +75,26 @@ def backward_threads(events: pd.DataFrame, ranges: pd.DataFrame) -> list[frozens
     other than one of their own. The engine keeps one thread per device for every backward of the
     process, so each range gets them all (less its own thread). A trace that holds no such op
     anywhere (hand-built, or from a profiler that does not record them) cannot name the engine's
-    threads: there the threads that run any aten op inside another thread's backward window stand
-    for them. A thread that only launches (no op) is never the engine's."""
+    threads: there the thread that runs the most aten ops inside other threads' backward windows
+    stands for them (the engine runs the whole backward; a helper thread a few ops), and the other
+    threads' launches are counted apart. A thread that only launches (no op) is never the engine's."""
     ops = events[events["cat"] == "cpu_op"]
     engine = ops[ops["name"].astype(str).str.startswith(ENGINE_OP)]
     marked = ops if engine.empty else engine
     t, threads = marked["ts"].to_numpy(float), marked["tid"].to_numpy(object)
-    found = set()
+    found: dict = {}
     with np.errstate(invalid="ignore"):
         for r in ranges.itertuples():
             inside = (t >= r.ts) & (t <= r.end) & (threads != r.tid)
-            found.update(threads[inside])
-    return [frozenset(found - {r.tid}) for r in ranges.itertuples()]
+            for x in threads[inside]:
+                found[x] = found.get(x, 0) + 1
+    if engine.empty and len(found) > 1:
+        # no engine op names the engine: of the threads running ops in the windows, the one that runs the most
+        # (the engine runs the whole backward; a helper thread a few ops); the others' launches are counted apart
+        # (other_thread_launches) and named in the backward's note
+        top = max(found.values())
+        found = {x: n for x, n in found.items() if n == top}
+    return [frozenset(set(found) - {r.tid}) for r in ranges.itertuples()]
 
 
 def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame,

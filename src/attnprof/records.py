@@ -299,3 +299,11 @@ def trace_schema_problem(categories: Mapping[str, int], expect_gpu: bool) -> str
                 f"({', '.join(GPU_EVENT_CATEGORIES)}) but {sum(cats[c] for c in unknown)} in categories it does not "
                 f"know ({', '.join(unknown[:8])}); not a capture without GPU activity")
     return None
+
+
+def devices_used(device_props: Sequence[Mapping], gpu_device_ids: Iterable) -> list[dict]:
+    """The ``deviceProperties`` entries (``device_props``) of the GPUs the trace's GPU events ran on
+    (``gpu_device_ids``: their ``args.device``): the GPU a record must name. All entries when no GPU event
+    says its device (a CPU trace, or an older trace without it)."""
+    used = {d for d in gpu_device_ids if d is not None and d == d}
+    return [dict(p) for p in device_props if not used or p.get("id") in used]

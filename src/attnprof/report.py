@@ -340,7 +340,11 @@ def sweep_table(summary: pd.DataFrame, gpu: bool) -> dict:
                           "hi": r.get(f"{prefix}_run_hi"), "tflops": r.get("tflops"), "kernels": r.get("kernels_per_forward"),
                           "memcpy": r.get("memcpy_per_forward"), "wrong": r.get("rel_error_ok") is False})
         rows.append({"variant": variant, "cells": cells, "dispatcher": variant in DISPATCHERS})
+    # shapes beyond square attention (grouped-query, decode, a lower-right mask) described in words under the table
+    legend = [{"short": _shape_word(k, keys), "describe": _describe(k)} for k in keys
+              if any(mark in k for mark in ("_kv", "_q", "causal-lr")) and _describe(k)]
     return {"shapes": [{"key": k, "short": _shape_word(k, keys)} for k in keys], "common": "_".join(common), "rows": rows,
+            "legend": legend,
             "others": len(keys) - 1}
 
 

@@ -284,8 +284,9 @@ def _event_columns(raws: list) -> dict:
             cat += cats
             pid += [share(e.pid, e.pid) for e in xs]
             tid += [share(e.tid, e.tid) for e in xs]
-            ts.append(np.array([e.ts for e in xs], dtype=float))
-            dur.append(np.array([e.dur for e in xs], dtype=float))
+            # a JSON true/false is no time (numpy would read it as 1.0 or 0.0): NaN, an impossible time
+            ts.append(np.array([np.nan if type(e.ts) is bool else e.ts for e in xs], dtype=float))
+            dur.append(np.array([np.nan if type(e.dur) is bool else e.dur for e in xs], dtype=float))
             args = [_NO_ARGS if e.args is None else e.args for e in xs]
             for out, ids in ((corr, [a.correlation for a in args]), (ext, [a.external_id for a in args]),
                              (cbid, [a.cbid for a in args])):
@@ -352,8 +353,10 @@ def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Seri
     if names_as_read:
         df["name"] = df["name"].map(lambda n: n if isinstance(n, str) else "(no name)" if n is None else str(n))
         df["cat"] = df["cat"].map(lambda c: c if isinstance(c, str) else None)
-    df["ts"] = pd.to_numeric(df["ts"], errors="coerce").astype(float)
-    df["dur"] = pd.to_numeric(df["dur"], errors="coerce").astype(float)
+    for col in ("ts", "dur"):  # a JSON true/false is no time (pandas would read it as 1.0 or 0.0): NaN
+        if df[col].dtype == object:
+            df[col] = df[col].map(lambda v: None if isinstance(v, bool) else v)
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     df["end"] = df["ts"] + df["dur"]
     df["correlation"] = integer_ids(correlation)
     df["external_id"] = integer_ids(external_id)
@@ -552,7 +555,7 @@ def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward,
     ranges use :func:`attnprof.backward.assign_backward`)."""
     api = _api_calls(events, ranges, assign)
     gpu = events[events["cat"].isin(GPU_CATEGORIES)]
-    api["linked"] = _linked_calls(api, gpu, flows)
+    api["linked"] = _linked_calls(api, gpu, flows, events[events["cat"].isin(NONWORK_CATEGORIES)])
     api["enqueues"] = enqueues_gpu_work(api, events)
     node = gpu["gpu_args"].map(lambda a: a[_NODE] is not None).astype(bool)
     graph_corr = gpu.loc[node, "correlation"].dropna()
@@ -576,11 +579,18 @@ def _matches(names: pd.Series, pattern: re.Pattern) -> pd.Series:
     return names.map(hit).astype(bool)
 
 
-def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | None) -> pd.Series:
+#: Categories of GPU-side records that are no GPU work (Kineto's synchronization and event records).
+NONWORK_CATEGORIES = ("cuda_sync", "cuda_event")
+
+
+def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | None,
+                  nonwork: pd.DataFrame | None = None) -> pd.Series:
     """Per API call: a GPU event carries its correlation id, or an ac2g flow of its correlation id
     lands somewhere else than on the call itself (another thread's row -- the GPU stream's -- or
-    another time). Kineto's flows of calls without GPU work (``cudaStreamIsCapturing``,
-    ``cudaFuncSetAttribute``...) land on the call: its own thread, at its own start."""
+    another time) and there not on a record of :data:`NONWORK_CATEGORIES` (``nonwork``: those
+    events). Kineto's flows of calls without GPU work (``cudaStreamIsCapturing``,
+    ``cudaFuncSetAttribute``...) land on the call: its own thread, at its own start; those of
+    synchronizations and event records land on their ``cuda_sync``/``cuda_event`` records."""
     linked = api["correlation"].isin(gpu["correlation"].dropna()).fillna(False).astype(bool)
     if flows is not None and len(flows):
         f = flows.dropna(subset=["correlation"]).rename(columns={"tid": "f_tid", "ts": "f_ts"})[["correlation", "f_tid", "f_ts"]]
@@ -589,7 +599,26 @@ def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | No
         if len(m):
             other_thread = np.array([a != b for a, b in zip(m["tid"], m["f_tid"])], dtype=bool)
             other_time = ~(np.abs(m["f_ts"].to_numpy(float) - m["ts"].to_numpy(float)) <= same_time_tolerance(m["ts"]))
-            linked.loc[m.loc[other_thread | other_time, "index"].unique()] = True
+            # and not onto a record of GPU-side bookkeeping (Kineto's cuda_sync and cuda_event records of
+            # synchronizations and event records carry the call's correlation and get its flow): no GPU work. A flow
+            # that lands where no event is (its kernel's record was lost) still links the call to GPU work.
+            starts: dict = {}
+            if nonwork is not None and len(nonwork):
+                for t, x in zip(nonwork["tid"], nonwork["ts"].to_numpy(float)):
+                    starts.setdefault(t, []).append(x)
+            starts = {t: np.sort(np.array(v)) for t, v in starts.items()}
+
+            def on_record(t, x, tol):
+                a = starts.get(t)
+                if a is None or not np.isfinite(x):
+                    return False
+                i = np.searchsorted(a, x)
+                return any(0 <= j < len(a) and abs(a[j] - x) <= tol for j in (i - 1, i))
+
+            f_ts = m["f_ts"].to_numpy(float)
+            lands = ~np.array([on_record(t, x, tol) for t, x, tol in zip(m["f_tid"], f_ts, same_time_tolerance(f_ts))],
+                              dtype=bool)
+            linked.loc[m.loc[(other_thread | other_time) & lands, "index"].unique()] = True
     return linked
 
 

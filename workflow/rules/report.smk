@@ -5,7 +5,15 @@ import glob
 
 rule report_html:
     input:
-        code("report", "fmt", "compare", "stats", "records", "findings/metrics", "findings/expectations"),
+        code(
+            "report",
+            "fmt",
+            "compare",
+            "stats",
+            "records",
+            "findings/metrics",
+            "findings/expectations",
+        ),
         script=script_file("report_html"),
         template=str(REPORT_DIR / "report.html.j2"),
         css=str(REPORT_DIR / "report.css"),
