@@ -426,7 +426,11 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
             lead = f"{fastest} at {at_key} is {what}; elsewhere " + "; ".join(
                 f"{w} at {sum(b['variant'] == w for b, _ in per_shape.values())} shapes" for w in winners if w != best["variant"])
         text = lead + f": {_time(best, prefix)} {where} time per forward at {at_key}"
-        if nxt is not None:
+        if nxt is not None and not clear:  # no ranking to state: say so first, then the medians
+            text = (f"No {thing} is fastest outside the rerun intervals at {at_key}: by median {best['variant']}, "
+                    f"{_time(best, prefix)} {where} time per forward, then {nxt['variant']}, {_time(nxt, prefix)} "
+                    f"({_fmt(nxt[f'{prefix}_per_forward'] / best[f'{prefix}_per_forward'])}\u00d7)")
+        elif nxt is not None:
             ratio = nxt[f"{prefix}_per_forward"] / best[f"{prefix}_per_forward"]
             holds = _apart(best, nxt, prefix)
             nlabel = _main_kernel(kernels, nxt["variant"], at_key) if gpu else ""
@@ -463,9 +467,10 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
             higher = sum(1 for k in keys if _ok(by.get((disp, k), {}).get("cpu_ms_per_forward"))
                          and _ok(by.get((target, k), {}).get("cpu_ms_per_forward"))
                          and by[(disp, k)]["cpu_ms_per_forward"] > by[(target, k)]["cpu_ms_per_forward"])
-            text += (f", and costs {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at {skey}: "
-                     f"{_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
-                     + ("" if _apart(b, a, "cpu_ms") or more <= 0 else "; the rerun intervals overlap")
+            apart = _apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")
+            text += (f", and {'costs' if apart else 'by median costs'} {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} "
+                     f"host time per forward at {skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
+                     + ("" if apart else "; the rerun intervals overlap, so this run does not say which costs more")
                      + (f"; more at {higher} of {len(keys)} shapes" if many else ""))
         out.append({"text": text + ".", "href": f"#v-{skey}-{disp}"})
 
