@@ -119,7 +119,8 @@ LOST_DERIVED = lost_files(run_file("html", RUN), _DERIVED) + [
 if LOST_DERIVED:
     print(
         f"attnprof: {len(LOST_DERIVED)} derived files of {RUN_DIR} are gone or were changed after they were made "
-        f"({', '.join(LOST_DERIVED[:3])}{', ...' if len(LOST_DERIVED) > 3 else ''}): they are made again",
+        f"({', '.join(LOST_DERIVED[:10])}{f', and {len(LOST_DERIVED) - 10} more' if len(LOST_DERIVED) > 10 else ''}): "
+        "they are made again",
         file=sys.stderr,
     )
 # summarize's parameter: changes only when something above was found (written when the run starts, onstart)
