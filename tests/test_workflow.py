@@ -207,23 +207,27 @@ def test_template_change_reruns_only_the_report(run_dir):
         assert planned_jobs(run_dir) == {"report_html": 1, "report_pdf": 1, "report": 1}
 
 
-def test_extraction_code_change_reruns_extract_and_downstream_not_captures(run_dir):
+def test_a_change_of_the_completeness_code_rejudges_every_capture(run_dir):
+    """tables.py decides a capture's own incomplete_trace status (the capture imports it): an edit reruns every
+    capture, and extract and everything after (the triggers follow the imports, attnprof.imports)."""
     with edited(run_dir / "src" / "attnprof" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
         jobs = planned_jobs(run_dir)
-    assert "capture" not in jobs and jobs["extract"] == 2 * len(VARIANTS) * REPEATS and jobs["summarize"] == 1 and jobs["report_pdf"] == 1
+    n = 2 * len(VARIANTS) * REPEATS
+    assert jobs["capture"] == jobs["extract"] == n and jobs["summarize"] == 1 and jobs["report_pdf"] == 1, jobs
 
 
-def test_findings_code_change_reruns_findings_and_report_not_extract(run_dir):
-    """The findings package is an input of the findings rule module by module; the plots read only
-    its kernel-name decoding."""
+def test_findings_code_change_reruns_what_imports_it_and_not_extract(run_dir):
+    """The findings package runs in the findings rule, and in the plots, timeline, scaling plots and report, whose
+    scripts import it (plots.py reads its kernel-name decoding; importing one module of a package runs the
+    package's __init__, which imports the rest): an edit reruns those, never a capture, extract or summary."""
     findings = run_dir / "src" / "attnprof" / "findings"
-    with edited(findings / "occupancy.py", "def theoretical_occupancy(", "def theoretical_occupancy(  # edited\n    "):
-        assert planned_jobs(run_dir) == {"findings": 1, "report_html": 1, "report_pdf": 1, "report": 1}
-    with edited(findings / "kernel_names.py", "def kernel_class(", "def kernel_class(  # edited\n    "):
-        shapes = len(list((run_dir / "results" / "tiny" / "captures").iterdir()))  # the tiny config's grid: one job per shape
-        assert shapes == 2
-        assert planned_jobs(run_dir) == {"findings": 1, "plots": shapes, "timeline": shapes, "report_html": 1, "report_pdf": 1,
-                                         "report": 1}
+    shapes = len(list((run_dir / "results" / "tiny" / "captures").iterdir()))  # the tiny config's grid: one job per shape
+    assert shapes == 2
+    expected = {"findings": 1, "plots": shapes, "timeline": shapes, "scaling_plots": 1, "report_html": 1, "report_pdf": 1,
+                "report": 1}
+    for module, anchor in (("occupancy.py", "def theoretical_occupancy("), ("kernel_names.py", "def kernel_class(")):
+        with edited(findings / module, anchor, anchor + "  # edited\n    "):
+            assert planned_jobs(run_dir) == expected, module
 
 
 def test_torch_version_change_reruns_every_capture(run_dir):
@@ -240,7 +244,8 @@ def test_one_variants_code_change_reruns_only_its_captures(run_dir):
     with edited(variants, "return torch.softmax(scores, dim=-1) @ v", "return torch.softmax(scores, dim=-1).matmul(v)"):
         jobs = planned_jobs(run_dir)
     # naive and naive_inplace share that code (at both shapes); the five SDPA variants and the user's do not rerun
-    assert jobs["capture"] == 4 * REPEATS and jobs["extract"] == 4 * REPEATS and jobs["summarize"] == 1
+    # only their captures rerun (the per-variant fingerprint); every extract reruns: its script imports variants.py
+    assert jobs["capture"] == 4 * REPEATS and jobs["extract"] == 2 * len(VARIANTS) * REPEATS and jobs["summarize"] == 1
 
 
 def test_another_cores_count_on_a_cpu_run_recaptures_rather_than_mixing_thread_counts(run_dir):

@@ -6,7 +6,8 @@
 rule capture:
     """Warm up, trace the forwards with torch.profiler, check against float64, time."""
     input:
-        code("capture", "worker"),
+        # every module the script imports; variants.py through the per-variant fingerprint (params)
+        code("capture", exclude=("variants.py",)),
         script=script_file("capture"),
     output:
         trace=capture_file("trace", run=f"{{run,{THIS_RUN}}}"),
@@ -48,7 +49,7 @@ rule capture:
 rule environment:
     """GPU, driver, torch, CUDA, cuDNN, Python and Snakemake versions, and the config."""
     input:
-        code("env", "worker"),
+        code("environment"),
         script=script_file("environment"),
     output:
         run_file("env", run=f"{{run,{THIS_RUN}}}"),
@@ -76,7 +77,7 @@ rule environment:
 rule calibrate:
     """Measured GEMM TFLOP/s and copy bandwidth of the device, once per run."""
     input:
-        code("calibrate", "worker"),
+        code("calibrate"),
         script=script_file("calibrate"),
     output:
         run_file("calibration", run=f"{{run,{THIS_RUN}}}"),

@@ -210,17 +210,17 @@ wildcard_constraints:
     repeat=r"[1-9][0-9]*",
 
 
-def code(*modules):
-    """Package modules a stage runs: declared as inputs so that a code change reruns it. A name
-    is a module (``trace``: trace.py, ``findings/occupancy``: findings/occupancy.py) or a
-    subpackage (``findings``: every module in src/attnprof/findings/)."""
-    files = []
-    for m in modules:
-        if (PKG / m).is_dir():
-            files += sorted(str(p) for p in (PKG / m).rglob("*.py"))
-        else:
-            files.append(str(PKG / f"{m}.py"))
-    return files
+def code(script, exclude=()):
+    """The package modules that scripts/<script>.py imports, directly or not (attnprof.imports.import_closure:
+    read from the sources, so the rerun triggers follow the real imports): declared as inputs so that a code
+    change reruns the stage. ``exclude``: module files (relative to the package, e.g. ``variants.py``) whose
+    edits reach the stage another way (the capture's per-variant fingerprint)."""
+    from attnprof.imports import import_closure
+
+    files = import_closure(SCRIPTS / f"{script}.py", PKG)
+    return [
+        rel(f) for f in files if str(Path(f).relative_to(PKG.resolve())) not in exclude
+    ]
 
 
 # Only the current result set is captured here: the capture stages match results/<RUN>/ only,

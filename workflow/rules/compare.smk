@@ -5,7 +5,7 @@ rule compare_json:
     input:
         unpack(compare_inputs),
         script=script_file("compare"),
-        code=code("compare", "trace", "stats", "records"),
+        code=code("compare"),
     output:
         "results/compare/{name}/compare.json",
     log:
@@ -23,7 +23,7 @@ rule compare_json:
 
 rule compare_html:
     input:
-        code("compare", "report"),
+        code("compare_html"),
         script=script_file("compare_html"),
         json="results/compare/{name}/compare.json",
         template=str(REPORT_DIR / "compare.html.j2"),
@@ -40,7 +40,7 @@ rule compare_html:
 
 rule compare_pdf:
     input:
-        code("report"),
+        code("report_pdf"),
         script=script_file("report_pdf"),
         html="results/compare/{name}/compare.html",
     output:

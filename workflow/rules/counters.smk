@@ -18,7 +18,7 @@ rule counters:
 rule measure_counters:
     """ncu --clock-control none on the kernels of one forward after warm-up."""
     input:
-        code("counters", "capture", "variants"),
+        code("counters"),
         # after every capture of the result set: in capture_mode worker the captures take no
         # 'capture' resource (the worker keeps them apart), so the resource alone would not
         captures=per_capture(capture_file("status")),

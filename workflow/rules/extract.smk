@@ -3,7 +3,7 @@
 
 rule extract:
     input:
-        code("trace", "tables", "backward", "names", "records"),
+        code("extract"),
         script=script_file("extract"),
         trace=capture_file("trace"),
         status=capture_file("status"),

@@ -3,7 +3,7 @@
 
 rule findings:
     input:
-        code("findings", "fmt", "trace", "variants", "integrity", "records"),
+        code("findings"),
         script=script_file("findings"),
         expectations=EXPECTATIONS,
         schema=str(

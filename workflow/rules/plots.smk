@@ -3,7 +3,7 @@
 
 rule plots:
     input:
-        code("plots", "trace", "findings/kernel_names"),
+        code("plots"),
         script=script_file("plots"),
         summary=run_file("summary"),
         kernels=run_file("kernels"),
@@ -23,7 +23,7 @@ rule plots:
 rule scaling_plots:
     """Run-wide figures: device time, TFLOP/s and peak memory against seq_len; roofline."""
     input:
-        code("plots", "records"),
+        code("scaling_plots"),
         script=script_file("scaling_plots"),
         summary=run_file("summary"),
         calibration=run_file("calibration"),
@@ -42,7 +42,7 @@ rule scaling_plots:
 rule timeline:
     """One profiled forward per variant of a shape, drawn from the traces (CPU launches, GPU work)."""
     input:
-        code("plots", "trace", "tables", "findings/kernel_names", "records"),
+        code("timeline"),
         script=script_file("timeline"),
         status=lambda wc: expand(
             capture_file("status"),

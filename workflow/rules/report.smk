@@ -5,15 +5,7 @@ import glob
 
 rule report_html:
     input:
-        code(
-            "report",
-            "fmt",
-            "compare",
-            "stats",
-            "records",
-            "findings/metrics",
-            "findings/expectations",
-        ),
+        code("report_html"),
         script=script_file("report_html"),
         template=str(REPORT_DIR / "report.html.j2"),
         css=str(REPORT_DIR / "report.css"),
@@ -40,7 +32,7 @@ rule report_html:
 rule report_pdf:
     """Renders the HTML; needs WeasyPrint and Pango, not the GPU or the traces."""
     input:
-        code("report"),
+        code("report_pdf"),
         script=script_file("report_pdf"),
         html=run_file("html"),
     output:

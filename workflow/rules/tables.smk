@@ -6,7 +6,7 @@ rule summarize:
         # every record is checked against env.json where it exists (scripts/summarize.py, attnprof.records): not an
         # input, so that a rewritten env.json (a plot setting, recorded with the config) does not rerun summarize;
         # a result set's first env.json is written by the machine that captures it, so it agrees by construction
-        code("tables", "backward", "stats", "integrity", "records"),
+        code("summarize"),
         script=script_file("summarize"),
         status=per_capture(capture_file("status"), all_repeats=True),
         forwards=per_capture(table_file("forwards"), all_repeats=True),
