@@ -216,3 +216,45 @@ def test_rendered_h200_table_cells_are_short(rendered_h200):
                     if cell and len(cell) > len(longest):
                         longest = cell
     assert len(longest) <= 300 and longest.count("\n") < 6, longest
+
+
+CPU_RUN = Path(__file__).resolve().parent / "fixtures" / "cpu_repeats" / "cpu-aa-a"
+
+
+def test_rendered_cpu_pdf_is_a_document_of_at_most_4_pages(tmp_path):
+    """A CPU run's PDF (tests/fixtures/cpu_repeats: 7 variants, 5 repeats, the CUDA-only backends refused): page 1,
+    the environment, the summary with its findings, the method; no GPU section takes space, and what the PDF leaves to
+    the HTML (the detail section: op timeline, host-time plot) stays there, named in the PDF."""
+    import pandas as pd
+
+    from attnprof.findings import load_expectations
+    from attnprof.report import build_context, render_html, render_pdf
+
+    root = Path(__file__).resolve().parents[1]
+    summary = pd.read_csv(CPU_RUN / "summary.csv")
+    env = json.loads((CPU_RUN / "env.json").read_text())
+    assert not env.get("gpu_name")
+    ctx = build_context(CPU_RUN.name, summary, pd.read_csv(CPU_RUN / "kernels.csv"), pd.DataFrame(),
+                        json.loads((CPU_RUN / "findings.json").read_text()), env,
+                        load_expectations(root / "config" / "expectations.yaml", variants=summary["variant"]), {},
+                        css=(root / "report" / "report.css").read_text())
+    html = render_html(ctx, root / "report")
+    (tmp_path / "report.html").write_text(html)
+    render_pdf(tmp_path / "report.html", tmp_path / "report.pdf")
+    with pdfplumber.open(tmp_path / "report.pdf") as pdf:
+        assert len(pdf.pages) <= 4
+        assert pdf_problems(pdf, tmp_path / "report.html", env["config"]["plots"]["dpi"]) == []
+        text = re.sub(r"\s+", " ", "\n".join(p.extract_text() or "" for p in pdf.pages)).replace("\u200b", "")
+        first = pdf.pages[0].extract_text() or ""
+    assert "In brief" in first and "Contents" in first
+    for heading in ("Summary", "Findings", "Environment", "How these numbers were measured", "Open the traces"):
+        assert heading in text, heading
+    for variant in dict.fromkeys(summary["variant"]):
+        assert variant in text, variant
+    for gpu_only in ("Kernel tables", "Timing fidelity", "Device ceilings", "Kernel timeline", "timing fidelity table"):
+        assert gpu_only not in text, gpu_only
+    assert "&nbsp;" not in text and "<i>" not in text  # the method's markup is markup, not text
+    # the detail section is in the HTML, and the PDF says where
+    shape = summary["shape_key"].iloc[0]
+    assert f'id="shape-{shape}"' in html
+    assert "report.html" in text and f"Detail at {shape}" in text

@@ -69,3 +69,45 @@ def test_compare_context_in_percent_with_counts_and_changed_rows():
     assert [r["variant"] for r in pair["changed"]] == ["a"] and pair["kernels_differ"] == ["a at s"]
     assert pair["counts"] == {"slower": 1, "faster": 0, "same": 1, "inconclusive": 1, "not comparable": 0}
     assert "noise_floor_pct" not in doc  # compare.json's document is not changed
+
+
+def test_compare_context_detection_limit_from_the_interval_half_widths():
+    """The smallest change a comparison could find: a row's limit is its ratio interval's half-width on the log scale
+    (as a change in %), at least the practical threshold; the pair states the limit most rows reach."""
+    import math
+
+    def row(v, lo, hi, verdict="inconclusive"):
+        return {"variant": v, "shape_key": "s", "verdict": verdict, "ratio": math.sqrt(lo * hi), "ratio_lo": lo, "ratio_hi": hi,
+                "repeats_a": 5, "repeats_b": 5}
+
+    rows = [row("a", 0.9, 1.1), row("b", 0.5, 2.0), row("c", 0.8, 1.25), row("d", 0.98, 1.02, "same"),
+            {"variant": "e", "shape_key": "s", "verdict": "not comparable"}]
+    doc = {"noise_floor": 0.02, "noise_floor_host": 0.2, "pairs": [{"rows": rows, "threshold": 0.05}]}
+    det = compare_context(doc, "")["cmp"]["pairs"][0]["detection"]
+    limits = sorted(max(100 * math.expm1((math.log(r["ratio_hi"]) - math.log(r["ratio_lo"])) / 2), 5.0) for r in rows[:4])
+    assert det["rows"] == 4 and det["within"] == 3  # most: more than half of the rows with an interval
+    assert det["pct"] == pytest.approx(limits[2]) and det["pct"] == pytest.approx(25.0)  # c: 0.8-1.25, half-width ln 1.25
+    assert det["min_pct"] == pytest.approx(5.0) and det["at_threshold"]  # d: inside the threshold, so the threshold
+    assert det["max_pct"] == pytest.approx(100.0) and det["repeats"] == "5 / 5"
+    one_repeat = {"noise_floor": 0.02, "pairs": [{"rows": [{"variant": "a", "shape_key": "s", "verdict": "inconclusive"}]}]}
+    assert compare_context(one_repeat, "")["cmp"]["pairs"][0]["detection"] is None
+
+
+def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
+    """Two CPU runs of one config (tests/fixtures/cpu_repeats): the first lines say nothing changed, the detection
+    limit, and the environment and config differences in one line, before the per-variant table."""
+    import sys
+
+    from attnprof.compare import compare_runs
+    from attnprof.report import render_html
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_repeats_cpu import load
+
+    doc = compare_runs([load("cpu-aa-a"), load("cpu-aa-b")])
+    html = render_html(compare_context(doc, ""), ROOT / "report", "compare.html.j2")
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html.split("Per variant")[0]))
+    det = compare_context(doc, "")["cmp"]["pairs"][0]["detection"]
+    assert "Nothing changed (threshold ±20 %): no time changed beyond the threshold, and no kernel or op was added or removed." in text.replace("&plusmn;", "±").replace("&nbsp;", " ")
+    assert f"a change of {det['pct']:.0f}" in text and "5 / 5 per side" in text
+    assert "Environment and config: 2 differences" in text and "config.run cpu-aa-a &rarr; cpu-aa-b" in text

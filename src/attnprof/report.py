@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import re
 from pathlib import Path
 
@@ -239,7 +240,8 @@ def compare_context(doc: dict, css: str) -> dict:
     """What the compare template needs: compare.json (``cmp``) with the practical threshold in %
     (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
     pair's verdict counts, the rows called changed (``changed``) and the (variant, shape) whose kernels differ
-    (``kernels_differ``), and the CSS."""
+    (``kernels_differ``) or ops (``ops_differ``), the smallest change its verdicts could find (``detection``,
+    attnprof.report.detection_limit), and the CSS."""
     cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
            "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
     pairs = []
@@ -253,12 +255,43 @@ def compare_context(doc: dict, css: str) -> dict:
         changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
         kernels_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
                                             if r.get("kernels_added") or r.get("kernels_removed")))
+        ops_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
+                                        if r.get("ops_added") or r.get("ops_removed")))
         threshold = pair.get("threshold", doc["noise_floor"])
-        pairs.append({**pair, "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
-                      "threshold_pct": 100 * threshold,
-                      "kernels_differ": kernels_differ})
+        # a compare.json written before notes and the rest were recorded: empty lists
+        pairs.append({"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], **pair,
+                      "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
+                      "threshold_pct": 100 * threshold, "kernels_differ": kernels_differ, "ops_differ": ops_differ,
+                      "detection": detection_limit(rows, threshold)})
     cmp["pairs"] = pairs
     return {"cmp": cmp, "css": css}
+
+
+def detection_limit(rows: list[dict], threshold: float) -> dict | None:
+    """The smallest change the verdicts of one comparison could find, from each row's ratio interval: a row's limit
+    is the interval's half-width (on the log scale, as a change in %, exp(half) - 1), and never under the practical
+    threshold, since a change inside it is called same whatever the interval; a true change of that size puts the
+    interval clear of 1 about half the time, a larger one more often. ``pct``: the limit that most rows (more than
+    half of those with an interval) reach, with how many (``within`` of ``rows``), the range over the rows, and the
+    repeats per side. None when no row has an interval (one repeat: nothing can be called changed)."""
+    limits, repeats = [], set()
+    for r in rows:
+        lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
+        if not (_ok(lo) and _ok(hi)) or lo <= 0 or hi <= 0:
+            continue
+        half = (math.log(hi) - math.log(lo)) / 2
+        limits.append(max(100 * math.expm1(half), 100 * threshold))
+        repeats.add((r.get("repeats_a"), r.get("repeats_b")))
+    if not limits:
+        return None
+    limits.sort()
+    most = len(limits) // 2 + 1
+    ra = sorted({a for a, _ in repeats if a is not None})
+    rb = sorted({b for _, b in repeats if b is not None})
+    def side(v):
+        return "?" if not v else (str(v[0]) if len(v) == 1 else f"{v[0]}\u2013{v[-1]}")
+    return {"pct": limits[most - 1], "within": most, "rows": len(limits), "min_pct": limits[0], "max_pct": limits[-1],
+            "at_threshold": limits[0] <= 100 * threshold + 1e-9, "repeats": f"{side(ra)} / {side(rb)}"}
 
 
 def _load_range(summary: pd.DataFrame) -> str:
