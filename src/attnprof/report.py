@@ -404,6 +404,10 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
     evidence: correctness failures first (rel_error_ok false), then the fastest distinct kernel and its margin over the
     next (a dispatcher such as sdpa_auto and a variant with a wrong result are never candidates), what a dispatcher
     dispatched to and what it costs on the host, a hidden copy, FP32 GEMMs, and captures that did not run."""
+    # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
+    run_cols = [c for c in ("device_ms_run_lo", "cpu_ms_run_lo") if c in summary]
+    spans = ("rerun intervals" if run_cols and bool(summary[run_cols].notna().any().any())
+             else "ranges of the forwards (one repeat: no rerun interval)")
     out: list[dict] = []
     if summary.empty:
         return out
@@ -460,7 +464,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
                 f"{w} at {sum(b['variant'] == w for b, _ in per_shape.values())} shapes" for w in winners if w != best["variant"])
         text = lead + f": {_time(best, prefix)} {where} time per forward at {at_key}"
         if nxt is not None and not clear:  # no ranking to state: say so first, then the medians
-            text = (f"No {thing} is fastest outside the rerun intervals at {at_key}: by median {best['variant']}, "
+            text = (f"No {thing} is fastest outside the {spans} at {at_key}: by median {best['variant']}, "
                     f"{_time(best, prefix)} {where} time per forward, then {nxt['variant']}, {_time(nxt, prefix)} "
                     f"({_fmt(nxt[f'{prefix}_per_forward'] / best[f'{prefix}_per_forward'])}\u00d7)")
         elif nxt is not None:
@@ -469,7 +473,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
             nlabel = _main_kernel(kernels, nxt["variant"], at_key) if gpu else ""
             text += (f", {_fmt(ratio)}\u00d7 faster than the next {'distinct kernel' if gpu else 'variant'}, {nxt['variant']}"
                      + (f" ({nlabel})" if nlabel and len(nlabel) <= 40 else "")
-                     + f", at {_time(nxt, prefix)}" + ("" if holds else "; the rerun intervals overlap, so this run does not rank them"))
+                     + f", at {_time(nxt, prefix)}" + ("" if holds else f"; the {spans} overlap, so this run does not rank them"))
             margins = [n[f"{prefix}_per_forward"] / b[f"{prefix}_per_forward"] for b, n in per_shape.values() if n is not None]
             if many and len(margins) > 1:
                 text += f"; over the sweep its margin is {_fmt(min(margins))}\u00d7 to {_fmt(max(margins))}\u00d7"
@@ -503,7 +507,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
             apart = _apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")
             text += (f", and {'costs' if apart else 'by median costs'} {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} "
                      f"host time per forward at {skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
-                     + ("" if apart else "; the rerun intervals overlap, so this run does not say which costs more")
+                     + ("" if apart else f"; the {spans} overlap, so this run does not say which costs more")
                      + (f"; more at {higher} of {len(keys)} shapes" if many else ""))
         out.append({"text": text + ".", "href": f"#v-{skey}-{disp}"})
 
@@ -519,7 +523,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
             text = f"{v} launches a {f['headline']}: {_time(r, prefix)} per forward"
             if fix is not None:
                 text += (f"; {fix['variant']}, without the copy, {_time(fix, prefix)}"
-                         + ("" if _apart(fix, r, prefix) else "; the rerun intervals overlap"))
+                         + ("" if _apart(fix, r, prefix) else f"; the {spans} overlap"))
             out.append({"text": text + ".", "href": f"#{f['anchor']}"})
         elif f["rule"] == "precision" and "FP32" in f["headline"]:
             text = (f"{v} launches {_fmt(r.get('kernels_per_forward'))} kernels per forward, its GEMMs in FP32 "
@@ -534,9 +538,10 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
     for (variant, status), fr in failed.groupby(["variant", "status"], sort=False):
         recs = _records(fr)
         gib = [r["oom_bytes"] / 2**30 for r in recs if _ok(r.get("oom_bytes"))]
-        seq = sorted({int(r["seq_len"]) for r in recs if _ok(r.get("seq_len"))})
-        at = (f"seq_len {', '.join(map(str, seq))}" if seq and many else "") + f" ({', '.join(fr['shape_key'])})"
-        out.append({"text": f"{variant} {_STATUS_WORDS.get(status, status)} at {at.strip()}"
+        # the shapes by key, never summed up as a seq_len: the cause may be the head_dim, the dtype or the heads
+        at = ", ".join(fr["shape_key"])
+        why = " (PyTorch's reasons in its row)" if status == "unsupported" else ""
+        out.append({"text": f"{variant} {_STATUS_WORDS.get(status, status)} at {at}{why}"
                             + (f", asking for up to {_fmt(max(gib))} GiB" if gib else "") + "; it has no numbers there.",
                     "href": f"#v-{recs[0]['shape_key']}-{variant}" if not many else "#sweep"})
     return out
