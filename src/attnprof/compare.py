@@ -26,6 +26,9 @@ import pandas as pd
 from .stats import CONFIDENCE, compare_ratio
 from .trace import short_kernel_name
 
+#: A time's verdicts (attnprof.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
+#: a pair's ``counts`` lists them.
+VERDICTS = ("slower", "faster", "same", "inconclusive", "not comparable")
 #: Changes smaller than this fraction are not worth reporting (config ``compare.noise_floor``'s default): the
 #: practical threshold of :func:`attnprof.stats.compare_ratio` for device times.
 NOISE_FLOOR = 0.02
@@ -57,11 +60,11 @@ def env_diff(a: dict, b: dict) -> list[dict]:
     return [{"key": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
-def _time_columns(summary: pd.DataFrame) -> tuple[str, str, str, str]:
-    """(median, min, max, label) of the timing compared: device time on GPU runs, CPU time else."""
+def _time_columns(summary: pd.DataFrame) -> tuple[str, str]:
+    """(median column, label) of the timing compared: device time on GPU runs, CPU time else."""
     if summary["device_ms_per_forward"].notna().any():
-        return "device_ms_per_forward", "device_ms_min", "device_ms_max", "device time per forward (trace)"
-    return "cpu_ms_per_forward", "cpu_ms_min", "cpu_ms_max", "CPU time per forward (trace)"
+        return "device_ms_per_forward", "device time per forward (trace)"
+    return "cpu_ms_per_forward", "CPU time per forward (trace)"
 
 
 def repeat_medians(repeats: pd.DataFrame | None, summary_row: pd.Series, variant: str, shape_key: str, col: str) -> list[float]:
@@ -98,7 +101,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     made before repeats), env and findings (parsed JSON). Returns a JSON-serialisable dict: rows (one per
     variant and shape in both; the time verdict from the repeats, module docstring), env_diff."""
     sa, sb = a["summary"], b["summary"]
-    med, lo, hi, label = _time_columns(sa)
+    med, label = _time_columns(sa)
     # the practical threshold of the time compared: device times, or host times on a CPU run
     noise_floor = noise_floor if med.startswith("device") else noise_floor_host
     rows = []
@@ -128,7 +131,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         else:
             row.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                        repeats_needed=None, why="no time in one of the result sets")
-        back = _backward_change(ra, rb, med, noise_floor)
+        back = _backward_change(ra, rb, med)
         if back["bwd_a_ms"] and back["bwd_b_ms"]:
             col = med.replace("per_forward", "per_backward")
             v = _verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
@@ -152,7 +155,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
             "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
 
 
-def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str, noise_floor: float) -> dict:
+def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str) -> dict:
     """The backward pass of one (variant, shape) in both result sets (config passes): kernels per
     backward (``bwd_kernels_a``/``_b``), ms per backward (device on a GPU run, host on a CPU run, as
     the forward). The verdict (compare_pair, from the repeats) is filled in by the caller; "not comparable"
@@ -198,7 +201,6 @@ def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR, confidence:
         raise ValueError("compare needs at least two result sets")
     pairs = [compare_pair(runs[0], other, noise_floor, confidence, noise_floor_host) for other in runs[1:]]
     for p in pairs:
-        p["counts"] = {v: sum(r["verdict"] == v for r in p["rows"])
-                       for v in ("slower", "faster", "same", "inconclusive", "not comparable")}
+        p["counts"] = {v: sum(r["verdict"] == v for r in p["rows"]) for v in VERDICTS}
     return {"baseline": runs[0]["name"], "noise_floor": noise_floor, "noise_floor_host": noise_floor_host,
             "confidence": confidence, "pairs": pairs}

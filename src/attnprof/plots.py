@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402
+from .tables import has_run_interval  # noqa: E402
 
 PLOTS = SHAPE_PLOTS
 COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": "#55A868", "device": "#4C72B0"}
@@ -79,7 +80,7 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     on_device = summary["device_ms_per_forward"].notna().any()
     prefix = "device_ms" if on_device else "cpu_ms"
     col = f"{prefix}_per_forward"
-    between = f"{prefix}_run_lo" in summary and summary[f"{prefix}_run_lo"].notna().any()
+    between = has_run_interval(summary, (prefix,))
     lo, hi = (f"{prefix}_run_lo", f"{prefix}_run_hi") if between else (f"{prefix}_min", f"{prefix}_max")
     fig, ax = plt.subplots(figsize=(HALF_IN, _height(len(summary))), layout="constrained")
     y = np.arange(len(summary))

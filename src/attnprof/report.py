@@ -14,8 +14,9 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from .compare import NOISE_FLOOR, NOISE_FLOOR_HOST
+from .compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
 from .stats import detectable_change
+from .tables import has_run_interval
 from .findings.expectations import WITHIN_NOISE
 from .findings.metrics import KERNEL_COUNT
 from .fmt import format_number
@@ -249,7 +250,7 @@ def compare_context(doc: dict, css: str) -> dict:
         rows = [{"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
                  "repeats_b": None, "repeats_needed": None, "why": "", **r} for r in pair["rows"]]
         counts = pair.get("counts") or {v: sum(r["verdict"] == v for r in rows)
-                                        for v in ("slower", "faster", "same", "inconclusive", "not comparable")}
+                                        for v in VERDICTS}
         # the backward / torch.compile table: rows with a backward or a compile record in either result set
         extra = [r for r in rows if r.get("bwd_verdict") or r.get("compile_a_s") or r.get("compile_b_s")]
         changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
@@ -405,9 +406,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
     next (a dispatcher such as sdpa_auto and a variant with a wrong result are never candidates), what a dispatcher
     dispatched to and what it costs on the host, a hidden copy, FP32 GEMMs, and captures that did not run."""
     # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
-    run_cols = [c for c in ("device_ms_run_lo", "cpu_ms_run_lo") if c in summary]
-    spans = ("rerun intervals" if run_cols and bool(summary[run_cols].notna().any().any())
-             else "ranges of the forwards (one repeat: no rerun interval)")
+    spans = "rerun intervals" if has_run_interval(summary) else "ranges of the forwards (one repeat: no rerun interval)"
     out: list[dict] = []
     if summary.empty:
         return out
@@ -551,8 +550,7 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -
     """The small print under page 1's findings: what a time and its rerun interval are, and whether every trace
     was complete."""
     notes = []
-    between = "device_ms_run_lo" in summary and bool(summary[["device_ms_run_lo", "cpu_ms_run_lo"]].notna().any().any())
-    if between:
+    if has_run_interval(summary):
         n = int(summary["repeats"].max())
         notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "
                      "the 95 % interval the median of a rerun with as many repeats will hold; a ranking is called only "

@@ -66,6 +66,14 @@ REPEAT_SUMMARY_COLUMNS = ["repeats", "repeats_ok", "repeats_note",
                           *(f"{between}_run_{end}" for _, _, between in REPEAT_TIMES for end in ("lo", "hi")),
                           "device_ms_run_sd_pct", "cpu_ms_run_sd_pct"]
 SUMMARY_COLUMNS += REPEAT_SUMMARY_COLUMNS
+
+
+def has_run_interval(summary: pd.DataFrame, prefixes: tuple[str, ...] = ("device_ms", "cpu_ms")) -> bool:
+    """True when some row of ``summary`` (summary.csv) has a between-run interval for one of the times
+    ``prefixes`` (``<prefix>_run_lo``: two repeats or more); False for a result set of one repeat, or one made
+    before repeats (no such column)."""
+    cols = [f"{p}_run_lo" for p in prefixes if f"{p}_run_lo" in summary]
+    return bool(cols) and bool(summary[cols].notna().any().any())
 #: repeats.csv: one row per capture (repeat) with its own numbers, the per-repeat table the between-run
 #: intervals are computed from (and recomputed from by the tests and by compare).
 REPEAT_COLUMNS = ["variant", "shape_key", "repeat", "status", "reason", "kernels_per_forward", "memcpy_per_forward",

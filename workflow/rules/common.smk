@@ -104,17 +104,15 @@ _DERIVED = [
     for k in range(1, REPEATS + 1)
     for t in CAPTURE_TABLES.values()
 ]
-_DERIVED += [run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings")]
+# the run tables whose writers record their checksums (scripts/summarize.py, scripts/findings.py)
+_CHECKSUMMED = [run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings")]
+_DERIVED += _CHECKSUMMED
 _DERIVED += [
     f"{RUN_DIR}/plots/{s}/{p}.png" for s in SHAPES for p in [*SHAPE_PLOTS, TIMELINE]
 ]
 _DERIVED += [f"{RUN_DIR}/plots/{p}.png" for p in SCALING_PLOTS]
 LOST_DERIVED = lost_files(run_file("html", RUN), _DERIVED) + [
-    f"{p} (changed after it was written)"
-    for p in changed_files(
-        RUN_DIR,
-        [run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings")],
-    )
+    f"{p} (changed after it was written)" for p in changed_files(RUN_DIR, _CHECKSUMMED)
 ]
 if LOST_DERIVED:
     print(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..tables import concat_tables
+from ..tables import concat_tables, has_run_interval
 from ..trace import properties_of
 from ..variants import VARIANTS
 
@@ -84,8 +84,7 @@ class RunData:
     def between_run(self, prefix: str | None = None) -> bool:
         """True when the summary has a between-run interval (``<prefix>_run_lo``, repeats >= 2) for
         ``prefix`` (default: the ranked time's, device_ms on a GPU, cpu_ms on a CPU) of some variant."""
-        col = f"{prefix or ('device_ms' if self.on_gpu else 'cpu_ms')}_run_lo"
-        return col in self.summary and bool(self.summary[col].notna().any())
+        return has_run_interval(self.summary, (prefix or ("device_ms" if self.on_gpu else "cpu_ms"),))
 
     def spread_columns(self, prefix: str) -> tuple[str, str]:
         """(low, high) columns of the spread a statement about time ``prefix`` (device_ms, cpu_ms) is judged
