@@ -111,3 +111,24 @@ def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
     assert "Nothing changed (threshold ±20 %): no time changed beyond the threshold, and no kernel or op was added or removed." in text.replace("&plusmn;", "±").replace("&nbsp;", " ")
     assert f"a change of {det['pct']:.0f}" in text and "5 / 5 per side" in text
     assert "Environment and config: 2 differences" in text and "config.run cpu-aa-a &rarr; cpu-aa-b" in text
+
+
+def test_the_detection_limit_of_a_cpu_run_uses_the_host_threshold():
+    """A CPU run's host times are judged against compare.noise_floor_host (20 %): the report never promises a
+    smaller detectable change than compare would call."""
+    import re
+
+    import pandas as pd
+
+    from attnprof.report import repeats_text
+
+    # host times 1 % apart between repeats, no device times (a CPU run): compare would call nothing under 20 %
+    summary = pd.DataFrame({"variant": ["a", "b"], "cpu_ms_run_sd_pct": [1.0, 1.5], "device_ms_run_sd_pct": [None, None]})
+    text = repeats_text({"repeats": 5, "compare": {"noise_floor": 0.02, "noise_floor_host": 0.2}}, summary)
+    limits = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|&ndash;)", text.split("% power)")[1].split("Calibrated")[0])]
+    assert limits == [20.0, 20.0, 20.0], limits
+    # the same spreads as device times (a GPU run): the device threshold, 2 %, and the spread decide
+    gpu = summary.rename(columns={"cpu_ms_run_sd_pct": "device_ms_run_sd_pct", "device_ms_run_sd_pct": "cpu_ms_run_sd_pct"})
+    text = repeats_text({"repeats": 5, "compare": {"noise_floor": 0.02, "noise_floor_host": 0.2}}, gpu)
+    limits = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|&ndash;)", text.split("% power)")[1].split("Calibrated")[0])]
+    assert all(2.0 <= x < 20.0 for x in limits), limits

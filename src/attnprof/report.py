@@ -92,10 +92,11 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     parts = [f"{what} by up to {v.max():.1f}&nbsp;%" for what, v in (("device times", dev), ("host times", host)) if len(v)]
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
                if parts else "")
-    if not len(dev):  # a CPU run: its host times are what compare judges
+    floor = (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR)
+    if not len(dev):  # a CPU run: its host times are what compare judges, against the host threshold
         dev = host
+        floor = (cfg.get("compare") or {}).get("noise_floor_host", NOISE_FLOOR_HOST)
     if len(dev):  # what compare could find against a rerun with as many repeats (attnprof.stats.detectable_change)
-        floor = (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR)
         lim = [100 * detectable_change(v / 100, n, floor) for v in (dev.min(), dev.median(), dev.max())]
         largest += (f" Against a rerun with as many repeats, <code>compare</code> would find (80&nbsp;% power) a change of "
                     f"{lim[1]:.1f}&nbsp;% at the median spread of this run ({lim[0]:.1f}&ndash;{lim[2]:.1f}&nbsp;% over its "
