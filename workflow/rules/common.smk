@@ -95,14 +95,17 @@ LOST_CAPTURES = lost_captures(
     RUN_DIR, run_file("repeats", RUN), list(CAPTURE_FILES.values())
 )
 # Derived files of this result set that are gone although its report was made, or were changed after their rule
-# wrote them (attnprof.integrity: a hand-edited or half-written summary): as a param of summarize they rerun it,
-# everything after it, and every missing input on the way.
+# wrote them (attnprof.integrity: a hand-edited or half-written summary): they bump the rebuild epoch below, a param
+# of summarize, which reruns it, everything after it, and every missing input on the way.
 _DERIVED = [
-    f"{RUN_DIR}/tables/{s}/{v}/{REPEAT_PREFIX}{k}/{t}"
-    for s in SHAPES
-    for v in VARIANTS
-    for k in range(1, REPEATS + 1)
-    for t in CAPTURE_TABLES.values()
+    p
+    for name in CAPTURE_TABLES
+    for p in expand(
+        table_file(name, RUN),
+        shape=SHAPES,
+        variant=VARIANTS,
+        repeat=range(1, REPEATS + 1),
+    )
 ]
 # the run tables whose writers record their checksums (scripts/summarize.py, scripts/findings.py)
 _CHECKSUMMED = [run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings")]
