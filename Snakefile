@@ -13,14 +13,14 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 # --config hands nested values over as text ('plots={dpi: 150}' gives dpi '150'): read them as
 # the schema's types before validating. Every config error is a few lines: the key, the value, what is
-# expected and a fix (attnprof.config.schema_message), never the whole schema and config.
+# expected and a fix (attnprof.model.config.schema_message), never the whole schema and config.
 import sys
 
 import yaml
 from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from attnprof.config import (
+from attnprof.model.config import (
     check_variants,
     coerce_to_schema,
     config_problems,
@@ -41,7 +41,7 @@ _GIVEN = dict(getattr(workflow.config_settings, "config", None) or {})
 if _why := schema_message(config, _SCHEMA_DOC, command_line=_GIVEN, defaults=_DEFAULTS):
     raise WorkflowError(_why)
 validate(config, str(_SCHEMA))  # valid by now; sets the schema's defaults
-# the names themselves: built in (attnprof.variants.VARIANTS) or under custom_variants
+# the names themselves: built in (attnprof.model.variants.VARIANTS) or under custom_variants
 try:
     check_variants(config["variants"], config.get("custom_variants"))
 except ValueError as exc:

@@ -2,7 +2,7 @@
 
 For each shape config (benchmarks/configs/<name>.yaml) and each design (``capture_mode``
 ``process``: a fresh Python process per capture; ``worker``: one warm capture process,
-attnprof.worker), runs ``snakemake --cores N <target>`` from scratch into its own result set
+attnprof.runtime.worker), runs ``snakemake --cores N <target>`` from scratch into its own result set
 ``results/design_<name>_<mode>`` and records the wall time; the designs alternate per config so
 that both see the same machine state. Then compares the numbers of the two designs per
 (shape, variant): kernel, memcpy and memset counts per forward must be identical, and each

@@ -13,7 +13,7 @@ run (and any not yet run) against the tests as they are now: a mutant that the t
 tests are only added. ``--before FILE`` copies the totals of an earlier record into this one.
 
 mutmut's settings (files, tests, pytest options) are in pyproject.toml, ``[tool.mutmut]``. It mutates
-every function of src/attnprof/trace.py, tables.py, compare.py, backward.py and of the findings modules; this
+every function of src/attnprof/analysis/trace.py, tables.py, compare.py, backward.py and of the findings modules; this
 script runs the mutants of the functions of one group only:
 
 - ``--group arithmetic`` (the default; the record's top level): :data:`FUNCTIONS` of trace, tables and compare

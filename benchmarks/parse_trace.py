@@ -218,8 +218,8 @@ import gzip, json, resource, shutil, sys, tempfile, time
 from pathlib import Path
 t_import = time.perf_counter()
 import pandas as pd
-from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table, summary_row
-from attnprof.trace import device_properties, load_trace
+from attnprof.analysis.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table, summary_row
+from attnprof.analysis.trace import device_properties, load_trace
 import_s = time.perf_counter() - t_import
 import_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 path, status, read = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]

@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from attnprof.tables import analyse_trace
-from attnprof.trace import load_trace
+from attnprof.analysis.tables import analyse_trace
+from attnprof.analysis.trace import load_trace
 
 
 def split(run_dir: Path) -> dict:

@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from attnprof.env import cpu_model
+    from attnprof.measure.env import cpu_model
 
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
                                cwd=ROOT, capture_output=True, text=True).stdout

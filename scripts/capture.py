@@ -1,11 +1,11 @@
-"""Snakemake script: one capture (rule capture). Logic: attnprof.capture, attnprof.worker."""
-from attnprof.logs import script_log
+"""Snakemake script: one capture (rule capture). Logic: attnprof.measure.capture, attnprof.runtime.worker."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with script_log(sm.log[0]) as log:
     from pathlib import Path
-    from attnprof.capture import CaptureInterrupted, run_isolated
-    from attnprof.variants import Shape
+    from attnprof.measure.capture import CaptureInterrupted, run_isolated
+    from attnprof.model.variants import Shape
 
     p = sm.params
     spec = {
@@ -25,7 +25,7 @@ with script_log(sm.log[0]) as log:
     }
     try:
         if p.mode == "worker":
-            from attnprof.worker import run_in_worker
+            from attnprof.runtime.worker import run_in_worker
 
             worker_log = Path(sm.log[0]).parents[3] / "capture_worker.log"  # results/<run>/logs/
             run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s, worker_log)

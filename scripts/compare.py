@@ -1,14 +1,14 @@
-"""Snakemake script: compare.json (rule compare_json). Logic: attnprof.compare."""
-from attnprof.logs import script_log
+"""Snakemake script: compare.json (rule compare_json). Logic: attnprof.analysis.compare."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
     import pandas as pd
-    from attnprof.compare import compare_runs
-    from attnprof.records import load_record
-    from attnprof.tables import concat_tables
+    from attnprof.analysis.compare import compare_runs
+    from attnprof.analysis.records import load_record
+    from attnprof.analysis.tables import concat_tables
 
     runs = []
     for name in sm.params.runs:

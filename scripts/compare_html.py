@@ -1,11 +1,11 @@
-"""Snakemake script: compare.html (rule compare_html). Logic: attnprof.report."""
-from attnprof.logs import script_log
+"""Snakemake script: compare.html (rule compare_html). Logic: attnprof.render.report."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
-    from attnprof.report import compare_context, render_html
+    from attnprof.render.report import compare_context, render_html
 
     doc = json.loads(Path(sm.input.json).read_text())
     html = render_html(compare_context(doc, Path(sm.input.css).read_text()), Path(sm.input.template).parent, Path(sm.input.template).name)

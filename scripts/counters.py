@@ -1,11 +1,11 @@
-"""Snakemake script: hardware counters of one forward (rule measure_counters). Logic: attnprof.counters."""
-from attnprof.logs import script_log
+"""Snakemake script: hardware counters of one forward (rule measure_counters). Logic: attnprof.measure.counters."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
-    from attnprof.counters import make_spec, measure
+    from attnprof.measure.counters import make_spec, measure
 
     p, wc = sm.params, sm.wildcards
     record = measure(make_spec(wc.variant, wc.shape, p.device, p.seed, p.warmup_calls, p.custom), Path(sm.output.csv), p.timeout_s)

@@ -1,5 +1,5 @@
-"""Snakemake script: env.json (rule environment). Logic: attnprof.env."""
-from attnprof.logs import script_log
+"""Snakemake script: env.json (rule environment). Logic: attnprof.measure.env."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
@@ -8,12 +8,12 @@ with script_log(sm.log[0]) as log:
 
     p = sm.params
     if p.mode == "worker":  # torch is imported and the device is up there already
-        from attnprof.worker import call_in_worker
+        from attnprof.runtime.worker import call_in_worker
 
-        recorded = call_in_worker(p.device, "attnprof.env:capture_environment", idle_s=sm.resources.worker_idle_s,
+        recorded = call_in_worker(p.device, "attnprof.measure.env:capture_environment", idle_s=sm.resources.worker_idle_s,
                                   worker_log=Path(sm.log[0]).parent / "capture_worker.log")
     else:
-        from attnprof.env import capture_environment
+        from attnprof.measure.env import capture_environment
 
         recorded = capture_environment()
     env = {"run": p.run, "device": p.device, **recorded, "config": p.config}

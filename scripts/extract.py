@@ -1,18 +1,18 @@
-"""Snakemake script: per-capture tables from the trace (rule extract). Logic: attnprof.tables.
+"""Snakemake script: per-capture tables from the trace (rule extract). Logic: attnprof.analysis.tables.
 
 The record and the trace are read first: an unreadable or incomplete record raises RecordError, an
 unreadable trace TraceError (each naming the file and the cause), and a record that disagrees with its
-folder or its trace (attnprof.records.check_capture_record), or a trace in a schema attnprof does not
+folder or its trace (attnprof.analysis.records.check_capture_record), or a trace in a schema attnprof does not
 know, refuses the capture, before any table is written."""
-from attnprof.logs import script_log
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
     import json
-    from attnprof.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
-    from attnprof.trace import TraceError, device_properties, events_frame, load_trace
-    from attnprof.backward import analyse_passes, backward_tables, empty_backward_tables
-    from attnprof.records import STATUS_KEYS, check_capture_record, devices_used, load_record, trace_schema_problem
+    from attnprof.analysis.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
+    from attnprof.analysis.trace import TraceError, device_properties, events_frame, load_trace
+    from attnprof.analysis.backward import analyse_passes, backward_tables, empty_backward_tables
+    from attnprof.analysis.records import STATUS_KEYS, check_capture_record, devices_used, load_record, trace_schema_problem
 
     variant, shape = sm.wildcards.variant, sm.wildcards.shape
     status = load_record(sm.input.status, STATUS_KEYS)
@@ -31,7 +31,7 @@ with script_log(sm.log[0]) as log:
     # the range name the capture used (its own record), else the config's
     range_name = status.get("range_name") or sm.params.range_name
     # a capture that profiled its backward (config passes): both passes, each with its own ranges
-    # (attnprof.backward); otherwise the forward alone, as before, and header-only backward tables
+    # (attnprof.analysis.backward); otherwise the forward alone, as before, and header-only backward tables
     backward = (status.get("passes") or {}).get("backward", {}).get("status") in ("ok", "incomplete_trace")
     if backward:
         frames, bwd_frames = analyse_passes(trace, range_name, status.get("backward_range_name"),

@@ -1,5 +1,5 @@
 """Snakemake script: findings.json (rule findings). Logic: attnprof.findings."""
-from attnprof.logs import script_log
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
@@ -8,7 +8,7 @@ with script_log(sm.log[0]) as log:
     import jsonschema
     import pandas as pd
     from attnprof.findings import compute, load_expectations, load_run_data
-    from attnprof.records import STATUS_KEYS, load_record
+    from attnprof.analysis.records import STATUS_KEYS, load_record
 
     summary = pd.read_csv(sm.input.summary)
     kernels = pd.read_csv(sm.input.kernels)
@@ -31,7 +31,7 @@ with script_log(sm.log[0]) as log:
     jsonschema.validate(doc, json.loads(Path(sm.input.schema).read_text()))
     with open(sm.output[0], "w") as fh:
         json.dump(doc, fh, indent=2, default=str)
-    from attnprof.integrity import record_checksums
+    from attnprof.runtime.integrity import record_checksums
 
     record_checksums(Path(sm.output[0]).parent, [sm.output[0]])  # an edit is noticed at the next run
     for s in shapes:

@@ -1,11 +1,11 @@
-"""Snakemake script: the figures of one shape (rule plots). Logic: attnprof.plots."""
-from attnprof.logs import script_log
+"""Snakemake script: the figures of one shape (rule plots). Logic: attnprof.render.plots."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
-    from attnprof.plots import make_all
+    from attnprof.render.plots import make_all
 
     shape = sm.wildcards.shape
     summary = pd.read_csv(sm.input.summary)

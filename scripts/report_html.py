@@ -1,5 +1,5 @@
-"""Snakemake script: report.html (rule report_html). Logic: attnprof.report."""
-from attnprof.logs import script_log
+"""Snakemake script: report.html (rule report_html). Logic: attnprof.render.report."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
@@ -7,9 +7,9 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.findings import load_expectations
-    from attnprof.records import load_calibration, load_env
-    from attnprof.report import build_context, render_html
-    from attnprof.tables import concat_tables
+    from attnprof.analysis.records import load_calibration, load_env
+    from attnprof.render.report import build_context, render_html
+    from attnprof.analysis.tables import concat_tables
 
     plots: dict = {}
     run_plots = {}
@@ -21,7 +21,7 @@ with script_log(sm.log[0]) as log:
     launches = [pd.read_csv(p) for p in sm.input.launches]
     launches = concat_tables(launches)
     summary = pd.read_csv(sm.input.summary)
-    from attnprof.counters_findings import load_counter_findings
+    from attnprof.findings.counters import load_counter_findings
 
     run_dir = Path(sm.input.summary).parent
     counters = {shape: load_counter_findings(run_dir, shape, list(dict.fromkeys(summary["variant"])))

@@ -1,22 +1,22 @@
-"""Snakemake script: summary.csv, repeats.csv and kernels.csv of the run (rule summarize). Logic: attnprof.tables.
+"""Snakemake script: summary.csv, repeats.csv and kernels.csv of the run (rule summarize). Logic: attnprof.analysis.tables.
 
 Every capture (each repeat of each variant and shape) gives one row of repeats.csv; the repeats of one
-(variant, shape) give its summary.csv row (attnprof.tables.combine_repeats: times over the repeats with
+(variant, shape) give its summary.csv row (attnprof.analysis.tables.combine_repeats: times over the repeats with
 their between-run interval). kernels.csv holds the kernel tables of repeat 1.
 
-Every record is read through attnprof.records (a truncated or incomplete one names its file and key) and
+Every record is read through attnprof.analysis.records (a truncated or incomplete one names its file and key) and
 checked against its folder and against the run's env.json (device, GPU, torch build): a capture from
 another machine or environment is refused, naming both files and the field."""
-from attnprof.logs import script_log
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
-    from attnprof.backward import backward_summary
-    from attnprof.names import CAPTURE_FILES
-    from attnprof.records import ENV_CHECK_KEYS, STATUS_KEYS, check_capture_record, load_env, load_record
-    from attnprof.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, summary_row
+    from attnprof.analysis.backward import backward_summary
+    from attnprof.model.names import CAPTURE_FILES
+    from attnprof.analysis.records import ENV_CHECK_KEYS, STATUS_KEYS, check_capture_record, load_env, load_record
+    from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, summary_row
 
     # the run's env.json: an input of the rule where it names one, else results/<run>/env.json when it is there
     env_path = getattr(sm.input, "env", None)
@@ -41,8 +41,8 @@ with script_log(sm.log[0]) as log:
     pd.DataFrame(summary).to_csv(sm.output.summary, index=False)
     frames = [pd.read_csv(p) for p in sm.input.kernels]
     concat_tables(frames).to_csv(sm.output.kernels, index=False)
-    # what this job wrote, so that an edit or a cut-short file is noticed at the next run (attnprof.integrity)
-    from attnprof.integrity import record_checksums
+    # what this job wrote, so that an edit or a cut-short file is noticed at the next run (attnprof.runtime.integrity)
+    from attnprof.runtime.integrity import record_checksums
 
     record_checksums(Path(sm.output.summary).parent, [sm.output.summary, sm.output.repeats, sm.output.kernels])
     print(f"{len(summary)} rows from {len(repeats)} captures", file=log)

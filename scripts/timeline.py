@@ -1,12 +1,12 @@
-"""Snakemake script: the kernel timeline of one shape (rule timeline). Logic: attnprof.plots.timeline."""
-from attnprof.logs import script_log
+"""Snakemake script: the kernel timeline of one shape (rule timeline). Logic: attnprof.render.plots.timeline."""
+from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
-    from attnprof.plots import timeline
-    from attnprof.records import load_record
-    from attnprof.tables import analyse_trace, forward_table
-    from attnprof.trace import load_trace
+    from attnprof.render.plots import timeline
+    from attnprof.analysis.records import load_record
+    from attnprof.analysis.tables import analyse_trace, forward_table
+    from attnprof.analysis.trace import load_trace
 
     captures = []
     for status_path, trace_path in zip(sm.input.status, sm.input.traces):

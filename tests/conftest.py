@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from attnprof.findings import load_run_data
-from attnprof.tables import analyse_trace, concat_tables, forward_table, kernel_table, launch_api_table, op_table, summary_row
-from attnprof.trace import device_properties, load_trace
+from attnprof.analysis.tables import analyse_trace, concat_tables, forward_table, kernel_table, launch_api_table, op_table, summary_row
+from attnprof.analysis.trace import device_properties, load_trace
 
-# Each test process (an xdist worker) has its own capture lock (attnprof.capture.capture_lock_path): the
+# Each test process (an xdist worker) has its own capture lock (attnprof.measure.capture.capture_lock_path): the
 # tests' captures measure nothing that another test's capture could disturb, and the tests that hold
 # a capture for seconds (kills, timeouts) would otherwise hold up the other worker's.
 # (set in every process that imports this file: an xdist worker would otherwise inherit the controller's)
@@ -97,7 +97,7 @@ def fresh_capture(tmp_path_factory):
     ``run_isolated(test_capture.spec(variant))``, run once per variant and session for the tests
     that only read a capture (each run is a Python + torch start, 2-4 s); every call gets its own
     copy of the record."""
-    from attnprof.capture import run_isolated
+    from attnprof.measure.capture import run_isolated
     from test_capture import spec
 
     done = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnprof.tables import (
+from attnprof.analysis.tables import (
     FORWARD_COLUMNS,
     KERNEL_COLUMNS,
     analyse_trace,
@@ -32,7 +32,7 @@ from attnprof.tables import (
     per_forward_counts,
     summary_row,
 )
-from attnprof.trace import assign_forward, events_frame, forward_ranges, gpu_events, integer_ids
+from attnprof.analysis.trace import assign_forward, events_frame, forward_ranges, gpu_events, integer_ids
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
@@ -775,7 +775,7 @@ def test_two_of_each_defect_is_plural():
 def test_memory_columns_are_the_peak_the_held_and_their_difference():
     """MiB from the status record's bytes: 3 GiB peak over 1 GiB held = 2048 MiB a forward allocated; nothing held;
     a record without held memory (captured before it was recorded) and one without a peak (out of memory)."""
-    from attnprof.tables import _memory_columns
+    from attnprof.analysis.tables import _memory_columns
 
     assert _memory_columns({"peak_memory_bytes": 3 * 2**30, "held_memory_bytes": 2**30}) == {
         "peak_memory_mb": 3072.0, "held_memory_mb": 1024.0, "forward_memory_mb": 2048.0}

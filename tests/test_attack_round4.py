@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.backward import analyse_passes, backward_summary, backward_tables
-from attnprof.records import RecordError, check_capture_record, devices_used
-from attnprof.tables import analyse_trace, forward_table, summary_row
-from attnprof.trace import device_properties, load_trace
+from attnprof.analysis.backward import analyse_passes, backward_summary, backward_tables
+from attnprof.analysis.records import RecordError, check_capture_record, devices_used
+from attnprof.analysis.tables import analyse_trace, forward_table, summary_row
+from attnprof.analysis.trace import device_properties, load_trace
 
 FIX = Path(__file__).parent / "fixtures"
 BASE = json.load(gzip.open(FIX / "h200" / "naive" / "trace.json.gz"))

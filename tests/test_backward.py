@@ -4,11 +4,11 @@ unchanged on real H200 traces."""
 import pandas as pd
 import pytest
 
-from attnprof.backward import (BACKWARD_COLUMNS, analyse_passes, backward_summary, backward_tables,
+from attnprof.analysis.backward import (BACKWARD_COLUMNS, analyse_passes, backward_summary, backward_tables,
                                empty_backward_tables)
-from attnprof.capture import capture
-from attnprof.names import backward_range_name
-from attnprof.tables import (BACKWARD_SUMMARY_COLUMNS, SUMMARY_COLUMNS, analyse_trace, forward_table, kernel_table,
+from attnprof.measure.capture import capture
+from attnprof.model.names import backward_range_name
+from attnprof.analysis.tables import (BACKWARD_SUMMARY_COLUMNS, SUMMARY_COLUMNS, analyse_trace, forward_table, kernel_table,
                              summary_row)
 from conftest import fixture_status, fixture_trace
 from test_capture import spec
@@ -134,7 +134,7 @@ def cpu_backward(tmp_path_factory):
 
 @pytest.mark.parametrize("variant", ["naive", "sdpa_math"])
 def test_cpu_capture_profiles_the_backward(cpu_backward, variant):
-    from attnprof.trace import load_trace
+    from attnprof.analysis.trace import load_trace
 
     rec, trace_path = cpu_backward[variant]
     assert rec["status"] == "ok" and rec["rel_error_ok"] and rec["checks_missing"] == []
@@ -158,7 +158,7 @@ def test_failed_backward_keeps_the_forward(cpu_backward):
     assert rec["status"] == "ok" and rec["rel_error_ok"]
     assert rec["passes"]["backward"]["status"] == "out_of_memory"
     assert "backward" not in rec["trace_check"]
-    from attnprof.trace import load_trace
+    from attnprof.analysis.trace import load_trace
 
     frames = analyse_trace(load_trace(trace_path), "attn_fwd", expect_gpu=False)
     assert forward_table(frames, "sdpa_flash", "s")["complete"].sum() == 2
@@ -179,7 +179,7 @@ def test_forward_only_h200_traces_give_the_same_forward_tables(variant):
 
 
 def test_backward_kernels_finding_names_main_and_extra_kernels():
-    from attnprof.backward import backward_kernels_finding
+    from attnprof.analysis.backward import backward_kernels_finding
 
     _, bwd = analyse_passes(synthetic(), "attn_fwd", expect_gpu=True)
     k = backward_tables(bwd, "sdpa_x", "s")["kernels_backward"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.backward import analyse_passes, backward_tables
-from attnprof.tables import forward_table
+from attnprof.analysis.backward import analyse_passes, backward_tables
+from attnprof.analysis.tables import forward_table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200_beyond"
 CAPTURES = sorted(str(p.parent.relative_to(FIXTURES)) for p in FIXTURES.rglob("trace.json.gz"))
@@ -77,9 +77,9 @@ def study_beyond():
     pipeline's own table code and the findings rules."""
     import pandas as pd
 
-    from attnprof.backward import backward_summary
+    from attnprof.analysis.backward import backward_summary
     from attnprof.findings import compute, load_run_data
-    from attnprof.tables import kernel_table, summary_row
+    from attnprof.analysis.tables import kernel_table, summary_row
 
     shape = "b8_h16_s1024_d64_bf16_causal"
     rows, kernels, kb, statuses = [], [], [], []
@@ -132,7 +132,7 @@ def test_backward_finding_names_main_and_helper_kernels(study_beyond):
                                              ({"first_call_s": float("inf")}, (None, None)),
                                              ({"first_call_s": "4 s", "cache": 3}, (None, None)), ("compiled", (None, None))])
 def test_a_malformed_compile_record_publishes_nothing(record, expected):
-    from attnprof.tables import summary_row
+    from attnprof.analysis.tables import summary_row
 
     _, status = load("b8_h16_s1024_d64_bf16_causal/naive_compiled")
     trace, _ = load("b8_h16_s1024_d64_bf16_causal/naive_compiled")

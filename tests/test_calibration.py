@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnprof.compare import compare_runs
+from attnprof.analysis.compare import compare_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("calibrate", ROOT / "benchmarks" / "calibration" / "calibrate.py")

@@ -1,14 +1,14 @@
 """Comparing result sets: kernels added/removed, the change verdict from the repeats, environment diff.
 
 Expected ratios and intervals are computed here by another code path: Python's statistics.geometric_mean and
-scipy.stats.ttest_ind(equal_var=False).confidence_interval() on the log medians (attnprof.stats uses its own
+scipy.stats.ttest_ind(equal_var=False).confidence_interval() on the log medians (attnprof.analysis.stats uses its own
 Welch-Satterthwaite arithmetic)."""
 import math
 import statistics
 import pandas as pd
 import pytest
 
-from attnprof.compare import compare_runs, env_diff, normalise_kernel
+from attnprof.analysis.compare import compare_runs, env_diff, normalise_kernel
 
 
 def repeats_frame(variant, shape_key, col, medians, status="ok"):

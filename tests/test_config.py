@@ -4,7 +4,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from attnprof.config import coerce_to_schema, subset_message
+from attnprof.model.config import coerce_to_schema, subset_message
 
 SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
 DEFAULTS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/config.yaml").read_text())
@@ -38,9 +38,9 @@ def test_a_partial_config_may_not_replace_a_fuller_result_set():
 
 
 def test_configuration_doc_is_generated_from_the_schema():
-    """docs/configuration.md is what `python -m attnprof.config` writes now: every schema key, with its
+    """docs/configuration.md is what `python -m attnprof.model.config` writes now: every schema key, with its
     description and the shipped default (regenerate it after a schema or default change)."""
-    from attnprof.config import configuration_markdown
+    from attnprof.model.config import configuration_markdown
 
     root = Path(__file__).resolve().parents[1]
     assert (root / "docs/configuration.md").read_text() == configuration_markdown(SCHEMA, DEFAULTS)
@@ -53,7 +53,7 @@ def test_configuration_doc_is_generated_from_the_schema():
 def test_a_key_without_description_is_an_error():
     import pytest
 
-    from attnprof.config import configuration_markdown
+    from attnprof.model.config import configuration_markdown
 
     bare = {"type": "object", "properties": {"x": {"type": "integer"}}}
     with pytest.raises(ValueError, match="'x' has no description"):
@@ -61,7 +61,7 @@ def test_a_key_without_description_is_an_error():
 
 
 def test_shape_grid_problems_name_the_grid_the_key_and_the_cause():
-    from attnprof.config import config_problems, grid_problems
+    from attnprof.model.config import config_problems, grid_problems
 
     base = {"batch": [1], "heads": [4], "head_dim": [16], "dtype": ["fp32"], "causal": [True]}
     assert grid_problems({"cpu": [{**base, "seq_len": [64]}]}) == []
@@ -91,7 +91,7 @@ def test_a_grid_of_ones_own_replaces_the_default_grid_whole():
 
 
 def test_lost_captures_are_the_repeat_rows_without_their_files(tmp_path):
-    from attnprof.config import lost_captures
+    from attnprof.model.config import lost_captures
 
     run = tmp_path / "r"
     for rel in ("s1/a/r1", "s1/a/r2", "s1/b/r1"):
@@ -157,7 +157,7 @@ def test_the_nested_values_advice_comes_only_with_a_nested_value_from_the_comman
     assert message[0] == "config: plots.dpi = abc: not an integer" and len(message) <= 6
     assert "'plots: {dpi: 110}'" in message[2] and "--configfile my.yaml" in message[2]
     # the same value from a config file: the fix names the file, not the command line's limits
-    from attnprof.config import schema_message
+    from attnprof.model.config import schema_message
 
     why = schema_message({**DEFAULTS, "plots": {"dpi": "abc", "top_kernels": 6}}, SCHEMA, command_line={}, defaults=DEFAULTS)
     assert "easiest in a YAML file" not in why and "'plots: {dpi: 110}' in your --configfile" in why
@@ -165,7 +165,7 @@ def test_the_nested_values_advice_comes_only_with_a_nested_value_from_the_comman
 
 
 def test_schema_messages_name_the_key_for_every_kind_of_error():
-    from attnprof.config import schema_message
+    from attnprof.model.config import schema_message
 
     def message(**changes):
         why = schema_message({**DEFAULTS, **changes}, SCHEMA, command_line=changes, defaults=DEFAULTS)

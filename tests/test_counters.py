@@ -1,4 +1,4 @@
-"""The optional hardware-counter stage (attnprof.counters, attnprof.counters_findings) on a CPU:
+"""The optional hardware-counter stage (attnprof.measure.counters, attnprof.findings.counters) on a CPU:
 skip paths (no ncu, no permission, CPU run), parsing of ncu CSVs captured on an H200, and the
 join of measured counters with a trace kernel table."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnprof.counters import measure, parse_raw_csv, permission_message
-from attnprof.counters_findings import counter_findings, load_counter_findings
+from attnprof.measure.counters import measure, parse_raw_csv, permission_message
+from attnprof.findings.counters import counter_findings, load_counter_findings
 
 NCU_FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 STUDY = {"batch": 8, "heads": 16, "seq_len": 1024, "head_dim": 64, "dtype": "bf16", "causal": True}
@@ -130,8 +130,8 @@ def test_finding_on_the_h200_counters_and_trace(tmp_path):
     names (flash_fwd_kernel, <unnamed>::softmax_warp_forward) find their trace kernels."""
     from conftest import fixture_status, fixture_trace
 
-    from attnprof.tables import analyse_trace, kernel_table
-    from attnprof.trace import device_properties
+    from attnprof.analysis.tables import analyse_trace, kernel_table
+    from attnprof.analysis.trace import device_properties
 
     found = {}
     for v in ("sdpa_flash", "sdpa_cudnn", "naive"):
@@ -232,8 +232,8 @@ def test_flex_kernel_zero_estimate_is_contradicted_by_ncu():
     import gzip
     import json
 
-    from attnprof.backward import analyse_passes
-    from attnprof.tables import kernel_table
+    from attnprof.analysis.backward import analyse_passes
+    from attnprof.analysis.tables import kernel_table
 
     root = Path(__file__).resolve().parents[1]
     counters = pd.read_csv(root / "examples/nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56-beyond/counters/"

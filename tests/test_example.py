@@ -1,7 +1,7 @@
 """The committed H200 example: its summary agrees with its own traces and status records.
 
 The example keeps its gzipped traces, so every summary row can be recomputed here: once through the
-extract path (attnprof.tables) and, for the counts and device times, by the plain-JSON count of
+extract path (attnprof.analysis.tables) and, for the counts and device times, by the plain-JSON count of
 test_trust.independent_forwards, which shares no code with attnprof.
 """
 import json
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnprof.tables import analyse_trace, forward_table, summary_row
-from attnprof.trace import load_trace
+from attnprof.analysis.tables import analyse_trace, forward_table, summary_row
+from attnprof.analysis.trace import load_trace
 from test_trust import independent_forwards
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
@@ -54,7 +54,7 @@ def test_summary_row_recomputed_from_the_trace(shape, variant):
 
 def test_between_run_intervals_recomputed_from_the_per_repeat_table():
     """Every summary time over the repeats: the median of repeats.csv's medians, and the rerun interval by the
-    formula of docs/statistics.md, computed here with numpy and scipy's t (attnprof.stats has its own code)."""
+    formula of docs/statistics.md, computed here with numpy and scipy's t (attnprof.analysis.stats has its own code)."""
     from scipy import stats as st
 
     summary = SUMMARY.set_index(["variant", "shape_key"])
@@ -130,7 +130,7 @@ def test_kernel_shares_of_the_study_shape_from_the_traces():
     import gzip
     from collections import Counter
 
-    from attnprof.tables import kernel_table
+    from attnprof.analysis.tables import kernel_table
 
     committed = pd.read_csv(EXAMPLE / "kernels.csv")
     for variant in ("naive", "sdpa_math"):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from attnprof.tables import concat_tables
+from attnprof.analysis.tables import concat_tables
 from attnprof.findings import (RunData, compute, decode_kernel_name, iter_numbers, load_run_data, lookup,
                                theoretical_occupancy)
 

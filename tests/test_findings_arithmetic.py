@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnprof.backward import analyse_passes, assign_backward, backward_summary, backward_tables
+from attnprof.analysis.backward import analyse_passes, assign_backward, backward_summary, backward_tables
 from attnprof.findings import (FUSED, RunData, derived, kernel_class, kernel_group, matches, metric_cpu_excess,
                                metric_device_ratio, metric_fastest_fused, metric_kernels_plus_memcpy, metric_kernels_saved,
                                metric_main_occupancy, rule_speed, theoretical_occupancy)
@@ -433,7 +433,7 @@ def test_engine_launches_at_the_window_edges_belong_to_the_backward():
     events = step(100, 1, 50) + step(200, 11, 60)
     ts = pd.Series([119.0, 120.0, 150.0, 151.0])
     tid = pd.Series([ENGINE] * 4)
-    from attnprof.trace import events_frame, forward_ranges
+    from attnprof.analysis.trace import events_frame, forward_ranges
 
     ev = events_frame({"traceEvents": events})
     ranges = forward_ranges(ev, "attn_bwd")
@@ -447,7 +447,7 @@ def test_engine_launches_at_the_window_edges_belong_to_the_backward():
 def test_a_forward_of_the_engine_thread_inside_a_backward_window_keeps_its_launch():
     """A forward range on the engine thread at [125, 135], inside backward 0's window [120, 150] on the main
     thread: its launch at 130 is the forward's, never the backward's; the engine's launch at 140 is the backward's."""
-    from attnprof.trace import events_frame, forward_ranges
+    from attnprof.analysis.trace import events_frame, forward_ranges
 
     ev = events_frame({"traceEvents": step(100, 1, 50) + [rng("attn_fwd", 125, 10, tid=ENGINE)]})
     ranges = forward_ranges(ev, "attn_bwd")

@@ -1,4 +1,4 @@
-"""The light stages' runner (attnprof.jobs): a job runs its script in a process of its own, forked
+"""The light stages' runner (attnprof.runtime.jobs): a job runs its script in a process of its own, forked
 from the preloaded fork server, and a failure or a kill fails that job alone with a message that
 names the script, the cause and the log."""
 
@@ -18,11 +18,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 SNAKEFILE = f"""
 import os, sys
 sys.path.insert(0, {str(SRC)!r})
-from attnprof import jobs
-from attnprof.jobs import run_script
+from attnprof.runtime import jobs
+from attnprof.runtime.jobs import run_script
 # these jobs import nothing heavy: a light preload keeps each fork server start short (the workflow tests
 # run the real PRELOAD)
-jobs.PRELOAD[:] = ["snakemake.cli", "snakemake.iocontainers", "attnprof.logs"]
+jobs.PRELOAD[:] = ["snakemake.cli", "snakemake.iocontainers", "attnprof.runtime.logs"]
 if workflow.is_main_process:
     Path("snakemake.pid").write_text(str(os.getpid()))
 
@@ -47,14 +47,14 @@ rule job:
 
 OK = """
 import os
-from attnprof.logs import script_log
+from attnprof.runtime.logs import script_log
 with script_log(snakemake.log[0]):
     print("running", snakemake.rule, snakemake.wildcards.name)
     env = " ".join(os.environ.get(k, "-") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TMPDIR"))
     open(snakemake.output[0], "w").write(f"{os.getpid()} {snakemake.params.greeting} {snakemake.input.script} {env}")
 """
 FAILS = """
-from attnprof.logs import script_log
+from attnprof.runtime.logs import script_log
 with script_log(snakemake.log[0]):
     raise ValueError("a corrupt table: row 3")
 """
@@ -159,7 +159,7 @@ def test_a_lost_exit_status_is_read_from_the_jobs_own_record_or_the_job_run_agai
 def test_an_edit_to_the_package_is_seen_against_the_fork_servers_start():
     import time
 
-    from attnprof.jobs import _package_edited_since
+    from attnprof.runtime.jobs import _package_edited_since
 
     assert _package_edited_since(0) and not _package_edited_since(time.time() + 60)
 
@@ -193,7 +193,7 @@ def test_a_job_does_not_outlive_a_killed_snakemake(tmp_path):
 
 def test_a_zombie_snakemake_is_gone():
     """Killed but not reaped (its parent may never reap it): the job's watch takes it for gone."""
-    from attnprof.jobs import _alive, _process_start
+    from attnprof.runtime.jobs import _alive, _process_start
 
     child = subprocess.Popen(["sleep", "30"])
     start = _process_start(child.pid)

@@ -4,7 +4,7 @@ import sys
 
 SCRIPT = """
 import warnings
-from attnprof.logs import script_log
+from attnprof.runtime.logs import script_log
 with script_log(sys.argv[1]) as log:
     import json  # imports inside: an ImportError lands in the log too
     print("to stdout")
@@ -27,7 +27,7 @@ def test_failed_script_leaves_output_warning_and_traceback_in_its_log(tmp_path):
 
 def test_deliberate_exit_message_is_logged_without_a_traceback(tmp_path):
     log = tmp_path / "job.log"
-    code = ("import sys; from attnprof.logs import script_log\n"
+    code = ("import sys; from attnprof.runtime.logs import script_log\n"
             "with script_log(sys.argv[1]):\n    raise SystemExit('attnprof: capture interrupted')\n")
     proc = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True)
     assert proc.returncode == 1

@@ -1,7 +1,7 @@
 """One source for each list of names the workflow, the code and the report share.
 
-Python reads each list from its one place (variant names: attnprof.variants.VARIANTS; plot and
-table names: attnprof.names; metric names: attnprof.findings.METRICS). Where a second place cannot
+Python reads each list from its one place (variant names: attnprof.model.variants.VARIANTS; plot and
+table names: attnprof.model.names; metric names: attnprof.findings.METRICS). Where a second place cannot
 import it -- YAML, the README, the Snakefile's rules -- a test here keeps that place in step."""
 from pathlib import Path
 
@@ -10,14 +10,14 @@ import yaml
 
 import snakemake_cli
 
-from attnprof.config import check_variants
-from attnprof.variants import VARIANTS
+from attnprof.model.config import check_variants
+from attnprof.model.variants import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
-# --- variant names: attnprof.variants.VARIANTS ---------------------------------------------------
+# --- variant names: attnprof.model.variants.VARIANTS ---------------------------------------------------
 
 def test_variant_names_are_checked_against_the_built_in_ones_and_custom_variants():
     mine = {"mine": {"function": "my_attention:forward"}}
@@ -46,7 +46,7 @@ def test_an_unknown_variant_stops_the_workflow_at_parse_time(tmp_path):
 
 
 def test_the_report_describes_every_built_in_variant():
-    from attnprof.report import CHANGES
+    from attnprof.render.report import CHANGES
 
     assert list(CHANGES) == list(VARIANTS)
 
@@ -109,7 +109,7 @@ def test_every_finding_carries_a_rule_name_the_schema_and_the_expectations_know(
     assert {f["rule"] for f in compute(h200_data)["findings"]} <= set(RULE_NAMES)
 
 
-# --- file and table names: attnprof.names (CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES) ---------------
+# --- file and table names: attnprof.model.names (CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES) ---------------
 
 def test_the_findings_schema_names_the_tables_references_point_into():
     import json
@@ -121,14 +121,14 @@ def test_the_findings_schema_names_the_tables_references_point_into():
 
 
 def test_extract_writes_every_per_capture_table_by_its_name():
-    from attnprof.names import CAPTURE_TABLES
+    from attnprof.model.names import CAPTURE_TABLES
 
     script = (ROOT / "scripts" / "extract.py").read_text()
     assert {key for key in CAPTURE_TABLES if f"sm.output.{key}" in script} == set(CAPTURE_TABLES)
 
 
 def test_the_results_document_names_every_file_of_a_result_set():
-    from attnprof.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES
+    from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES
 
     doc = (ROOT / "docs" / "results.md").read_text()
     for name in CAPTURE_FILES.values():
@@ -183,11 +183,11 @@ def test_the_readme_names_the_rules_of_the_render_profile_and_of_compare():
         assert listed.split() == compare_rules
 
 
-# --- plot names: attnprof.names (SHAPE_PLOTS, TIMELINE, SCALING_PLOTS) -----------------------------
+# --- plot names: attnprof.model.names (SHAPE_PLOTS, TIMELINE, SCALING_PLOTS) -----------------------------
 
 def test_every_plot_has_a_caption_and_the_plot_lists_name_plots():
-    from attnprof.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
-    from attnprof.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
+    from attnprof.model.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
+    from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 
     names = [*SHAPE_PLOTS, TIMELINE, *SCALING_PLOTS]
     assert list(CAPTIONS) == names and set(CPU_CAPTIONS) == set(names)

@@ -131,7 +131,7 @@ def test_committed_beyond_pdf_reads_as_a_document():
 
 @pytest.fixture(scope="module")
 def rendered_h200(tmp_path_factory):
-    """The H200 example's report as this checkout renders it (attnprof.report on the committed summary.csv,
+    """The H200 example's report as this checkout renders it (attnprof.render.report on the committed summary.csv,
     kernels.csv, findings.json, env.json, calibration.json and plots; no launches table, which only adds a line
     per variant), HTML and PDF in a temporary folder, the PDF opened once."""
     if not (EXAMPLE / "summary.csv").exists():
@@ -139,7 +139,7 @@ def rendered_h200(tmp_path_factory):
     import pandas as pd
 
     from attnprof.findings import load_expectations
-    from attnprof.report import build_context, render_html, render_pdf
+    from attnprof.render.report import build_context, render_html, render_pdf
 
     root = Path(__file__).resolve().parents[1]
     summary = pd.read_csv(EXAMPLE / "summary.csv")
@@ -176,7 +176,7 @@ def test_rendered_h200_pdf_is_a_document_of_at_most_20_pages(rendered_h200):
 def test_rendered_h200_page_1_names_the_fastest_kernel_its_margin_and_failed_checks(rendered_h200):
     """Computed from summary.csv: at the study's shape, the fastest variant that is not a dispatcher and computes
     the right result, and its margin over the next variant with another kernel; any variant with rel_error_ok false."""
-    from attnprof.report import DISPATCHERS, _fmt
+    from attnprof.render.report import DISPATCHERS, _fmt
 
     summary, _, pdf = rendered_h200
     first = re.sub(r"\s+", " ", pdf.pages[0].extract_text() or "")
@@ -228,7 +228,7 @@ def test_rendered_cpu_pdf_is_a_document_of_at_most_4_pages(tmp_path):
     import pandas as pd
 
     from attnprof.findings import load_expectations
-    from attnprof.report import build_context, render_html, render_pdf
+    from attnprof.render.report import build_context, render_html, render_pdf
 
     root = Path(__file__).resolve().parents[1]
     summary = pd.read_csv(CPU_RUN / "summary.csv")

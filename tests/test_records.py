@@ -1,4 +1,4 @@
-"""Records that disagree (attnprof.records): a capture record (status.json) is checked against its folder,
+"""Records that disagree (attnprof.analysis.records): a capture record (status.json) is checked against its folder,
 its trace and env.json, and every record (status.json, env.json, calibration.json) that cannot be read or lacks
 a key gives one error naming the file and the key.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnprof.records import (
+from attnprof.analysis.records import (
     ENV_CHECK_KEYS,
     STATUS_KEYS,
     RecordError,
@@ -28,7 +28,7 @@ from attnprof.records import (
     load_record,
     trace_schema_problem,
 )
-from attnprof.trace import TraceError, device_properties, events_frame, load_trace
+from attnprof.analysis.trace import TraceError, device_properties, events_frame, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "fixtures" / "cases"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from attnprof.compare import compare_runs
+from attnprof.analysis.compare import compare_runs
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "cpu_repeats"
 

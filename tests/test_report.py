@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from attnprof.findings import compute
-from attnprof.report import RenderError, build_context, render_html, render_pdf
-from attnprof.tables import concat_tables
+from attnprof.render.report import RenderError, build_context, render_html, render_pdf
+from attnprof.analysis.tables import concat_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 NASTY = "void ns::kern<cutlass::bfloat16_t, Traits<64, 128>, true>(Params<A&B>)"
@@ -55,7 +55,7 @@ def test_pdf_fails_on_a_broken_image(tmp_path):
 
 
 def test_cudnn_version_has_one_spelling():
-    from attnprof.report import cudnn_version
+    from attnprof.render.report import cudnn_version
 
     assert cudnn_version(91900) == "9.19.0" and cudnn_version(90100) == "9.1.0" and cudnn_version(8902) == "8.9.2"
     assert cudnn_version(None) == "" and cudnn_version("9.19") == "9.19"
@@ -66,8 +66,8 @@ def test_a_timeline_of_many_variants_still_fits_a_page_with_its_heading(tmp_path
     timeline is drawn at PAGE_FIGURE_MAX_IN, so that its heading is not left alone on the page before."""
     import struct
 
-    from attnprof.plots import PAGE_FIGURE_MAX_IN, timeline
-    from attnprof.tables import analyse_trace
+    from attnprof.render.plots import PAGE_FIGURE_MAX_IN, timeline
+    from attnprof.analysis.tables import analyse_trace
 
     def height_in(n: int) -> float:
         captures = []
@@ -105,7 +105,7 @@ def test_in_brief_leads_with_wrong_results_and_ranks_distinct_kernels_only():
     sentence links its evidence."""
     import pandas as pd
 
-    from attnprof.report import in_brief
+    from attnprof.render.report import in_brief
 
     summary = _brief_summary()
     kernels = pd.DataFrame([{"variant": v, "shape_key": "b1_s1", "kernel": k, "label": k, "us_per_forward": 1.0}
@@ -125,7 +125,7 @@ def test_in_brief_leads_with_wrong_results_and_ranks_distinct_kernels_only():
 
 
 def test_expectations_in_words():
-    from attnprof.report import expectations_words
+    from attnprof.render.report import expectations_words
 
     checks = [{"verdict": "same", "claim": "A"}, {"verdict": "different", "claim": "B", "observed": {"value": 2, "unit": "ms"}},
               {"verdict": "within noise", "claim": "C"}]
@@ -134,7 +134,7 @@ def test_expectations_in_words():
 
 
 def test_an_out_of_memory_reason_is_printed_without_pytorchs_closing_advice():
-    from attnprof.report import short_reason
+    from attnprof.render.report import short_reason
 
     oom = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 GiB. GPU 0 has a total capacity of 139.80 GiB of "
            "which 4.85 GiB is free. Of the allocated memory 134.16 GiB is allocated by PyTorch, and 32.00 MiB is reserved by "

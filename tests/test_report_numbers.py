@@ -1,4 +1,4 @@
-"""The report's numbers come from the findings and the report data (attnprof.report); the
+"""The report's numbers come from the findings and the report data (attnprof.render.report); the
 templates only format them."""
 import re
 from pathlib import Path
@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from attnprof.findings import compute
-from attnprof.report import build_context, calibration_numbers, compare_context
-from attnprof.tables import concat_tables
+from attnprof.render.report import build_context, calibration_numbers, compare_context
+from attnprof.analysis.tables import concat_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,8 +98,8 @@ def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
     limit, and the environment and config differences in one line, before the per-variant table."""
     import sys
 
-    from attnprof.compare import compare_runs
-    from attnprof.report import render_html
+    from attnprof.analysis.compare import compare_runs
+    from attnprof.render.report import render_html
 
     sys.path.insert(0, str(ROOT / "tests"))
     from test_repeats_cpu import load
@@ -120,7 +120,7 @@ def test_the_detection_limit_of_a_cpu_run_uses_the_host_threshold():
 
     import pandas as pd
 
-    from attnprof.report import repeats_text
+    from attnprof.render.report import repeats_text
 
     # host times 1 % apart between repeats, no device times (a CPU run): compare would call nothing under 20 %
     summary = pd.DataFrame({"variant": ["a", "b"], "cpu_ms_run_sd_pct": [1.0, 1.5], "device_ms_run_sd_pct": [None, None]})

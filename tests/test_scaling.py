@@ -4,11 +4,11 @@ import json
 import pandas as pd
 import pytest
 
-from attnprof.calibrate import calibrate, datasheet
-from attnprof.capture import oom_bytes
-from attnprof.plots import make_scaling
-from attnprof.tables import summary_row
-from attnprof.variants import Shape, expand_shapes
+from attnprof.measure.calibrate import calibrate, datasheet
+from attnprof.measure.capture import oom_bytes
+from attnprof.render.plots import make_scaling
+from attnprof.analysis.tables import summary_row
+from attnprof.model.variants import Shape, expand_shapes
 
 
 def test_tflops_uses_the_sdpa_benchmark_flop_convention():
@@ -72,7 +72,7 @@ def test_fidelity_finding_on_h200_fixtures(h200_data):
 
 
 def test_timeline_draws_the_median_forward_by_device_time_or_on_a_cpu_run_by_host_time():
-    from attnprof.plots import pick_forward
+    from attnprof.render.plots import pick_forward
 
     gpu = pd.DataFrame({"forward": [0, 1, 2, 3], "timing_complete": [True, True, True, False],
                         "device_us": [10.0, 30.0, 20.0, 5.0], "cpu_us": [9.0, 1.0, 5.0, 2.0]})

@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnprof.variants import COMPILED, VARIANTS, Shape, expand_shapes, make_forward, reference_attention, relative_error
+from attnprof.model.variants import COMPILED, VARIANTS, Shape, expand_shapes
+from attnprof.measure.forwards import make_forward, reference_attention, relative_error
 
 # CUDA-only backends left out; the torch.compile variants have their own GQA/decode test (test_compiled.py),
 # as each compile costs seconds

@@ -1,4 +1,4 @@
-"""attnprof.stats: the between-run interval and the change verdict, against independent arithmetic and against
+"""attnprof.analysis.stats: the between-run interval and the change verdict, against independent arithmetic and against
 data with a known answer (simulated repeats, fixed seeds: deterministic)."""
 import math
 import statistics
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from attnprof.stats import MEDIAN_VARIANCE, between_run_interval, compare_ratio
+from attnprof.analysis.stats import MEDIAN_VARIANCE, between_run_interval, compare_ratio
 
 
 def test_interval_worked_by_hand():

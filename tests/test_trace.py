@@ -2,8 +2,8 @@
 import pandas as pd
 import pytest
 
-from attnprof.tables import analyse_trace, forward_table, kernel_table
-from attnprof.trace import TraceError, kernel_label, load_trace, short_kernel_name
+from attnprof.analysis.tables import analyse_trace, forward_table, kernel_table
+from attnprof.analysis.trace import TraceError, kernel_label, load_trace, short_kernel_name
 
 
 def by_variant(h200, v):
@@ -116,8 +116,8 @@ import json  # noqa: E402
 import pickle  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from attnprof.tables import launch_api_table, op_table  # noqa: E402
-from attnprof.trace import GPU_ARG_KEYS, Trace, events_frame  # noqa: E402
+from attnprof.analysis.tables import launch_api_table, op_table  # noqa: E402
+from attnprof.analysis.trace import GPU_ARG_KEYS, Trace, events_frame  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_H200 = ROOT / "tests" / "fixtures" / "h200"

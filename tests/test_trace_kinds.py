@@ -11,7 +11,7 @@ the same kind, spliced here from the committed H200 fixture traces:
 4. threads: a backward's work comes only from its own thread and the autograd engine's.
 
 Every expected value comes from :func:`by_hand` / :func:`backward_by_hand`: plain-Python counts over
-the raw JSON that share no code with attnprof.trace / attnprof.tables / attnprof.backward. Which calls
+the raw JSON that share no code with attnprof.analysis.trace / attnprof.analysis.tables / attnprof.analysis.backward. Which calls
 enqueue GPU work is known there from the unspliced base trace (the correlation ids that had GPU events
 before the splice), never from the program's rule.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.backward import analyse_passes, backward_summary, backward_table
-from attnprof.tables import analyse_trace, forward_table, summary_row
+from attnprof.analysis.backward import analyse_passes, backward_summary, backward_table
+from attnprof.analysis.tables import analyse_trace, forward_table, summary_row
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = FIXTURES / "cases"

@@ -1,4 +1,4 @@
-"""Rerun triggers follow the real imports (attnprof.imports): every rule declares the import closure of its own
+"""Rerun triggers follow the real imports (attnprof.runtime.imports): every rule declares the import closure of its own
 script, and the closure holds every package module the script's imports actually load (checked in a fresh
 interpreter: an independent path, Python's own import system)."""
 import ast
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 
-from attnprof.imports import import_closure
+from attnprof.runtime.imports import import_closure
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "attnprof"

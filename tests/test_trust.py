@@ -3,7 +3,7 @@
 The handed cases (tests/fixtures/cases, copied unchanged from the issue's case set; README there
 gives the right values) and inputs of our own of the same fault kinds. Expected values come from
 the README or from ``independent_forwards`` below: a plain-Python count over the raw JSON that
-shares no code with attnprof.trace / attnprof.tables.
+shares no code with attnprof.analysis.trace / attnprof.analysis.tables.
 """
 import gzip
 import json
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from attnprof.findings import RunData, decode_kernel_name, rule_fusion, rule_occupancy, rule_trace_quality
-from attnprof.tables import analyse_trace, forward_table, kernel_table, summary_row
-from attnprof.trace import TraceError, load_trace, properties_of
+from attnprof.analysis.tables import analyse_trace, forward_table, kernel_table, summary_row
+from attnprof.analysis.trace import TraceError, load_trace, properties_of
 
 CASES = Path(__file__).parent / "fixtures" / "cases"
 LAUNCH = {"cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchKernelExC"}
@@ -354,7 +354,7 @@ def test_own_corrupt_gzip_and_missing_file(tmp_path):
 # --- the capture checks its own trace before it writes ok --------------------------------------
 
 def test_capture_self_check_on_a_trace_that_lost_gpu_events(tmp_path):
-    from attnprof.capture import check_own_trace
+    from attnprof.measure.capture import check_own_trace
 
     spec = {"variant": "naive", "device": "cuda", "range_name": "attn_fwd", "schedule": {"active": 10}}
     path = CASES / "b02_6of10_incomplete.json.gz"
@@ -368,8 +368,8 @@ def test_capture_self_check_on_a_trace_that_lost_gpu_events(tmp_path):
 
 def test_capture_with_too_few_complete_forwards_is_incomplete_trace(tmp_path):
     """A real CPU capture: 2 forwards profiled, 3 required."""
-    from attnprof.capture import run_isolated
-    from attnprof.variants import Shape
+    from attnprof.measure.capture import run_isolated
+    from attnprof.model.variants import Shape
 
     spec = {"variant": "naive_inplace", "shape": Shape(1, 2, 64, 32, "fp32", True).as_dict(), "device": "cpu",
             "schedule": {"wait": 1, "warmup": 1, "active": 2}, "warmup_calls": 1, "range_name": "attn_fwd",
@@ -466,7 +466,7 @@ def test_own_structurally_corrupt_traces_are_trace_errors(tmp_path, content):
 
 
 def test_own_device_properties_as_one_object():
-    from attnprof.trace import device_properties
+    from attnprof.analysis.trace import device_properties
 
     trace = raw("x2_min.json.gz")
     trace["deviceProperties"] = trace["deviceProperties"][1]
@@ -564,7 +564,7 @@ def test_own_same_counts_different_kernels_is_a_difference():
 
 def test_own_arrow_inside_template_arguments():
     from attnprof.findings import GEMM, FP32_GEMM, matches
-    from attnprof.trace import short_kernel_name
+    from attnprof.analysis.trace import short_kernel_name
 
     name = "void kern<decltype(std::declval<T>()->gemm), 3>(Params)"
     assert short_kernel_name(name) == "kern"

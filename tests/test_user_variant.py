@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.capture import run_isolated
-from attnprof.variants import variant_fingerprint
+from attnprof.measure.capture import run_isolated
+from attnprof.measure.forwards import variant_fingerprint
 from test_capture import spec
 
 USER_DIR = Path(__file__).resolve().parent / "user_variants"

@@ -1,4 +1,4 @@
-"""The capture worker (attnprof.worker) on the CPU: reuse, restart after any failure,
+"""The capture worker (attnprof.runtime.worker) on the CPU: reuse, restart after any failure,
 crashes, timeouts, killed captures and killed jobs, and the same numbers as a fresh process."""
 import json
 import os
@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from attnprof.capture import CaptureInterrupted
-from attnprof.tables import analyse_trace, kernel_table, op_table
-from attnprof.trace import load_trace
-from attnprof.worker import reusable, run_in_worker
+from attnprof.measure.capture import CaptureInterrupted
+from attnprof.analysis.tables import analyse_trace, kernel_table, op_table
+from attnprof.analysis.trace import load_trace
+from attnprof.runtime.worker import reusable, run_in_worker
 from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
@@ -143,7 +143,7 @@ def test_capture_process_killed_from_outside_is_interrupted(tmp_path):
     assert not (tmp_path / "c.status.json").exists() and not (tmp_path / "c.json.gz").exists()
 
 
-CLIENT = ("import json, sys; from pathlib import Path; from attnprof.worker import run_in_worker; "
+CLIENT = ("import json, sys; from pathlib import Path; from attnprof.runtime.worker import run_in_worker; "
           "run_in_worker(json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), 600, 20)")
 
 

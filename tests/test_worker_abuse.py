@@ -2,6 +2,7 @@
 a supervisor stopped mid-capture, a changed environment or calibration code, a foreign owner."""
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import attnprof.worker as worker
-from attnprof.capture import CaptureInterrupted
-from attnprof.worker import address, run_in_worker, worker_key
+import attnprof.runtime.worker as worker
+from attnprof.measure.capture import CaptureInterrupted
+from attnprof.runtime.worker import address, run_in_worker, worker_key
 from test_capture import alive, spec, wait_for_pid, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
@@ -89,12 +90,11 @@ def test_key_covers_the_environment_and_every_module(monkeypatch, tmp_path):
     assert worker_key("cpu") == base
     # calibrate.py runs in the worker too (call_in_worker): its content is in the key
     pkg = tmp_path / "attnprof"
-    pkg.mkdir()
-    for path in Path(worker.__file__).parent.glob("*.py"):
-        (pkg / path.name).write_bytes(path.read_bytes())
-    monkeypatch.setattr(worker, "__file__", str(pkg / "worker.py"))
+    shutil.copytree(Path(worker.__file__).resolve().parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(worker, "__file__", str(pkg / "runtime" / "worker.py"))
     copied = worker_key("cpu")
-    (pkg / "calibrate.py").write_text((pkg / "calibrate.py").read_text() + "\n# edited\n")
+    calibrate = pkg / "measure" / "calibrate.py"
+    calibrate.write_text(calibrate.read_text() + "\n# edited\n")
     assert worker_key("cpu") != copied
 
 

@@ -209,8 +209,8 @@ def test_template_change_reruns_only_the_report(run_dir):
 
 def test_a_change_of_the_completeness_code_rejudges_every_capture(run_dir):
     """tables.py decides a capture's own incomplete_trace status (the capture imports it): an edit reruns every
-    capture, and extract and everything after (the triggers follow the imports, attnprof.imports)."""
-    with edited(run_dir / "src" / "attnprof" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
+    capture, and extract and everything after (the triggers follow the imports, attnprof.runtime.imports)."""
+    with edited(run_dir / "src" / "attnprof" / "analysis" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
         jobs = planned_jobs(run_dir)
     n = 2 * len(VARIANTS) * REPEATS
     assert jobs["capture"] == jobs["extract"] == n and jobs["summarize"] == 1 and jobs["report_pdf"] == 1, jobs
@@ -240,12 +240,13 @@ def test_torch_version_change_reruns_every_capture(run_dir):
 
 
 def test_one_variants_code_change_reruns_only_its_captures(run_dir):
-    variants = run_dir / "src" / "attnprof" / "variants.py"
+    variants = run_dir / "src" / "attnprof" / "measure" / "forwards.py"
     with edited(variants, "return torch.softmax(scores, dim=-1) @ v", "return torch.softmax(scores, dim=-1).matmul(v)"):
         jobs = planned_jobs(run_dir)
     # naive and naive_inplace share that code (at both shapes); the five SDPA variants and the user's do not rerun
-    # only their captures rerun (the per-variant fingerprint); every extract reruns: its script imports variants.py
-    assert jobs["capture"] == 4 * REPEATS and jobs["extract"] == 2 * len(VARIANTS) * REPEATS and jobs["summarize"] == 1
+    # only their captures rerun (the per-variant fingerprint), and the extracts of those captures only: no other
+    # stage imports the forward builders (attnprof.measure.forwards)
+    assert jobs["capture"] == jobs["extract"] == 4 * REPEATS and jobs["summarize"] == 1
 
 
 def test_another_cores_count_on_a_cpu_run_recaptures_rather_than_mixing_thread_counts(run_dir):

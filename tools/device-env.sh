@@ -15,7 +15,7 @@ fi
 
 # device_run_id [SUFFIX]: the result set this machine's default config writes (results/<id>)
 device_run_id() {
-  python3 -c "import sys; sys.path.insert(0, 'src'); from attnprof.env import default_run_id, detect_gpu, torch_build; print(default_run_id('cuda', detect_gpu(), torch_build()) + '${1:-}')"
+  python3 -c "import sys; sys.path.insert(0, 'src'); from attnprof.measure.env import default_run_id, detect_gpu, torch_build; print(default_run_id('cuda', detect_gpu(), torch_build()) + '${1:-}')"
 }
 
 # finish_run NAME RC START RUN FIELDS: the end of a device script's Snakemake run. Writes

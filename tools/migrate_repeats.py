@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from attnprof.names import CAPTURE_FILES, repeat_dir  # noqa: E402
+from attnprof.model.names import CAPTURE_FILES, repeat_dir  # noqa: E402
 
 
 def migrate(run_dir: Path) -> int:

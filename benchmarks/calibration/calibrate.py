@@ -24,8 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from attnprof.compare import NOISE_FLOOR, compare_runs  # noqa: E402
-from attnprof.stats import detectable_change  # noqa: E402
+from attnprof.analysis.compare import NOISE_FLOOR, compare_runs  # noqa: E402
+from attnprof.analysis.stats import detectable_change  # noqa: E402
 
 RESULTS = Path(__file__).resolve().with_name("results")  # the committed tables; the command line may name another folder
 SWEEP = "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
@@ -58,7 +58,7 @@ def within_interval(a: dict, b: dict) -> dict:
 
 
 def detectable(sd: float, n: int, threshold: float = NOISE_FLOOR) -> float:
-    """attnprof.stats.detectable_change at 80 % power and the default confidence."""
+    """attnprof.analysis.stats.detectable_change at 80 % power and the default confidence."""
     return detectable_change(sd, n, threshold)
 
 

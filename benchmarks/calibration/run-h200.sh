@@ -8,7 +8,7 @@
 # (benchmarks/calibration/calibrate.py).
 set -euo pipefail
 source tools/device-env.sh
-# attnprof.stats (summarize and after) needs scipy; where the GPU image lacks it the captures and their tables
+# attnprof.analysis.stats (summarize and after) needs scipy; where the GPU image lacks it the captures and their tables
 # are still made (--keep-going) and the result set is summarised and rendered on the CPU machine
 python3 -c "import scipy; print('scipy', scipy.__version__)" || echo "no scipy here: summarize on the CPU machine"
 run=$(device_run_id)

@@ -6,7 +6,7 @@ set -euo pipefail
 source tools/device-env.sh
 declare -A wall
 for cores in 1 16; do
-  pkill -f "attnprof.worker serve" || true
+  pkill -f "attnprof.runtime.worker serve" || true
   sleep 1
   rm -rf results/study-cold
   start=$(date +%s.%N)

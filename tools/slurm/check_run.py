@@ -54,7 +54,7 @@ def check_report(results: Path) -> None:
 
 
 def check_summary(results: Path, env: dict) -> None:
-    from attnprof.variants import expand_shapes
+    from attnprof.model.variants import expand_shapes
 
     device = env["device"]
     cfg = env["config"]

@@ -1,5 +1,5 @@
 # Stage 1: one torch.profiler capture per (shape, variant): by default in the run's warm
-# capture process (attnprof.worker), restarted after any capture that did not fully succeed;
+# capture process (attnprof.runtime.worker), restarted after any capture that did not fully succeed;
 # capture_mode: process runs each in a fresh process.
 
 
@@ -7,7 +7,7 @@ rule capture:
     """Warm up, trace the forwards with torch.profiler, check against float64, time."""
     input:
         # every module the script imports; variants.py through the per-variant fingerprint (params)
-        code("capture", exclude=("variants.py",)),
+        code("capture", exclude=("model/variants.py", "measure/forwards.py")),
         script=script_file("capture"),
     output:
         trace=capture_file("trace", run=f"{{run,{THIS_RUN}}}"),
@@ -16,7 +16,7 @@ rule capture:
         "results/{run}/logs/capture/{shape}/{variant}/r{repeat}.log",
     # The repeats run in rounds, round-robin over the variants and shapes (so that a drift in clocks or load hits
     # all of them alike): Snakemake starts the captures of repeat k before any of repeat k + 1, and the capture
-    # worker serves them in the order they came (attnprof.worker; a new round gets a fresh capture process).
+    # worker serves them in the order they came (attnprof.runtime.worker; a new round gets a fresh capture process).
     priority: lambda wc: REPEATS - int(wc.repeat)
     conda:
         "../envs/attnprof.yaml"
@@ -58,7 +58,7 @@ rule environment:
     conda:
         "../envs/attnprof.yaml"
     # the threads of a capture: the job's environment has OMP_NUM_THREADS and friends from them (as a
-    # script: job's, attnprof.jobs.script_environment), so the recorded torch_threads are the captures'
+    # script: job's, attnprof.runtime.jobs.script_environment), so the recorded torch_threads are the captures'
     # own (and the same capture worker serves both)
     threads: CAPTURE_THREADS
     resources:

@@ -8,10 +8,10 @@ from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from attnprof.config import lost_captures, subset_message
-from attnprof.integrity import changed_files, lost_files, rebuild_epoch
-from attnprof.env import default_run_id, detect_gpu, torch_build
-from attnprof.names import (
+from attnprof.model.config import lost_captures, subset_message
+from attnprof.runtime.integrity import changed_files, lost_files, rebuild_epoch
+from attnprof.measure.env import default_run_id, detect_gpu, torch_build
+from attnprof.model.names import (
     REPEAT_PREFIX,
     CAPTURE_FILES,
     CAPTURE_TABLES,
@@ -20,7 +20,8 @@ from attnprof.names import (
     SHAPE_PLOTS,
     TIMELINE,
 )
-from attnprof.variants import KEY_CONSTRAINT, expand_shapes, variant_fingerprint
+from attnprof.model.variants import KEY_CONSTRAINT, expand_shapes
+from attnprof.measure.forwards import variant_fingerprint
 
 if (
     config["profiler"]["min_complete_forwards"]
@@ -49,7 +50,7 @@ RUN = (
 RUN_DIR = f"results/{RUN}"
 
 
-# File names come from attnprof.names, the one list of them; these build the paths.
+# File names come from attnprof.model.names, the one list of them; these build the paths.
 def capture_file(name, run="{run}"):
     """A capture's file ``name`` (CAPTURE_FILES: trace, status) as a pattern over shape, variant and repeat."""
     return f"results/{run}/captures/{{shape}}/{{variant}}/{REPEAT_PREFIX}{{repeat}}/{CAPTURE_FILES[name]}"
@@ -68,7 +69,7 @@ def run_file(name, run="{run}"):
 SHAPES = [s.key for s in expand_shapes(config["shapes"][DEVICE])]
 VARIANTS = list(config["variants"])
 # Independent captures of every (variant, shape), interleaved in rounds (rule capture); the between-run
-# interval of every time comes from them (attnprof.stats)
+# interval of every time comes from them (attnprof.analysis.stats)
 REPEATS = int(config["repeats"])
 CUSTOM = dict(config.get("custom_variants") or {})  # names checked in the Snakefile
 # A config with fewer shapes or variants than the result set it would write into must not
@@ -95,7 +96,7 @@ LOST_CAPTURES = lost_captures(
     RUN_DIR, run_file("repeats", RUN), list(CAPTURE_FILES.values())
 )
 # Derived files of this result set that are gone although its report was made, or were changed after their rule
-# wrote them (attnprof.integrity: a hand-edited or half-written summary): they bump the rebuild epoch below, a param
+# wrote them (attnprof.runtime.integrity: a hand-edited or half-written summary): they bump the rebuild epoch below, a param
 # of summarize, which reruns it, everything after it, and every missing input on the way.
 _DERIVED = [
     p
@@ -156,7 +157,7 @@ SCRIPTS = Path(rel(Path(workflow.basedir) / "scripts"))
 # Every stage but the hardware counters (the light stages: tables, findings, plots, report, compare;
 # and the capture clients: capture, environment, calibrate) declares its script as the input `script`
 # and runs it with run_job(locals()): in a forked child of one preloaded process instead of a fresh
-# Python per job (attnprof.jobs), in the environment a `script:` job gets. The script is an input so
+# Python per job (attnprof.runtime.jobs), in the environment a `script:` job gets. The script is an input so
 # that editing it reruns the rule.
 def script_file(name):
     """scripts/<name>.py, the script a stage runs (its input ``script``)."""
@@ -165,7 +166,7 @@ def script_file(name):
 
 def run_job(job):
     """Body of a stage's ``run:`` block: ``job`` is the block's ``locals()``."""
-    from attnprof.jobs import run_script
+    from attnprof.runtime.jobs import run_script
 
     run_script(job, workflow.is_main_process)
 
@@ -173,7 +174,7 @@ def run_job(job):
 # GPU captures never overlap, whatever --cores says. In capture_mode process every capture
 # job takes one unit of the global 'capture' resource (and of 'gpu' on CUDA), and there is one
 # of each unless the command line sets more. In capture_mode worker the run's one capture
-# worker serves one capture at a time (attnprof.worker), so the jobs take none: they wait in
+# worker serves one capture at a time (attnprof.runtime.worker), so the jobs take none: they wait in
 # its queue, already started, and the next capture begins as soon as one ends instead of after
 # Snakemake has scheduled and started the next job (about 0.5 s per capture).
 # Under a cluster executor (Slurm) every job is its own allocation: a worker started in one job
@@ -212,11 +213,11 @@ wildcard_constraints:
 
 
 def code(script, exclude=()):
-    """The package modules that scripts/<script>.py imports, directly or not (attnprof.imports.import_closure:
+    """The package modules that scripts/<script>.py imports, directly or not (attnprof.runtime.imports.import_closure:
     read from the sources, so the rerun triggers follow the real imports): declared as inputs so that a code
     change reruns the stage. ``exclude``: module files (relative to the package, e.g. ``variants.py``) whose
     edits reach the stage another way (the capture's per-variant fingerprint)."""
-    from attnprof.imports import import_closure
+    from attnprof.runtime.imports import import_closure
 
     files = import_closure(SCRIPTS / f"{script}.py", PKG)
     return [
@@ -352,10 +353,10 @@ def compare_inputs(wc):
 # share the cores with a capture's CPU timings.
 onstart:
     if workflow.is_main_process and (LOST_CAPTURES or LOST_DERIVED):
-        from attnprof.integrity import write_epoch
+        from attnprof.runtime.integrity import write_epoch
 
         write_epoch(RUN_DIR, REBUILD_EPOCH)
     if DEVICE == "cuda" and workflow.is_main_process and workflow.use_threads:
-        from attnprof.jobs import start_forkserver
+        from attnprof.runtime.jobs import start_forkserver
 
         start_forkserver()

@@ -13,7 +13,7 @@ rule extract:
         launches=table_file("launches"),
         ops=table_file("ops"),
         device=table_file("device"),
-        # the backward's ranges (config passes; attnprof.backward): header-only without them
+        # the backward's ranges (config passes; attnprof.analysis.backward): header-only without them
         backwards=table_file("backwards"),
         kernels_backward=table_file("kernels_backward"),
         ops_backward=table_file("ops_backward"),

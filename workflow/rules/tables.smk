@@ -3,7 +3,7 @@
 
 rule summarize:
     input:
-        # every record is checked against env.json where it exists (scripts/summarize.py, attnprof.records): not an
+        # every record is checked against env.json where it exists (scripts/summarize.py, attnprof.analysis.records): not an
         # input, so that a rewritten env.json (a plot setting, recorded with the config) does not rerun summarize;
         # a result set's first env.json is written by the machine that captures it, so it agrees by construction
         code("summarize"),
@@ -24,7 +24,7 @@ rule summarize:
         # captures and derived files lost (or changed) since the summary was made (common.smk): the epoch changes,
         # summarize and everything after it rerun, and every missing input on the way is made again
         rebuild=lambda wc: REBUILD_EPOCH if wc.run == RUN else "0",
-        # the between-run interval's level (the compare verdict's, attnprof.stats)
+        # the between-run interval's level (the compare verdict's, attnprof.analysis.stats)
         confidence=config["compare"].get("confidence", 0.95),
     run:
         run_job(locals())

@@ -21,15 +21,15 @@ Everything public is importable from ``attnprof.findings`` itself.
 
 from __future__ import annotations
 
-from .data import FUSED, LOW_PRECISION, PINNED, RunData, load_run_data
-from .expectations import COMPARES, check_expectations, expectation_problems, load_expectations
-from .kernel_names import (FP32_GEMM, GEMM, KERNEL_CLASSES, KERNEL_GROUPS, MASK_KERNEL, UPCAST_KERNEL, decode_kernel_name,
+from attnprof.findings.data import FUSED, LOW_PRECISION, PINNED, RunData, load_run_data
+from attnprof.findings.expectations import COMPARES, check_expectations, expectation_problems, load_expectations
+from attnprof.findings.kernel_names import (FP32_GEMM, GEMM, KERNEL_CLASSES, KERNEL_GROUPS, MASK_KERNEL, UPCAST_KERNEL, decode_kernel_name,
                            kernel_class, kernel_group, matches)
-from .metrics import (METRICS, metric_cpu_excess, metric_device_ratio, metric_fastest_fused, metric_fp32_gemms,
+from attnprof.findings.metrics import (METRICS, metric_cpu_excess, metric_device_ratio, metric_fastest_fused, metric_fp32_gemms,
                       metric_kernels_plus_memcpy, metric_kernels_saved, metric_main_occupancy, metric_mask_kernels, metric_memcpy, metric_safe_softmax)
-from .occupancy import theoretical_occupancy
-from .refs import derived, finding, iter_numbers, lookup, ref_kernel, ref_launch, ref_op, ref_summary
-from .rules import (DRIVER_LAUNCH, INTERESTING_OPS, LIBRARY_OF_OP, RULE_NAMES, RULES, TIMING_DISAGREEMENT, rule_correctness, rule_cpu_cost,
+from attnprof.findings.occupancy import theoretical_occupancy
+from attnprof.findings.refs import derived, finding, iter_numbers, lookup, ref_kernel, ref_launch, ref_op, ref_summary
+from attnprof.findings.rules import (DRIVER_LAUNCH, INTERESTING_OPS, LIBRARY_OF_OP, RULE_NAMES, RULES, TIMING_DISAGREEMENT, rule_correctness, rule_cpu_cost,
                     rule_dispatch, rule_extra_ops, rule_fidelity, rule_fusion, rule_hidden_copy, rule_mask, rule_memset,
                     rule_occupancy, rule_precision, rule_speed, rule_status, rule_trace_quality)
 
@@ -40,7 +40,7 @@ def compute(d: RunData, expectations: dict | None = None) -> dict:
     found = [f for rule in RULES for f in rule(d)]
     checks = []
     if expectations:
-        from ..variants import Shape
+        from attnprof.model.variants import Shape
 
         shp = Shape(**expectations["shape"]).key
         if shp == d.shape_key:

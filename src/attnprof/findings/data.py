@@ -1,7 +1,7 @@
 """One shape's tables as the rules read them (:class:`RunData`), assembled from the run's files
-by :func:`load_run_data`, and the variants the rules single out (named in :data:`attnprof.variants.VARIANTS`).
+by :func:`load_run_data`, and the variants the rules single out (named in :data:`attnprof.model.variants.VARIANTS`).
 
-Units are the tables' own (attnprof.tables; columns in docs/results.md): µs in the per-variant
+Units are the tables' own (attnprof.analysis.tables; columns in docs/results.md): µs in the per-variant
 kernel table, ms in summary.csv, calls per forward in the launch and op tables.
 """
 
@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..tables import concat_tables, has_run_interval
-from ..trace import properties_of
-from ..variants import VARIANTS
+from attnprof.analysis.tables import concat_tables, has_run_interval
+from attnprof.analysis.trace import properties_of
+from attnprof.model.variants import VARIANTS
 
 
 def _built_in(*names: str) -> tuple[str, ...]:
-    """``names``, each checked against :data:`attnprof.variants.VARIANTS`, the one list of the
+    """``names``, each checked against :data:`attnprof.model.variants.VARIANTS`, the one list of the
     built-in variants: a rule that singles out a variant that is no longer built in fails here,
     on import, instead of never firing."""
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
-        raise ImportError(f"attnprof.findings singles out variants that attnprof.variants.VARIANTS does not define: {unknown}")
+        raise ImportError(f"attnprof.findings singles out variants that attnprof.model.variants.VARIANTS does not define: {unknown}")
     return names
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from .data import RunData
-from .metrics import METRICS
-from .rules import RULE_NAMES
+from attnprof.findings.data import RunData
+from attnprof.findings.metrics import METRICS
+from attnprof.findings.rules import RULE_NAMES
 
 #: The metric whose value is a variant's name: the fastest of the expectation's variants.
 RANKING = "fastest_fused"
@@ -82,8 +82,8 @@ def expectation_problems(doc: dict, variants: Iterable[str] = ()) -> list[str]:
     an expectation whose ``metric`` is not in :data:`METRICS`, whose ``compare`` is not in
     :data:`COMPARES` (or needs a tolerance it lacks), whose ``explained_by`` names a rule no
     finding rule has (:data:`attnprof.findings.rules.RULE_NAMES`), or whose ``variants`` are
-    neither built in (:data:`attnprof.variants.VARIANTS`) nor in ``variants`` (a run's own)."""
-    from ..variants import VARIANTS
+    neither built in (:data:`attnprof.model.variants.VARIANTS`) nor in ``variants`` (a run's own)."""
+    from attnprof.model.variants import VARIANTS
 
     known_variants = set(VARIANTS) | set(variants)
     problems = []

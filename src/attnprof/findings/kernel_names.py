@@ -5,8 +5,8 @@ target architecture and MMA instructions.
 Kernel names in a ``torch.profiler`` trace are demangled C++ template instantiations, e.g.
 ``void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, ...>, ...>(Params)``
 or ``void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_...>(Params)``. A class or a
-library is decided by the kernel's *own* function name only (:func:`attnprof.trace.kernel_label`,
-:func:`attnprof.trace.short_kernel_name`: the name before its template and parameter lists; for
+library is decided by the kernel's *own* function name only (:func:`attnprof.analysis.trace.kernel_label`,
+:func:`attnprof.analysis.trace.short_kernel_name`: the name before its template and parameter lists; for
 PyTorch's generic elementwise kernels the functor they run, for CUTLASS entry points the kernel
 they instantiate), never by words inside template arguments: a CUTLASS kernel whose arguments
 mention ``flash`` is not FlashAttention (test fixture ``r3_flash_in_cutlass_args``). Details
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ..trace import kernel_label, short_kernel_name
+from attnprof.analysis.trace import kernel_label, short_kernel_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,7 +99,7 @@ def kernel_class(name: str, category: str = "kernel") -> str:
 def decode_kernel_name(name: str) -> dict:
     """What a fused attention kernel's name tells: library, dtype, tile sizes, target
     architecture (smXX) and MMA kind. The library is decided by the kernel's own function
-    name (:func:`attnprof.trace.short_kernel_name`, before its template and parameter
+    name (:func:`attnprof.analysis.trace.short_kernel_name`, before its template and parameter
     lists), never by words inside those lists; a name of no known family gives library
     'unknown'. Known families: FlashAttention-2 in PyTorch (``pytorch_flash::flash_fwd_kernel<
     Flash_fwd_kernel_traits<headdim, kBlockM, kBlockN, warps,...>>``), xFormers/CUTLASS

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .data import RunData
-from .kernel_names import FP32_GEMM, MASK_KERNEL, matches
-from .refs import derived, ref_kernel, ref_op, ref_summary
+from attnprof.findings.data import RunData
+from attnprof.findings.kernel_names import FP32_GEMM, MASK_KERNEL, matches
+from attnprof.findings.refs import derived, ref_kernel, ref_op, ref_summary
 
 
 def _main_kernel(d: RunData, v: str) -> pd.Series | None:

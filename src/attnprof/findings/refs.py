@@ -15,15 +15,15 @@ import math
 
 import pandas as pd
 
-from ..fmt import format_number
-from ..names import CAPTURE_TABLES, RUN_FILES
-from .data import RunData
+from attnprof.model.fmt import format_number
+from attnprof.model.names import CAPTURE_TABLES, RUN_FILES
+from attnprof.findings.data import RunData
 
 #: The tables a reference may name (its ``table``; findings.schema.json enumerates them): the run's
 #: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
 SUMMARY, KERNELS = RUN_FILES["summary"], RUN_FILES["kernels"]
 LAUNCHES, OPS = CAPTURE_TABLES["launches"], CAPTURE_TABLES["ops"]
-#: The backward's kernel table (per capture, config passes; attnprof.backward).
+#: The backward's kernel table (per capture, config passes; attnprof.analysis.backward).
 KERNELS_BACKWARD = CAPTURE_TABLES["kernels_backward"]
 TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS, KERNELS_BACKWARD)
 

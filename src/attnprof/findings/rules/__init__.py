@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..data import RunData
-from .beyond import rule_backward, rule_compile
-from .kernels import DRIVER_LAUNCH, rule_dispatch, rule_fusion, rule_occupancy
-from .status import rule_correctness, rule_status, rule_trace_quality
-from .timing import TIMING_DISAGREEMENT, rule_cpu_cost, rule_fidelity, rule_speed
-from .work import INTERESTING_OPS, LIBRARY_OF_OP, rule_extra_ops, rule_hidden_copy, rule_mask, rule_memset, rule_precision
+from attnprof.findings.data import RunData
+from attnprof.findings.rules.beyond import rule_backward, rule_compile
+from attnprof.findings.rules.kernels import DRIVER_LAUNCH, rule_dispatch, rule_fusion, rule_occupancy
+from attnprof.findings.rules.status import rule_correctness, rule_status, rule_trace_quality
+from attnprof.findings.rules.timing import TIMING_DISAGREEMENT, rule_cpu_cost, rule_fidelity, rule_speed
+from attnprof.findings.rules.work import INTERESTING_OPS, LIBRARY_OF_OP, rule_extra_ops, rule_hidden_copy, rule_mask, rule_memset, rule_precision
 
 RULES: tuple[Callable[[RunData], list[dict]], ...] = (
     rule_status, rule_trace_quality, rule_hidden_copy, rule_precision, rule_mask, rule_extra_ops, rule_fusion, rule_compile,

@@ -13,11 +13,11 @@ preprocessing kernel before the dQ/dK/dV loop and converts dQ from its fp32 accu
 
 from __future__ import annotations
 
-from ...trace import kernel_label
-from ...variants import COMPILED
-from ..data import NAIVE, RunData
-from ..kernel_names import TRITON_KERNEL, decode_kernel_name, fused_ops
-from ..refs import clean, derived, finding, fmt_ref, ref_kernel, ref_kernel_backward, ref_summary
+from attnprof.analysis.trace import kernel_label
+from attnprof.model.variants import COMPILED
+from attnprof.findings.data import NAIVE, RunData
+from attnprof.findings.kernel_names import TRITON_KERNEL, decode_kernel_name, fused_ops
+from attnprof.findings.refs import clean, derived, finding, fmt_ref, ref_kernel, ref_kernel_backward, ref_summary
 
 
 #: Backward kernels named one by one in a finding, besides the main one (the rest are summed).

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 import re
 
-from ..data import FUSED, PINNED, SDPA_AUTO, RunData
-from ..kernel_names import decode_kernel_name
-from ..occupancy import theoretical_occupancy
-from ..refs import fmt_ref, finding, ref_kernel, ref_summary
-from ...trace import kernel_label
+from attnprof.findings.data import FUSED, PINNED, SDPA_AUTO, RunData
+from attnprof.findings.kernel_names import decode_kernel_name
+from attnprof.findings.occupancy import theoretical_occupancy
+from attnprof.findings.refs import fmt_ref, finding, ref_kernel, ref_summary
+from attnprof.analysis.trace import kernel_label
 
 #: The driver-API launch for which the profiler computes no occupancy estimate (it shows 0 %).
 DRIVER_LAUNCH = "cuLaunchKernelEx"

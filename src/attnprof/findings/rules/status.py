@@ -1,5 +1,5 @@
 """Rules of the capture's own health: variants that did not run or lost a later check, trace
-defects the completeness rule found (attnprof.tables.assess_forwards), and results that fail the
+defects the completeness rule found (attnprof.analysis.tables.assess_forwards), and results that fail the
 float64 check (relative error ||out - ref|| / ||ref||, no unit, against the dtype's tolerance).
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from ..data import RunData
-from ..refs import fmt_ref, finding, ref_summary
+from attnprof.findings.data import RunData
+from attnprof.findings.refs import fmt_ref, finding, ref_summary
 
 
 def rule_status(d: RunData) -> list[dict]:
@@ -31,7 +31,7 @@ def rule_status(d: RunData) -> list[dict]:
 
 
 def rule_trace_quality(d: RunData) -> list[dict]:
-    """Defects of a trace the completeness rule found (attnprof.tables.assess_forwards):
+    """Defects of a trace the completeness rule found (attnprof.analysis.tables.assess_forwards):
     forwards that lost GPU events or have impossible GPU times, forwards missing from the
     trace, and complete forwards that launched different work (with each group's counts)."""
     out = []

@@ -10,9 +10,9 @@ replays. Spreads are min-max over the profiled forwards.
 
 from __future__ import annotations
 
-from ..data import FUSED, NAIVE_INPLACE, SDPA_MATH, RunData
-from ..kernel_names import kernel_group
-from ..refs import clean, fmt_ref, derived, finding, ref_kernel, ref_launch, ref_summary
+from attnprof.findings.data import FUSED, NAIVE_INPLACE, SDPA_MATH, RunData
+from attnprof.findings.kernel_names import kernel_group
+from attnprof.findings.refs import clean, fmt_ref, derived, finding, ref_kernel, ref_launch, ref_summary
 
 #: Two timings of one comparison disagree when their ratios differ by more than this factor.
 TIMING_DISAGREEMENT = 1.25

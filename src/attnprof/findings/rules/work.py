@@ -9,10 +9,10 @@ Counts are per forward (kernels.csv ``calls_per_forward``, ops.csv), times in µ
 
 from __future__ import annotations
 
-from ..data import LOW_PRECISION, NAIVE, NAIVE_INPLACE, SDPA_MATH, RunData
-from ..kernel_names import FP32_GEMM, GEMM, MASK_KERNEL, UPCAST_KERNEL, matches
-from ..refs import fmt_ref, finding, ref_kernel, ref_op, ref_summary
-from ...trace import kernel_label
+from attnprof.findings.data import LOW_PRECISION, NAIVE, NAIVE_INPLACE, SDPA_MATH, RunData
+from attnprof.findings.kernel_names import FP32_GEMM, GEMM, MASK_KERNEL, UPCAST_KERNEL, matches
+from attnprof.findings.refs import fmt_ref, finding, ref_kernel, ref_op, ref_summary
+from attnprof.analysis.trace import kernel_label
 
 #: aten op that issued a memset -> the library whose workspace it clears.
 LIBRARY_OF_OP = {"aten::bmm": "cuBLAS", "aten::mm": "cuBLAS", "aten::matmul": "cuBLAS", "aten::addmm": "cuBLAS",

@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402
-from .tables import has_run_interval  # noqa: E402
+from attnprof.model.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402
+from attnprof.analysis.tables import has_run_interval  # noqa: E402
 
 PLOTS = SHAPE_PLOTS
 COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": "#55A868", "device": "#4C72B0"}
@@ -28,7 +28,7 @@ HALF_IN, FULL_IN = 5.3, 10.8
 PAGE_FIGURE_MAX_IN = 6.0
 #: The figures a CPU run's report shows (the others need device events).
 CPU_PLOTS = ("device_time", TIMELINE)
-#: Figures printed across the page (the others two to a row); names from attnprof.names.
+#: Figures printed across the page (the others two to a row); names from attnprof.model.names.
 FULL_WIDTH = {"kernel_split", "timeline", "scaling_time", "scaling_tflops", "scaling_memory"}
 #: One sentence per figure, for the report's captions.
 CAPTIONS = {
@@ -74,7 +74,7 @@ def _gap_labels(ax, summary: pd.DataFrame, y) -> None:
 
 def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     """Median device time per forward (ms) per variant, with the between-run interval (the 95 % interval a
-    rerun's median will hold, ``<prefix>_run_lo``/``_run_hi``; attnprof.stats) as whiskers, or, for a result
+    rerun's median will hold, ``<prefix>_run_lo``/``_run_hi``; attnprof.analysis.stats) as whiskers, or, for a result
     set with one repeat, the min-max range over the profiled forwards. On a CPU run (no device events)
     draws CPU time per forward instead and says so in the title."""
     on_device = summary["device_ms_per_forward"].notna().any()
@@ -132,7 +132,7 @@ def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: 
     cast/copy, other kernels, memcpy, memset), as % of that variant's own device time; the
     total per forward (µs, ``us_per_forward`` summed) is written at the bar's end. ``top`` is
     kept for the config's sake: the classes are a fixed, short list."""
-    from .findings.kernel_names import KERNEL_CLASSES, kernel_class
+    from attnprof.findings.kernel_names import KERNEL_CLASSES, kernel_class
 
     k = kernels[kernels["variant"].isin(summary["variant"])].copy() if len(kernels) else kernels
     fig, ax = plt.subplots(figsize=(FULL_IN, _height(len(summary), 0.26, 1.0)), layout="constrained")
@@ -204,7 +204,7 @@ def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: i
 SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median of repeats; band: rerun interval)", "scaling_time"),
            "tflops": ("TFLOP/s (trace device time)", "scaling_tflops"),
            "forward_memory_mb": ("device memory a forward allocates, MiB", "scaling_memory")}
-assert tuple(name for _, name in SCALING.values()) + ("roofline",) == SCALING_PLOTS, "attnprof.names.SCALING_PLOTS"
+assert tuple(name for _, name in SCALING.values()) + ("roofline",) == SCALING_PLOTS, "attnprof.model.names.SCALING_PLOTS"
 
 
 #: Scaling columns drawn with a band: the between-run interval's (low, high) columns.
@@ -277,7 +277,7 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
                 (line,) = ax.plot(ok["seq_len"], ok[column], marker=marker, ms=4, ls=ls, lw=1.2, color=color, mfc="none", label=v)
                 handles[v] = line
                 band = RUN_BANDS.get(column)
-                if band and band[0] in ok and ok[band[0]].notna().any():  # the 95 % rerun interval (attnprof.stats)
+                if band and band[0] in ok and ok[band[0]].notna().any():  # the 95 % rerun interval (attnprof.analysis.stats)
                     ax.fill_between(ok["seq_len"], ok[band[0]], ok[band[1]], color=color, alpha=0.18, lw=0)
             oom = pv[pv["status"] == "out_of_memory"]
             if len(oom):  # one marker per variant, stacked above the data so none hides another
@@ -372,11 +372,11 @@ def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
     it the kernels, memcpys and memsets it launched, coloured by kind
     (:func:`attnprof.findings.kernel_class`), with the gaps between them. Times in µs from the
     start of the forward's range; each variant has its own time scale. ``captures``: dicts
-    with variant, status, frames (:func:`attnprof.tables.analyse_trace`) and forwards
-    (:func:`attnprof.tables.forward_table`). Variants without a timed forward get a line
+    with variant, status, frames (:func:`attnprof.analysis.tables.analyse_trace`) and forwards
+    (:func:`attnprof.analysis.tables.forward_table`). Variants without a timed forward get a line
     saying why."""
-    from .findings.kernel_names import KERNEL_CLASSES, kernel_class
-    from .trace import is_launch_api
+    from attnprof.findings.kernel_names import KERNEL_CLASSES, kernel_class
+    from attnprof.analysis.trace import is_launch_api
 
     # 0.62 in a variant, its rows closer together where many variants would not fit on one page
     height = min(0.62 * len(captures) + 0.9, PAGE_FIGURE_MAX_IN)

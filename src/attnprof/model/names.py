@@ -2,15 +2,15 @@
 keeps the copies that cannot import them in step: YAML, JSON schemas, the README, docs/).
 
 Snakemake reads this module at parse time, so it imports nothing heavy. The built-in variant
-names live in :data:`attnprof.variants.VARIANTS` (also light); the template and the plot
+names live in :data:`attnprof.model.variants.VARIANTS` (also light); the template and the plot
 module take the names from here.
 """
 
-#: Per-shape figures of rule plots (attnprof.plots.plot_shape), by PNG file stem.
+#: Per-shape figures of rule plots (attnprof.render.plots.plot_shape), by PNG file stem.
 SHAPE_PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device")
 #: The per-shape kernel timeline: its own rule (timeline), as it reads the traces.
 TIMELINE = "timeline"
-#: Run-wide figures of rule scaling_plots (attnprof.plots.scaling_plots), by PNG file stem.
+#: Run-wide figures of rule scaling_plots (attnprof.render.plots.scaling_plots), by PNG file stem.
 SCALING_PLOTS = ("scaling_time", "scaling_tflops", "scaling_memory", "roofline")
 
 
@@ -38,7 +38,7 @@ CAPTURE_FILES = {"trace": "trace.json.gz", "status": "status.json"}
 #: Per capture, results/<run>/tables/<shape>/<variant>/r<k>/<file>: rule extract's tables (docs/results.md).
 CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launches": "launches.csv", "ops": "ops.csv",
                   "device": "device.json",
-                  # the backward's (config passes; attnprof.backward): header-only without a backward
+                  # the backward's (config passes; attnprof.analysis.backward): header-only without a backward
                   "backwards": "backwards.csv", "kernels_backward": "kernels_backward.csv",
                   "ops_backward": "ops_backward.csv"}
 #: Per result set, results/<run>/<file>: summarize's summary (one row per variant and shape, times over the

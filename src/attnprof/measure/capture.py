@@ -1,6 +1,6 @@
 """Capture one variant at one shape: warm-up, torch.profiler trace, correctness, timing.
 
-The work runs in a child process (``python -m attnprof.capture SPEC.json``) so that
+The work runs in a child process (``python -m attnprof.measure.capture SPEC.json``) so that
 one variant's CUDA context, caches, allocator state or a hard crash cannot touch
 another. :func:`run_isolated` starts it and leaves a status record behind for every
 capture that ran to an end of its own (see "Killed captures" for the exception).
@@ -18,7 +18,7 @@ outcome in ``record["phases"][name] = {"status", "reason", "seconds"}`` (plus
 
 Passes (spec ``passes``, config ``passes``; default ``["forward"]``). With ``"backward"`` the
 profile phase also profiles the backward of every step in a range of its own
-(:func:`_profile_phase`, :mod:`attnprof.backward`), and ``record["passes"]`` holds each pass's
+(:func:`_profile_phase`, :mod:`attnprof.analysis.backward`), and ``record["passes"]`` holds each pass's
 outcome ({status, reason, seconds[, unsupported_reasons][, traceback]}, like a phase's). A
 backward that cannot run (no backward kernel for this backend, dtype or head_dim: PyTorch's
 reason; out of memory; too few complete backwards in the trace: ``incomplete_trace``) is
@@ -44,7 +44,7 @@ Status values (``status.json``, and each phase's ``status``):
   a trace the profiler wrote that cannot be read back (``TraceError``);
 * ``incomplete_trace`` -- the profile ran, but its own trace, read back before ``ok`` is
   written, has fewer complete forwards than ``min_complete_forwards`` (the completeness
-  rule of :func:`attnprof.tables.assess_forwards`: every launch must find its GPU event;
+  rule of :func:`attnprof.analysis.tables.assess_forwards`: every launch must find its GPU event;
   on a GPU every forward must record GPU activity); ``reason`` names the trace file and
   both counts; the trace is kept for diagnosis, the later phases are skipped;
 * ``skipped`` -- phases only: not run, ``reason`` says why.
@@ -96,9 +96,10 @@ import types
 import warnings
 from pathlib import Path
 
-from .env import host_load
-from .names import backward_range_name
-from .variants import COMPILED, Shape, make_forward, relative_error, torch_dtype
+from attnprof.measure.env import host_load
+from attnprof.model.names import backward_range_name
+from attnprof.model.variants import COMPILED, Shape
+from attnprof.measure.forwards import make_forward, relative_error, torch_dtype
 
 STATUSES = ("ok", "unsupported", "out_of_memory", "failed", "incomplete_trace")
 
@@ -463,7 +464,7 @@ def _backward_setup(spec: dict, shape: Shape, device: str, st, q, k, v) -> dict:
 
     The step: ``with enable_grad()``: the forward in the forward range; a synchronize; the
     backward, ``torch.autograd.grad(out, (q, k, v), grad_out)``, in the backward range
-    (:func:`attnprof.names.backward_range_name`); the caller synchronizes after it. Why
+    (:func:`attnprof.model.names.backward_range_name`); the caller synchronizes after it. Why
     ``autograd.grad`` and not ``out.backward()``: it returns the gradients instead of
     accumulating them into ``.grad`` (the AccumulateGrad nodes only hand them over: no add, no
     copy, no memset), so no state carries from one step to the next and nothing has to be reset
@@ -620,7 +621,7 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
         "warnings": [],
         "schedule": spec["schedule"],
         "range_name": spec["range_name"],
-        # the backward's range, when the config asked for it (attnprof.backward)
+        # the backward's range, when the config asked for it (attnprof.analysis.backward)
         **({"backward_range_name": backward_range_name(spec["range_name"])}
            if "backward" in (spec.get("passes") or ["forward"]) else {}),
         "min_complete_forwards": _min_complete(spec),
@@ -703,25 +704,25 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
 
 
 def _min_complete(spec: dict) -> int:
-    from .tables import DEFAULT_MIN_COMPLETE_FORWARDS  # pandas is imported only where a trace is read
+    from attnprof.analysis.tables import DEFAULT_MIN_COMPLETE_FORWARDS  # pandas is imported only where a trace is read
 
     return int(spec.get("min_complete_forwards", DEFAULT_MIN_COMPLETE_FORWARDS))
 
 
 def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) -> dict:
     """Read back the trace the profiler just wrote and apply the completeness rule
-    (:func:`attnprof.tables.assess_forwards`) with the spec's schedule ``active`` and
+    (:func:`attnprof.analysis.tables.assess_forwards`) with the spec's schedule ``active`` and
     ``min_complete_forwards``. Returns the record fields to set: always ``trace_check``
     (forwards expected/profiled/complete/timed and the note); and, when the trace cannot
     be read, ``status`` failed with the TraceError; when it has too few complete forwards,
     ``status`` incomplete_trace with a reason that names the file and both counts.
 
     ``passes``: the record's pass outcomes; when the backward was profiled (``ok``), the same rule
-    is applied to the backward ranges (:func:`attnprof.backward.analyse_passes`): ``trace_check``
+    is applied to the backward ranges (:func:`attnprof.analysis.backward.analyse_passes`): ``trace_check``
     gets ``backward`` (the same counts), and too few complete backwards make the returned
     ``passes`` say ``incomplete_trace`` for the backward -- never for the capture."""
-    from .tables import analyse_trace, assess_forwards, forward_table, incomplete_reason
-    from .trace import TraceError, load_trace
+    from attnprof.analysis.tables import analyse_trace, assess_forwards, forward_table, incomplete_reason
+    from attnprof.analysis.trace import TraceError, load_trace
 
     try:
         trace = load_trace(trace_path)
@@ -729,7 +730,7 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
         return {"status": "failed", "reason": f"TraceError: {exc}"}
     backward = bool(passes) and passes.get("backward", {}).get("status") == "ok"
     if backward:
-        from .backward import analyse_passes, backward_table
+        from attnprof.analysis.backward import analyse_passes, backward_table
 
         frames, bwd_frames = analyse_passes(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
     else:
@@ -743,7 +744,7 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
     log(f"trace check: {verdict['forwards_complete']} of {verdict['forwards_expected']} forwards complete"
         + (f" ({verdict['note']})" if verdict["note"] else ""))
     if backward:
-        from .backward import _as_backward
+        from attnprof.analysis.backward import _as_backward
 
         bwd = backward_table(bwd_frames, spec["variant"], "").rename(columns={"backward": "forward"})
         bv = assess_forwards(bwd, spec["schedule"]["active"], _min_complete(spec))
@@ -823,7 +824,7 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     spec_path.write_text(json.dumps(spec))
     tmp_status = status_path.with_suffix(".child.json")
     tmp_status.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "attnprof.capture", str(spec_path), str(trace_path), str(tmp_status)]
+    cmd = [sys.executable, "-m", "attnprof.measure.capture", str(spec_path), str(trace_path), str(tmp_status)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
     tail: collections.deque = collections.deque(maxlen=200)
     started = time.time()

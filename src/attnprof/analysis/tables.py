@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from .trace import (GRAPH_LAUNCH_API, busy_time, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api,
+from attnprof.analysis.trace import (GRAPH_LAUNCH_API, busy_time, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api,
                     kernel_label, launches)
 
 KERNEL_COLUMNS = [
@@ -41,7 +41,7 @@ SUMMARY_COLUMNS = [
     "forward_gflop", "flop_per_byte", "tflops", "tflops_graph", "oom_bytes", "reason",
     "compile_first_call_s", "compile_cache",
 ]
-#: summary.csv columns of the backward pass (config ``passes``; attnprof.backward.backward_summary): empty
+#: summary.csv columns of the backward pass (config ``passes``; attnprof.analysis.backward.backward_summary): empty
 #: when the backward was not profiled. Appended after the forward's, which keep their order.
 BACKWARD_SUMMARY_COLUMNS = [
     "backward_status", "backward_reason", "backwards_profiled", "backwards_complete", "backwards_timed",
@@ -54,7 +54,7 @@ SUMMARY_COLUMNS += BACKWARD_SUMMARY_COLUMNS
 #: Times over the repeats (config ``repeats``; :func:`combine_repeats`): (median column, within-capture
 #: column prefix, between-run column prefix). The median column holds the median of the repeat medians,
 #: the within-capture min/max/q1/q3 columns are those of the repeat whose median that is, and
-#: ``<between>_run_lo``/``_run_hi`` the interval a rerun's median will hold (attnprof.stats).
+#: ``<between>_run_lo``/``_run_hi`` the interval a rerun's median will hold (attnprof.analysis.stats).
 REPEAT_TIMES = (("device_ms_per_forward", "device_ms", "device_ms"), ("cpu_ms_per_forward", "cpu_ms", "cpu_ms"),
                 ("device_ms_per_backward", "device_ms_backward", "device_ms_backward"),
                 ("cpu_ms_per_backward", "cpu_ms_backward", "cpu_ms_backward"))
@@ -107,8 +107,8 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     ``gpu``, ``api``):
 
     - launch_calls: API calls that enqueue GPU work, whatever their name (``api["enqueues"]``,
-      :func:`attnprof.trace.enqueues_gpu_work`; for an ``api`` frame without that column: a name of
-      :data:`attnprof.trace.LAUNCH_API` or a GPU event with the call's correlation id);
+      :func:`attnprof.analysis.trace.enqueues_gpu_work`; for an ``api`` frame without that column: a name of
+      :data:`attnprof.analysis.trace.LAUNCH_API` or a GPU event with the call's correlation id);
     - launches_without_gpu_event: of those, calls whose correlation id has no kernel, memcpy or
       memset event in the trace (Kineto lost the GPU records);
     - gpu_events_without_launch: GPU events with no launch record whose own External id names an
@@ -118,7 +118,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
       call of the trace (each launch has its own id; a reused one can hide a lost GPU event behind
       the other launch's);
     - bad_time_events: the forward's GPU events with impossible times (``time_ok`` in
-      :func:`attnprof.trace.gpu_events`, same-stream overlaps included);
+      :func:`attnprof.analysis.trace.gpu_events`, same-stream overlaps included);
     - stream_overlap_events: of those, events that overlap another GPU event on their stream;
     - graph_launches: the forward's launch calls that replay a CUDA graph (one call, the graph's
       several GPU events under its correlation id, each counted; ``api["graph_launch"]``);
@@ -169,7 +169,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
 
 def analyse_trace(trace: dict, range_name: str, expect_gpu: bool | None = None) -> dict[str, pd.DataFrame]:
     """Parse a trace once; return frames ``ranges``, ``gpu``, ``api``, ``ops`` (see
-    :mod:`attnprof.trace`) and ``completeness`` (:func:`completeness`). ``expect_gpu``: the
+    :mod:`attnprof.analysis.trace`) and ``completeness`` (:func:`completeness`). ``expect_gpu``: the
     capture ran on a GPU, so a forward without any GPU event is incomplete (default: the
     trace has ``deviceProperties``). Raises TraceError only through the caller's load."""
     events = events_frame(trace)
@@ -245,7 +245,7 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
 def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     """One row per profiled forward: cpu_us (host time of the forward's range), device_us
     (sum of its kernel+memcpy+memset durations, valid-time events only), device_busy_us (the
-    time those events kept the GPU busy: the union of their intervals, :func:`attnprof.trace.busy_time`;
+    time those events kept the GPU busy: the union of their intervals, :func:`attnprof.analysis.trace.busy_time`;
     below device_us only where events overlap on different streams), device_span_us
     (first start to last end of its valid-time GPU events), counts per category (every GPU
     event, bad times included), and the completeness columns of :func:`completeness`
@@ -377,7 +377,7 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
                            ("gpu_events_without_launch", "GPU events without their launch record"),
                            ("duplicate_gpu_events", "GPU events sharing one launch's correlation id"),
                            ("duplicate_launches", "launch calls sharing a correlation id with another launch"),
-                           # backward ranges only (attnprof.backward): launches on another thread in two windows
+                           # backward ranges only (attnprof.analysis.backward): launches on another thread in two windows
                            ("ambiguous_launches", "launches on another thread inside the windows of several ranges")):
             n = int(bad_rows[col].sum()) if col in bad_rows else 0
             if n:
@@ -486,11 +486,11 @@ def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
     ``ok`` is counted: each time of :data:`REPEAT_TIMES` becomes the median of the counted repeats'
     medians, with the within-capture spread of the middle repeat (by that median; of an even count the lower
     of the two middle ones) and the between-run
-    interval (:func:`attnprof.stats.between_run_interval`: None with one repeat) at ``confidence``
-    (default attnprof.stats.CONFIDENCE); counts (:data:`REPEAT_COUNTS`) must agree, else they are left
+    interval (:func:`attnprof.analysis.stats.between_run_interval`: None with one repeat) at ``confidence``
+    (default attnprof.analysis.stats.CONFIDENCE); counts (:data:`REPEAT_COUNTS`) must agree, else they are left
     empty; repeats not counted are named with their status in ``repeats_note``. TFLOP/s follows the
     combined device time."""
-    from .stats import CONFIDENCE, between_run_interval
+    from attnprof.analysis.stats import CONFIDENCE, between_run_interval
 
     rows = sorted(rows, key=lambda r: int(r.get("repeat") or 1))
     row = dict(rows[0])
@@ -545,7 +545,7 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
     row = {
         "variant": status["variant"], "shape_key": status["shape_key"], "status": status["status"],
         **{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
-        # grouped-query and decode shapes (attnprof.variants.Shape): effective values, so a square
+        # grouped-query and decode shapes (attnprof.model.variants.Shape): effective values, so a square
         # shape without grouping reads kv_heads = heads and q_len = seq_len
         "kv_heads": status.get("kv_heads") or status.get("heads"), "q_len": status.get("q_len") or status.get("seq_len"),
         "causal_alignment": status.get("causal_alignment"),

@@ -44,12 +44,12 @@ def coerce_to_schema(value, schema: dict, defs: dict | None = None):
 def check_variants(variants: list[str], custom: dict | None, built_in=None) -> None:
     """Raise ValueError, with a message that says what to do, unless every name in ``variants``
     (config ``variants``) is a built-in variant (``built_in``, by default the keys of
-    :data:`attnprof.variants.VARIANTS`, the one list of them) or defined under ``custom``
+    :data:`attnprof.model.variants.VARIANTS`, the one list of them) or defined under ``custom``
     (config ``custom_variants``), and no custom variant takes a built-in variant's name (it would
     silently replace the built-in one, and the findings' rules about that variant would judge it).
     The schema checks only the names' spelling; this is where they are checked against the lists."""
     if built_in is None:
-        from .variants import VARIANTS as built_in
+        from attnprof.model.variants import VARIANTS as built_in
     built_in, custom = list(built_in), dict(custom or {})
     problems = []
     taken = [name for name in custom if name in built_in]
@@ -75,9 +75,9 @@ def grid_problems(shapes: dict) -> list[str]:
     where the grid takes lists (``batch: 2`` for ``batch: [2]``), a value that is not a non-empty list of
     positive integers / known names, seq_len together
     with q_len or kv_len, q_len without kv_len, neither seq_len nor kv_len; then every point of the
-    grid through :class:`attnprof.variants.Shape` (heads not a multiple of kv_heads, q_len > kv_len
+    grid through :class:`attnprof.model.variants.Shape` (heads not a multiple of kv_heads, q_len > kv_len
     with a lower-right mask). [] when all is well."""
-    from .variants import CAUSAL_ALIGNMENTS, DTYPES, expand_shapes
+    from attnprof.model.variants import CAUSAL_ALIGNMENTS, DTYPES, expand_shapes
 
     problems = []
     for device, grids in (shapes or {}).items():
@@ -135,7 +135,7 @@ def config_problems(config: dict) -> list[str]:
     passes = config.get("passes")
     if isinstance(passes, list) and "forward" not in passes:
         problems.append(f"passes {passes}: must list forward (each profiled step runs the forward, then its backward)")
-    from .variants import VARIANTS
+    from attnprof.model.variants import VARIANTS
 
     counters = config.get("counters") or {}
     known = set(VARIANTS) | set(config.get("custom_variants") or {})
@@ -364,7 +364,7 @@ def lost_captures(run_dir: str, repeats_csv: str, capture_files: list[str]) -> l
     be read."""
     import csv
 
-    from .names import repeat_dir
+    from attnprof.model.names import repeat_dir
 
     try:
         with open(repeats_csv, newline="") as fh:
@@ -411,7 +411,7 @@ def configuration_markdown(schema: dict, defaults: dict) -> str:
     walk(schema, "", defaults)
     head = ["# Configuration", "",
             "Generated from `workflow/schemas/config.schema.yaml` and `config/config.yaml` by",
-            "`python -m attnprof.config > docs/configuration.md` (a test keeps it current). Defaults are those of",
+            "`python -m attnprof.model.config > docs/configuration.md` (a test keeps it current). Defaults are those of",
             "`config/config.yaml`; override them with `--configfile my.yaml` (merged over the defaults) or, for",
             "top-level keys, `--config key=value`.", "",
             "Shape grids (`shapes.cuda`, `shapes.cpu`) are one grid or a list of grids with the keys batch, heads,",
@@ -425,6 +425,6 @@ def configuration_markdown(schema: dict, defaults: dict) -> str:
 if __name__ == "__main__":
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     print(configuration_markdown(yaml.safe_load((root / "workflow/schemas/config.schema.yaml").read_text()),
                                  yaml.safe_load((root / "config/config.yaml").read_text())), end="")

@@ -9,14 +9,14 @@ Design (three processes; only the last one imports torch):
 * the **client** -- the Snakemake capture job (:func:`run_in_worker`): connects to the
   supervisor's Unix socket, starting the supervisor if none listens, sends one capture
   request, copies the progress lines it gets back to its log, and writes the status and
-  (placeholder) trace like :func:`attnprof.capture.run_isolated`;
-* the **supervisor** (``python -m attnprof.worker serve``, detached): serves one request at a
+  (placeholder) trace like :func:`attnprof.measure.capture.run_isolated`;
+* the **supervisor** (``python -m attnprof.runtime.worker serve``, detached): serves one request at a
   time, so two captures never overlap, and owns the capture process as its child, so that it
   reads the child's exit exactly (signal or code) and classifies it as
-  :func:`~attnprof.capture.run_isolated` does. It exits after ``idle_s`` seconds without a
+  :func:`~attnprof.measure.capture.run_isolated` does. It exits after ``idle_s`` seconds without a
   request, killing the child;
-* the **capture process** (``python -m attnprof.worker child``): imports torch, creates the
-  CUDA context once, then runs :func:`attnprof.capture.capture` for each request it reads.
+* the **capture process** (``python -m attnprof.runtime.worker child``): imports torch, creates the
+  CUDA context once, then runs :func:`attnprof.measure.capture.capture` for each request it reads.
   Each capture is a fresh ``torch.profiler`` session whose trace holds only its own forwards.
 
 Repeats. Captures carry their repeat (round) number; the first capture of a new round gets a fresh
@@ -28,7 +28,7 @@ Isolation. The capture process is never reused after a capture that did not full
 any check missing): the next request gets a fresh one, so a failure cannot leave state
 behind for another variant. The one exception is a refusal: ``unsupported`` raised by
 PyTorch's dispatcher before any kernel ran leaves nothing behind, so the process serves on.
-A crash (signal other than :data:`~attnprof.capture.INTERRUPT_SIGNALS`) or a timeout is a
+A crash (signal other than :data:`~attnprof.measure.capture.INTERRUPT_SIGNALS`) or a timeout is a
 ``failed`` record; a capture process killed from outside, a supervisor killed from outside,
 or a client that disappears (its Snakemake job killed) is an interruption: no status, the
 trace is removed, the job fails and the next run captures again. Between captures the
@@ -70,7 +70,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .capture import (
+from attnprof.measure.capture import (
     INTERRUPT_SIGNALS,
     PARENT_PID_ENV,
     CaptureInterrupted,
@@ -81,8 +81,8 @@ from .capture import (
     interrupted_message,
     log,
 )
-from .env import torch_build
-from .variants import COMPILED, Shape
+from attnprof.measure.env import torch_build
+from attnprof.model.variants import COMPILED, Shape
 
 #: Environment variables left out of a worker's key: the shell's (and pytest's) own bookkeeping, which says
 #: nothing about what a capture measures. Every other variable is in the key (ATEN_CPU_CAPABILITY,
@@ -97,7 +97,7 @@ REQUEST_TIMEOUT_ENV = "ATTNPROF_WORKER_REQUEST_TIMEOUT_S"
 #: Seconds a client waits beyond the capture timeout for the supervisor's answer.
 ANSWER_GRACE_S = 120.0
 #: What :func:`call_in_worker` may run besides captures.
-CALLS = frozenset({"attnprof.env:capture_environment", "attnprof.calibrate:calibrate"})
+CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure.calibrate:calibrate"})
 #: Seconds a client waits for a supervisor it started to listen.
 START_TIMEOUT_S = 30.0
 
@@ -124,7 +124,7 @@ def worker_key(device: str) -> str:
     h = hashlib.sha256()
     env = sorted((k, v) for k, v in os.environ.items() if k not in _ENV_IGNORED)
     h.update(json.dumps([sys.executable, device, os.getcwd(), sorted(torch_build().items()), env]).encode())
-    package = Path(__file__).parent
+    package = Path(__file__).resolve().parents[1]
     for path in sorted(package.rglob("*.py")):  # every module of the package (calibrate, env, findings/...)
         h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
     return h.hexdigest()[:20]
@@ -143,7 +143,7 @@ def reusable(record: dict) -> bool:
     ran that could leave state behind). Anything else (out of memory, failed, incomplete
     trace, a failed later phase) ends the process, and so does a user variant's capture (its
     module, imported once, would not see an edit before the next capture of it) and a
-    torch.compile variant's (:data:`~attnprof.variants.COMPILED`: dynamo's in-process caches
+    torch.compile variant's (:data:`~attnprof.model.variants.COMPILED`: dynamo's in-process caches
     would make the next shape's compile a recompile, dynamic after the first, eager after the
     recompile limit; each compiled capture starts in a fresh process, like a user's program)."""
     phases = record.get("phases") or {}
@@ -213,7 +213,7 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
     out = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "attnprof.worker", "serve", key, device, str(idle_s)],
+            [sys.executable, "-m", "attnprof.runtime.worker", "serve", key, device, str(idle_s)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
@@ -253,13 +253,13 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None) -
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
                   worker_log: Path | None = None) -> dict:
     """Run one capture in the warm capture process and write ``status_path`` and
-    ``trace_path`` as :func:`attnprof.capture.run_isolated` does (same records, same
+    ``trace_path`` as :func:`attnprof.measure.capture.run_isolated` does (same records, same
     statuses, plus ``record["worker"]``: the capture process's pid, how many captures it had
     served before this one and its start-up seconds). ``timeout_s``: seconds before the
     capture process is killed (a ``failed`` record); ``idle_s``: how long a supervisor this
     call starts waits for the next request; ``worker_log``: where that supervisor writes.
 
-    Raises :class:`~attnprof.capture.CaptureInterrupted` when the capture process or the
+    Raises :class:`~attnprof.measure.capture.CaptureInterrupted` when the capture process or the
     supervisor was killed from outside, and SystemExit(128 + signal) when this process gets
     SIGTERM or SIGINT meanwhile (the supervisor then kills the capture); in these cases no
     status and no trace are left behind."""
@@ -284,12 +284,12 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
 
 def call_in_worker(device: str, target: str, args: list | None = None, timeout_s: float = 600.0, idle_s: float = 60.0,
                    worker_log: Path | None = None):
-    """Call ``target`` ("module:function", e.g. "attnprof.env:capture_environment") with
+    """Call ``target`` ("module:function", e.g. "attnprof.measure.env:capture_environment") with
     ``args`` (JSON values) in the warm capture process for ``device`` and return its result
     (a JSON value): the environment record and the device calibration need torch and the
     device as the captures do, and run where they already are. Raises RuntimeError with the
     traceback when the call raised (the capture process is then replaced), and
-    :class:`~attnprof.capture.CaptureInterrupted` when it was killed from outside."""
+    :class:`~attnprof.measure.capture.CaptureInterrupted` when it was killed from outside."""
     msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target,
                    timeout_s + ANSWER_GRACE_S)
     if "error" in msg:
@@ -341,7 +341,7 @@ class _Child:
 
     def __init__(self, device: str):
         env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
-        self.proc = subprocess.Popen([sys.executable, "-m", "attnprof.worker", "child", device],
+        self.proc = subprocess.Popen([sys.executable, "-m", "attnprof.runtime.worker", "child", device],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.out, self.err = b"", b""
         self.repeat: int | None = None  # the repeat (round) of the captures it served
@@ -443,7 +443,7 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, dev
     repeat = (spec or {}).get("repeat")
     if child is not None and repeat is not None and child.repeat is not None and child.repeat != repeat:
         # every round of repeats gets a fresh capture process: a repeat re-draws the process, the CUDA
-        # context, the allocator's state and the libraries' plan choices (attnprof.stats, docs/statistics.md)
+        # context, the allocator's state and the libraries' plan choices (attnprof.analysis.stats, docs/statistics.md)
         log(f"repeat {repeat}: a fresh capture process for the new round")
         child.close()
         child = None
@@ -589,7 +589,7 @@ def child_main(device: str) -> int:
     t0 = time.perf_counter()
     import torch
 
-    from .capture import capture
+    from attnprof.measure.capture import capture
 
     if device == "cuda" and torch.cuda.is_available():
         torch.zeros(1, device="cuda")  # create the CUDA context now, not inside the first capture
@@ -633,7 +633,7 @@ def main(argv: list[str]) -> int:
         return serve(argv[2], argv[3], float(argv[4]))
     if argv[1] == "child":
         return child_main(argv[2])
-    raise SystemExit(f"usage: python -m attnprof.worker serve KEY DEVICE IDLE_S | child DEVICE (got {argv[1:]})")
+    raise SystemExit(f"usage: python -m attnprof.runtime.worker serve KEY DEVICE IDLE_S | child DEVICE (got {argv[1:]})")
 
 
 if __name__ == "__main__":

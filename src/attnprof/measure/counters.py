@@ -7,18 +7,18 @@ theoretical limit. The counters say what the kernel *achieved*.
 
 Two entry points:
 
-* ``python -m attnprof.counters child SPEC.json`` -- the profiled program: builds the variant's
-  forward at the shape (:func:`attnprof.variants.make_forward`, the capture's inputs), runs
+* ``python -m attnprof.measure.counters child SPEC.json`` -- the profiled program: builds the variant's
+  forward at the shape (:func:`attnprof.measure.forwards.make_forward`, the capture's inputs), runs
   ``warmup_calls`` untraced calls and a synchronize, then ``forwards`` forwards (1 by default),
   each inside ``torch.cuda.nvtx.range(RANGE)``. ``ncu --nvtx --nvtx-include RANGE/`` profiles
   only the kernels launched inside that push/pop range, so warm-up, cuDNN/cuBLAS plan set-up
   and the input generation (``randn``) are never measured.
 * :func:`measure` -- runs ``ncu --clock-control none --nvtx --nvtx-include RANGE/ --metrics ...
-  -o REPORT python -m attnprof.counters child SPEC.json``, reads the report back with
+  -o REPORT python -m attnprof.measure.counters child SPEC.json``, reads the report back with
   ``ncu --import REPORT --csv --page raw`` and writes one row per kernel (:func:`parse_raw_csv`).
   Returns a status record: ``ok``, ``skipped`` (no ``ncu`` on PATH, a CPU run, or ncu refused
   the counters: ``ERR_NVGPUCTRPERM``, quoted in ncu's own words) or ``failed`` (anything else,
-  with the end of ncu's output). ``python -m attnprof.counters measure SPEC.json OUT.csv``
+  with the end of ncu's output). ``python -m attnprof.measure.counters measure SPEC.json OUT.csv``
   runs it from a shell and writes ``OUT.json`` beside the CSV.
 
 Clocks: ``--clock-control none`` leaves the GPU's clocks as they are (ncu otherwise locks them
@@ -139,7 +139,7 @@ def tensor_metrics(available: set[str]) -> dict[str, tuple[str, str]]:
 def ncu_command(ncu: str, metrics: list[str], report: Path, spec_path: Path) -> list[str]:
     """The profiling command: clocks left alone, only kernels inside the NVTX range :data:`RANGE`."""
     return [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{RANGE}/", "--metrics", ",".join(metrics),
-            "--force-overwrite", "--export", str(report), sys.executable, "-m", "attnprof.counters", "child", str(spec_path)]
+            "--force-overwrite", "--export", str(report), sys.executable, "-m", "attnprof.measure.counters", "child", str(spec_path)]
 
 
 def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) -> tuple:
@@ -200,14 +200,14 @@ def _dims(text: str) -> str:
 
 def make_spec(variant: str, shape_key: str, device: str, seed: int, warmup_calls: int, custom: dict | None = None) -> dict:
     """The spec :func:`measure` and :func:`child` take: one measured forward after ``warmup_calls``."""
-    from .variants import Shape
+    from attnprof.model.variants import Shape
 
     return {"variant": variant, **({"custom": dict(custom)} if custom else {}), "shape": Shape.from_key(shape_key).as_dict(),
             "device": device, "seed": seed, "warmup_calls": warmup_calls, "forwards": 1}
 
 
 def _record(spec: dict, status: str, reason: str, **extra) -> dict:
-    from .variants import Shape
+    from attnprof.model.variants import Shape
 
     return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, "status": status, "reason": reason, **extra}
 
@@ -240,7 +240,7 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
         cmd = ncu_command(ncu, list(columns), report, spec_path)
         base = {"metrics": {c: m for m, (c, _) in columns.items()}, "command": " ".join(cmd[:-1] + ["SPEC.json"]),
                 "ncu": {"path": ncu, "version": version}}
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                          os.environ.get("PYTHONPATH")]))}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=env)
@@ -298,8 +298,9 @@ def child(spec: dict) -> dict:
     (default 1), each in the NVTX range :data:`RANGE`, each followed by a synchronize."""
     import torch
 
-    from .capture import _inputs
-    from .variants import Shape, make_forward
+    from attnprof.measure.capture import _inputs
+    from attnprof.model.variants import Shape
+    from attnprof.measure.forwards import make_forward
 
     shape = Shape(**spec["shape"])
     torch.manual_seed(spec.get("seed", 0))
@@ -318,7 +319,7 @@ def child(spec: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m attnprof.counters child SPEC.json | measure SPEC.json OUT.csv [TIMEOUT_S]"
+    usage = "usage: python -m attnprof.measure.counters child SPEC.json | measure SPEC.json OUT.csv [TIMEOUT_S]"
     if len(argv) >= 3 and argv[1] == "child":
         info = child(json.loads(Path(argv[2]).read_text()))
         print("attnprof_counters_child:" + json.dumps(info), flush=True)

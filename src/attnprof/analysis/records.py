@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from .names import REPEAT_PREFIX
+from attnprof.model.names import REPEAT_PREFIX
 
 
 class RecordError(ValueError):
@@ -37,7 +37,7 @@ class RecordError(ValueError):
     disagreeing with its folder, its trace or env.json. The message names the file(s), the key and the cause."""
 
 
-#: Keys every capture record has, the record of a capture process that died included (attnprof.capture).
+#: Keys every capture record has, the record of a capture process that died included (attnprof.measure.capture).
 STATUS_KEYS = ("variant", "shape_key", "device", "status")
 #: Keys of env.json that the capture records are checked against (rule summarize).
 ENV_CHECK_KEYS = ("device", "torch", "gpu_name")
@@ -49,7 +49,7 @@ ENV_KEYS = ("device", "torch", "gpu_name", "python", "snakemake", "config.profil
 CALIBRATION_KEYS = ("device",)
 CALIBRATION_MEASURED_KEYS = ("gemm_tflops_bf16", "gemm_tflops_fp16", "copy_tb_per_s", "copy_bytes", "gemm_n", "method")
 
-#: Trace event categories attnprof reads (attnprof.trace: CPU_CATEGORIES and GPU_CATEGORIES).
+#: Trace event categories attnprof reads (attnprof.analysis.trace: CPU_CATEGORIES and GPU_CATEGORIES).
 READ_CATEGORIES = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset")
 GPU_EVENT_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: Categories Kineto writes that attnprof does not need (flows, GPU-side annotations, Python frames...).
@@ -176,7 +176,7 @@ def capture_folder(status_path: str | Path) -> dict | None:
 def shape_key_of(record: Mapping) -> str | None:
     """The shape key that a record's own shape fields (batch, heads, seq_len, head_dim, dtype, causal, kv_heads,
     q_len, causal_alignment) make; None when they are missing or make no shape."""
-    from .variants import Shape
+    from attnprof.model.variants import Shape
 
     fields = {f.name: record[f.name] for f in dataclasses.fields(Shape) if f.name in record}
     if not {"batch", "heads", "seq_len", "head_dim", "dtype"} <= set(fields):

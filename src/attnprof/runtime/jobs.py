@@ -42,15 +42,15 @@ PRELOAD = [
     "matplotlib.backends.backend_agg",
     "jinja2",
     "jsonschema",
-    "attnprof.trace",
-    "attnprof.tables",
-    "attnprof.backward",
+    "attnprof.analysis.trace",
+    "attnprof.analysis.tables",
+    "attnprof.analysis.backward",
     "attnprof.findings",
-    "attnprof.plots",
-    "attnprof.report",
-    "attnprof.compare",
-    "attnprof.capture",  # the capture clients (without torch: the capture itself runs in the worker or a fresh process)
-    "attnprof.worker",
+    "attnprof.render.plots",
+    "attnprof.render.report",
+    "attnprof.analysis.compare",
+    "attnprof.measure.capture",  # the capture clients (without torch: the capture itself runs in the worker or a fresh process)
+    "attnprof.runtime.worker",
 ]
 
 _CONTEXT = None
@@ -59,14 +59,14 @@ _STARTED_AT = 0.0  # when the fork server was set up: package files newer than t
 
 def _package_edited_since(t: float) -> bool:
     """Whether a module of this package changed on disk after ``t`` (the preloaded copy is then stale)."""
-    return any(p.stat().st_mtime > t for p in Path(__file__).resolve().parent.rglob("*.py"))
+    return any(p.stat().st_mtime > t for p in Path(__file__).resolve().parents[1].rglob("*.py"))
 
 
 def _forkserver():
     """The fork-server context, its preload set (the server itself starts at the first job)."""
     global _CONTEXT, _STARTED_AT
     if _CONTEXT is None:
-        # (matplotlib's backend is set by attnprof.plots itself: Snakemake's environment stays as it is, since
+        # (matplotlib's backend is set by attnprof.render.plots itself: Snakemake's environment stays as it is, since
         # the capture worker is keyed by it)
         _STARTED_AT = time.time()
         _CONTEXT = multiprocessing.get_context("forkserver")
@@ -203,10 +203,10 @@ def _fresh_process(script: str, snakemake) -> int:
     """Run the job once more in a new Python interpreter (no fork server); returns its exit status."""
     with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as fh:
         pickle.dump((script, snakemake, None, _owner()), fh)
-    package_dir = str(Path(__file__).resolve().parents[1])  # this attnprof, as the Snakefile imports it
+    package_dir = str(Path(__file__).resolve().parents[2])  # this attnprof, as the Snakefile imports it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_dir, os.environ.get("PYTHONPATH")]))}
     try:
-        code = "import pickle, sys; from attnprof.jobs import _child; _child(*pickle.load(open(sys.argv[1], 'rb')))"
+        code = "import pickle, sys; from attnprof.runtime.jobs import _child; _child(*pickle.load(open(sys.argv[1], 'rb')))"
         return subprocess.run([sys.executable, "-c", code, fh.name], env=env).returncode
     finally:
         os.unlink(fh.name)
@@ -253,7 +253,7 @@ def run_script(job: dict, in_main_process: bool) -> None:
 
     Raises RuntimeError when the child fails: its exit code, or the signal that ended it (a
     kill by the out-of-memory killer reads SIGKILL), and where its log is. The script itself
-    writes its traceback into that log (attnprof.logs.script_log)."""
+    writes its traceback into that log (attnprof.runtime.logs.script_log)."""
     script = str(Path(job["input"].script).resolve())
     snakemake = job_object(job)
     if not in_main_process:

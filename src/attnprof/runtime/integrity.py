@@ -10,7 +10,7 @@ a derived file that is gone or no longer what its rule wrote. Two checks, both c
   them (:func:`record_checksums`; a sidecar ``<file>.sha256`` under ``<run>/logs/checksums/``): a hand-edited
   or half-written summary, say.
 
-When either finds something (or a capture is lost, attnprof.config.lost_captures), the workflow
+When either finds something (or a capture is lost, attnprof.model.config.lost_captures), the workflow
 (workflow/rules/common.smk) bumps the result set's rebuild epoch (:func:`rebuild_epoch`), a parameter of rule
 summarize: summarize reruns, and with it everything after it, and Snakemake then remakes every missing input on
 the way (the per-capture tables of a lost table, the plots of a lost plot). Once the files are back the epoch

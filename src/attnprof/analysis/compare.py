@@ -8,7 +8,7 @@ pass (kernels and time per backward, same noise rule) and torch.compile's first 
 result sets have them, and the environment and config differences.
 
 Change verdict for a time (forward and backward, per variant and shape): from the two result sets'
-repeats (repeats.csv: each repeat's median per forward), :func:`attnprof.stats.compare_ratio` -- the ratio of
+repeats (repeats.csv: each repeat's median per forward), :func:`attnprof.analysis.stats.compare_ratio` -- the ratio of
 the geometric-mean repeat medians with its Welch t interval, and *slower*/*faster* (the interval excludes 1
 and the ratio lies beyond ``1 ± noise_floor``; ``noise_floor_host`` for a CPU run's host times), *same* (the interval
 lies inside ``1 ± noise_floor``) or
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .stats import CONFIDENCE, compare_ratio
-from .trace import short_kernel_name
+from attnprof.analysis.stats import CONFIDENCE, compare_ratio
+from attnprof.analysis.trace import short_kernel_name
 
-#: A time's verdicts (attnprof.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
+#: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
 #: a pair's ``counts`` lists them.
 VERDICTS = ("slower", "faster", "same", "inconclusive", "not comparable")
 #: Changes smaller than this fraction are not worth reporting (config ``compare.noise_floor``'s default): the
-#: practical threshold of :func:`attnprof.stats.compare_ratio` for device times.
+#: practical threshold of :func:`attnprof.analysis.stats.compare_ratio` for device times.
 NOISE_FLOOR = 0.02
 #: The same for host times (CPU runs; config ``compare.noise_floor_host``): the repeats of one session do not
 #: see how far a whole session's host times move. Two CPU default runs minutes apart on a 2-core machine, each

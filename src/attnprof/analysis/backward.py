@@ -2,8 +2,8 @@
 
 Config ``passes`` (default ``[forward]``, the study's setting) adds ``backward``: every profiled
 step then runs the forward with grad enabled inside the forward range (``profiler.range_name``,
-default ``attn_fwd``) and its backward inside a range of its own (:func:`attnprof.names.backward_range_name`,
-``attn_bwd``); see :func:`attnprof.capture._profile_phase`. In such a run the forward numbers are
+default ``attn_fwd``) and its backward inside a range of its own (:func:`attnprof.model.names.backward_range_name`,
+``attn_bwd``); see :func:`attnprof.measure.capture._profile_phase`. In such a run the forward numbers are
 those of a *forward with grad*: the forward saves what its backward needs (the flash and
 efficient kernels also write the logsumexp, the naive path keeps its softmax), so its kernels can
 differ from the ``no_grad`` forward of a forward-only run, whose numbers stay as they were. The
@@ -17,7 +17,7 @@ everywhere else -- GPU event -> correlation id -> its runtime launch call -> the
 -- and (ts, tid) -> backward range by :func:`assign_backward`:
 
 * same thread: the range of that thread that contains ts (the forward rule,
-  :func:`attnprof.trace.assign_forward`);
+  :func:`attnprof.analysis.trace.assign_forward`);
 * another thread that belongs to the backward -- an autograd engine thread (:func:`backward_threads`:
   a thread that runs ``autograd::engine::evaluate_function`` ops inside another thread's backward
   range) -- the backward range whose window [ts, end] contains ts (the calling thread is blocked
@@ -32,7 +32,7 @@ everywhere else -- GPU event -> correlation id -> its runtime launch call -> the
   launched outside every range) and each range whose window holds one counts it in
   ``other_thread_launches``, which the note states; the range stays complete (its own work is).
 
-The completeness rule of :func:`attnprof.tables.completeness` applies to backward ranges as it
+The completeness rule of :func:`attnprof.analysis.tables.completeness` applies to backward ranges as it
 does to forwards (every launch finds its GPU event, no orphaned or duplicate GPU records, some
 GPU activity on a GPU, valid times for device times), plus ``ambiguous_launches == 0``.
 
@@ -41,7 +41,7 @@ range, :data:`BACKWARD_COLUMNS`: the forward table's columns, ``forward`` rename
 plus ``ambiguous_launches`` and ``other_thread_launches``), ``kernels_backward.csv`` and ``ops_backward.csv`` (the kernel and
 op tables of the backward ranges, ``*_per_forward`` columns renamed ``*_per_backward``). All three
 are header-only when the capture profiled no backward. summary.csv gets
-:data:`attnprof.tables.BACKWARD_SUMMARY_COLUMNS`, empty unless the backward was profiled.
+:data:`attnprof.analysis.tables.BACKWARD_SUMMARY_COLUMNS`, empty unless the backward was profiled.
 
 Kept apart from the forward modules so that a forward-only run's outputs are byte for byte what
 they were, and the findings package can call :func:`backward_kernels_finding` without this
@@ -55,10 +55,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from .names import backward_range_name
-from .tables import (BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, KERNEL_COLUMNS, assess_forwards,
+from attnprof.model.names import backward_range_name
+from attnprof.analysis.tables import (BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, KERNEL_COLUMNS, assess_forwards,
                      completeness, forward_table, kernel_table, op_table)
-from .trace import assign_forward, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api, launches
+from attnprof.analysis.trace import assign_forward, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api, launches
 
 PASSES = ("forward", "backward")
 BACKWARD_COLUMNS = ["backward" if c == "forward" else c for c in FORWARD_COLUMNS] + ["ambiguous_launches",
@@ -139,7 +139,7 @@ def assign_backward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.S
 
 def _unattributed_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """The calls of ``api`` that enqueue GPU work (``enqueues``, else a name of
-    :data:`attnprof.trace.LAUNCH_API`) and that no range holds, with a mask of those that a forward
+    :data:`attnprof.analysis.trace.LAUNCH_API`) and that no range holds, with a mask of those that a forward
     range of their own thread holds."""
     enqueues = api["enqueues"].astype(bool) if "enqueues" in api else is_launch_api(api["name"])
     launch = api[(api["forward"] < 0) & enqueues]
@@ -201,7 +201,7 @@ def _mark_pass_overlaps(fwd_ranges: pd.DataFrame, bwd_ranges: pd.DataFrame) -> N
 def analyse_passes(trace: dict, range_name: str, backward_name: str | None = None,
                    expect_gpu: bool | None = None) -> tuple[dict, dict]:
     """Parse a trace once into the frames of both passes, ``(forward, backward)``, each as
-    :func:`attnprof.tables.analyse_trace` returns them (``forward`` column = range number of that
+    :func:`attnprof.analysis.tables.analyse_trace` returns them (``forward`` column = range number of that
     pass), so that the table functions serve both. The forward frames equal analyse_trace's except
     that GPU events attributed to a backward range are left out of them (so they are not counted as
     launched outside every forward); the backward frames leave out the forwards' GPU events, and
@@ -243,7 +243,7 @@ def _per_backward(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def backward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
-    """One row per backward range (:data:`BACKWARD_COLUMNS`): :func:`attnprof.tables.forward_table`
+    """One row per backward range (:data:`BACKWARD_COLUMNS`): :func:`attnprof.analysis.tables.forward_table`
     of the backward frames, its ``forward`` column named ``backward``, plus ``ambiguous_launches`` and
     ``other_thread_launches`` (launches from threads that do not belong to the backward inside its
     window, left out)."""
@@ -273,18 +273,18 @@ _FORWARD_WORD = re.compile(r"\bforward(s?)\b")
 
 
 def _as_backward(note: str) -> str:
-    """A note of :func:`attnprof.tables.assess_forwards` about backward ranges, in their words."""
+    """A note of :func:`attnprof.analysis.tables.assess_forwards` about backward ranges, in their words."""
     return _FORWARD_WORD.sub(r"backward\1", note)
 
 
 def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
-    """The summary.csv columns of the backward pass (:data:`attnprof.tables.BACKWARD_SUMMARY_COLUMNS`)
+    """The summary.csv columns of the backward pass (:data:`attnprof.analysis.tables.BACKWARD_SUMMARY_COLUMNS`)
     from a capture's status record and its ``backwards.csv``; all None when the config did not ask
     for the backward. ``backward_status``: the backward's own outcome (``record["passes"]``: ok,
     unsupported, out_of_memory, failed with PyTorch's reason in ``backward_reason``), or
     ``incomplete_trace`` when its trace has fewer complete backwards than
     ``min_complete_forwards``; the forward's numbers are published either way. The counts and
-    times follow the forward's rules (:func:`attnprof.tables.summary_row`): counts from complete
+    times follow the forward's rules (:func:`attnprof.analysis.tables.summary_row`): counts from complete
     backwards when they all launched the same work, device times from timing-complete ones (on a
     GPU only), host time of each backward's range from complete ones."""
     row = dict.fromkeys(BACKWARD_SUMMARY_COLUMNS)

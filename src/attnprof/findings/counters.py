@@ -1,6 +1,6 @@
 """Findings that set the trace's occupancy estimate beside what Nsight Compute measured.
 
-Inputs per (shape, variant): the counters table of :func:`attnprof.counters.measure`
+Inputs per (shape, variant): the counters table of :func:`attnprof.measure.counters.measure`
 (``results/<run>/counters/<shape>/<variant>.csv`` and its ``.json`` status), the capture's kernel
 table (``results/<run>/tables/<shape>/<variant>/kernels.csv``) and the trace's device properties
 (``.../device.json``). ncu prints kernel names shortened (``flash_fwd_kernel<...>`` for the
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .findings.rules.kernels import DRIVER_LAUNCH
-from .trace import kernel_label, properties_of, short_kernel_name
+from attnprof.findings.rules.kernels import DRIVER_LAUNCH
+from attnprof.analysis.trace import kernel_label, properties_of, short_kernel_name
 
-#: counters columns carried into each finding (all %, ncu; :data:`attnprof.counters.METRICS`)
+#: counters columns carried into each finding (all %, ncu; :data:`attnprof.measure.counters.METRICS`)
 MEASURED = ("theoretical_occupancy_pct", "achieved_occupancy_pct", "tensor_pipe_pct", "sm_throughput_pct",
             "dram_throughput_pct", "memory_throughput_pct", "duration_ns", "tensor_gmma_inst", "tensor_hmma_inst")
 
@@ -45,7 +45,7 @@ def _launch_limit(row: pd.Series, devices: list[dict]) -> float | None:
     """Occupancy (%) the trace's launch configuration allows: theoretical_occupancy of the
     findings (registers, shared memory, warps) with the device's properties; None if unknown."""
     try:
-        from .findings import theoretical_occupancy
+        from attnprof.findings import theoretical_occupancy
     except ImportError:  # the findings package moved it: give the measured values alone
         return None
     theo = theoretical_occupancy(row.get("registers_per_thread"), _threads(row.get("block")),

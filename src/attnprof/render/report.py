@@ -14,18 +14,18 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from .compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
-from .stats import detectable_change
-from .tables import has_run_interval
-from .findings.expectations import WITHIN_NOISE
-from .findings.metrics import KERNEL_COUNT
-from .fmt import format_number
-from .names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
-from .plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
-from .trace import kernel_label
+from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
+from attnprof.analysis.stats import detectable_change
+from attnprof.analysis.tables import has_run_interval
+from attnprof.findings.expectations import WITHIN_NOISE
+from attnprof.findings.metrics import KERNEL_COUNT
+from attnprof.model.fmt import format_number
+from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
+from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
+from attnprof.analysis.trace import kernel_label
 
 #: variant -> what it changes, for the summary table (the study's "change" column): one entry per
-#: built-in variant of attnprof.variants.VARIANTS (tests/test_names.py keeps the two in step)
+#: built-in variant of attnprof.model.variants.VARIANTS (tests/test_names.py keeps the two in step)
 CHANGES = {
     "naive": "matmul, scale, masked_fill (out of place), softmax, matmul",
     "naive_inplace": "as naive, with masked_fill_ (in place)",
@@ -45,8 +45,8 @@ class RenderError(RuntimeError):
 
 
 def _describe(shape_key: str) -> str:
-    """attnprof.variants.Shape.describe of a shape key, or '' for a key it cannot parse."""
-    from .variants import Shape
+    """attnprof.model.variants.Shape.describe of a shape key, or '' for a key it cannot parse."""
+    from attnprof.model.variants import Shape
 
     try:
         return Shape.from_key(shape_key).describe()
@@ -55,7 +55,7 @@ def _describe(shape_key: str) -> str:
 
 
 def file_names() -> dict:
-    """The result set's file names as the report names them (attnprof.names): ``run``, ``capture`` and
+    """The result set's file names as the report names them (attnprof.model.names): ``run``, ``capture`` and
     ``tables`` by name, and ``csv_tables``, the per-capture CSV tables as one brace pattern
     ('{kernels,forwards,launches,ops}.csv')."""
     stems = [name.removesuffix(".csv") for name in CAPTURE_TABLES.values() if name.endswith(".csv")]
@@ -80,7 +80,7 @@ def study_counts(expectations: dict) -> dict[str, int]:
 
 def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     """The methods' sentence on repeats: how many, what a repeat re-draws, what the rerun interval means
-    (attnprof.stats), and the largest between-run spread of the run."""
+    (attnprof.analysis.stats), and the largest between-run spread of the run."""
     n = int(cfg.get("repeats", 1))
     if n < 2:
         return ("this result set has one repeat (config <code>repeats</code> 1): its times have no between-run spread, "
@@ -96,7 +96,7 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     if not len(dev):  # a CPU run: its host times are what compare judges, against the host threshold
         dev = host
         floor = (cfg.get("compare") or {}).get("noise_floor_host", NOISE_FLOOR_HOST)
-    if len(dev):  # what compare could find against a rerun with as many repeats (attnprof.stats.detectable_change)
+    if len(dev):  # what compare could find against a rerun with as many repeats (attnprof.analysis.stats.detectable_change)
         lim = [100 * detectable_change(v / 100, n, floor) for v in (dev.min(), dev.median(), dev.max())]
         largest += (f" Against a rerun with as many repeats, <code>compare</code> would find (80&nbsp;% power) a change of "
                     f"{lim[1]:.1f}&nbsp;% at the median spread of this run ({lim[0]:.1f}&ndash;{lim[2]:.1f}&nbsp;% over its "
@@ -117,7 +117,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     """Everything the template needs, as plain Python values. ``plots`` maps shape key ->
     plot name -> PNG path; ``run_plots`` the run-wide plots (scaling, roofline) by name;
     ``calibration`` is calibration.json; ``counters`` maps shape key -> the hardware-counter rows
-    of attnprof.counters_findings (Nsight Compute, where rule measure_counters ran)."""
+    of attnprof.findings.counters (Nsight Compute, where rule measure_counters ran)."""
     shapes = []
     by_shape = {s["shape_key"]: s for s in findings["shapes"]}
     counts = study_counts(expectations)
@@ -243,7 +243,7 @@ def compare_context(doc: dict, css: str) -> dict:
     (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
     pair's verdict counts, the rows called changed (``changed``) and the (variant, shape) whose kernels differ
     (``kernels_differ``) or ops (``ops_differ``), the smallest change its verdicts could find (``detection``,
-    attnprof.report.detection_limit), and the CSS."""
+    attnprof.render.report.detection_limit), and the CSS."""
     cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
            "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
     pairs = []

@@ -24,7 +24,7 @@ for calls that enqueue nothing (``cudaStreamIsCapturing``, ``cudaGetErrorString`
 call itself (:func:`flow_finishes`). A CUDA-graph replay is one ``cudaGraphLaunch`` call whose
 several GPU events all carry its correlation id (and, from Kineto, a ``graph node id``).
 
-Completeness (see :func:`attnprof.tables.forward_table`): Kineto can lose GPU records (a
+Completeness (see :func:`attnprof.analysis.tables.forward_table`): Kineto can lose GPU records (a
 call that enqueues GPU work -- whatever its name, :func:`enqueues_gpu_work` -- whose correlation
 id has no kernel/memcpy/memset event) and can write GPU events with impossible times (``ts`` 0,
 ``dur`` <= 0, a start before the launch call, an end long after the trace, two events overlapping
@@ -552,7 +552,7 @@ def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward,
       events with a ``graph node id`` carry its correlation id): it owns several GPU events.
 
     ``assign``: the rule that maps (ts, tid) to a range (:func:`assign_forward`; the backward
-    ranges use :func:`attnprof.backward.assign_backward`)."""
+    ranges use :func:`attnprof.analysis.backward.assign_backward`)."""
     api = _api_calls(events, ranges, assign)
     gpu = events[events["cat"].isin(GPU_CATEGORIES)]
     api["linked"] = _linked_calls(api, gpu, flows, events[events["cat"].isin(NONWORK_CATEGORIES)])
@@ -637,7 +637,7 @@ def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
        by aten ops of the same name in its range (for calls that carry no callback id).
 
     A call that enqueues work and whose correlation id no GPU event carries lost its GPU
-    records (:func:`attnprof.tables.completeness`). Calls that enqueue nothing
+    records (:func:`attnprof.analysis.tables.completeness`). Calls that enqueue nothing
     (``cudaStreamIsCapturing``, ``cudaGetDevice``, ``cudaEventRecord``, synchronizations,
     ``cudaFuncSetAttribute``, ``cudaMalloc``...) are none of these. Bool Series on api's index."""
     names = api["name"].astype(str)

@@ -1,0 +1,218 @@
+"""The attention variants under study and the problem shapes they run on.
+
+Every variant computes causal (or full) scaled dot-product attention
+
+    out = softmax(q @ k^T / sqrt(head_dim) + mask) @ v
+
+on q, k, v of shape [batch, heads, seq_len, head_dim] (the layout of
+``torch.nn.functional.scaled_dot_product_attention``). The variants follow
+Hugging Face, "Profiling in PyTorch (Part 3): Attention is all you profile"
+(scripts 04_a, 04_b, 04_c of the dataset repo ``ariG23498/profiling-pytorch``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import asdict, dataclass
+
+#: variant -> SDPA backend it pins (SDPBackend member name), or None (naive variants and
+#: sdpa_auto). SDPA = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...).
+#: What each variant changes, in words, is presentation: attnprof.render.report.CHANGES.
+VARIANTS: dict[str, str | None] = {
+    "naive": None,
+    "naive_inplace": None,
+    "sdpa_math": "MATH",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+    "sdpa_auto": None,
+    "naive_compiled": None,
+    "flex_attention": None,
+}
+
+#: Variants built by ``torch.compile`` (inductor; Triton kernels on a GPU, C++ on the CPU):
+#: their first call compiles, and the capture measures it apart from the steady state
+#: (attnprof.measure.capture), in a process that serves no other capture.
+COMPILED = ("naive_compiled", "flex_attention")
+
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+#: Causal masks when q_len != kv_len (torch.nn.attention.bias.CausalVariant): upper_left
+#: (SDPA's ``is_causal=True``: query i sees keys 0..i) or lower_right (query i sees keys
+#: 0..i + kv_len - q_len, the diagonal ending at the last key: decoding and prefill with a
+#: cache, ``causal_lower_right``). Both are the same mask when q_len == kv_len.
+CAUSAL_ALIGNMENTS = ("lower_right", "upper_left")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One problem point: q is [batch, heads, q_len, head_dim], k and v are
+    [batch, kv_heads, seq_len, head_dim], all of ``dtype``.
+
+    ``seq_len`` is the key/value length (kv_len); ``q_len`` None means q_len == seq_len (the
+    study's square attention) and ``kv_heads`` None means kv_heads == heads (no grouped-query
+    attention). ``causal_alignment`` (:data:`CAUSAL_ALIGNMENTS`) is kept only where it changes
+    the mask (causal and q_len != kv_len), else None. The constructor normalises these three, so
+    equal problems are equal Shapes with equal keys. Raises ValueError for heads not a multiple
+    of kv_heads, an unknown alignment, or a lower-right causal mask with q_len > kv_len (its
+    first rows would see no key)."""
+
+    batch: int
+    heads: int
+    seq_len: int
+    head_dim: int
+    dtype: str
+    causal: bool = True
+    kv_heads: int | None = None
+    q_len: int | None = None
+    causal_alignment: str | None = None
+
+    def __post_init__(self):
+        for name in ("batch", "heads", "seq_len", "head_dim", "kv_heads", "q_len"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} {value!r}: must be an integer >= 1")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.kv_heads == self.heads:
+            object.__setattr__(self, "kv_heads", None)
+        if self.q_len == self.seq_len:
+            object.__setattr__(self, "q_len", None)
+        if self.causal_alignment is not None and self.causal_alignment not in CAUSAL_ALIGNMENTS:
+            raise ValueError(f"causal_alignment {self.causal_alignment!r}: expected one of {', '.join(CAUSAL_ALIGNMENTS)}")
+        if not self.causal or self.q_len is None:
+            object.__setattr__(self, "causal_alignment", None)
+        elif self.causal_alignment is None:
+            object.__setattr__(self, "causal_alignment", CAUSAL_ALIGNMENTS[0])
+        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
+            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads} (grouped-query attention "
+                             "shares each key/value head among heads / kv_heads query heads)")
+        if self.causal_alignment == "lower_right" and self.q_len > self.seq_len:
+            raise ValueError(f"q_len {self.q_len} > kv_len {self.seq_len} with a lower-right causal mask: the first "
+                             f"{self.q_len - self.seq_len} query rows would see no key")
+
+    @property
+    def kv_len(self) -> int:
+        """Key/value length (= seq_len)."""
+        return self.seq_len
+
+    @property
+    def queries(self) -> int:
+        """Query length: q_len, or seq_len when q_len is None."""
+        return self.seq_len if self.q_len is None else self.q_len
+
+    @property
+    def key_value_heads(self) -> int:
+        """Key/value heads: kv_heads, or heads when kv_heads is None."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def causal_offset(self) -> int:
+        """Key j is visible to query i iff j <= i + causal_offset: 0 for an upper-left (or square)
+        causal mask, kv_len - q_len for a lower-right one."""
+        return self.seq_len - self.queries if self.causal_alignment == "lower_right" else 0
+
+    @property
+    def key(self) -> str:
+        """Stable file-name key, e.g. ``b8_h16_s1024_d64_bf16_causal``; grouped-query and
+        decode shapes add ``kv<kv_heads>`` and ``q<q_len>`` after the heads, and a lower-right
+        causal mask reads ``causal-lr`` (``b1_h32_kv8_q1_s4096_d128_bf16_causal-lr``)."""
+        mode = ("causal-lr" if self.causal_alignment == "lower_right" else "causal") if self.causal else "full"
+        extra = (f"_kv{self.kv_heads}" if self.kv_heads is not None else "") + (f"_q{self.q_len}" if self.q_len is not None else "")
+        return f"b{self.batch}_h{self.heads}{extra}_s{self.seq_len}_d{self.head_dim}_{self.dtype}_{mode}"
+
+    @classmethod
+    def from_key(cls, key: str) -> Shape:
+        """Inverse of :attr:`key`. Raises ValueError on a malformed key, an impossible shape, or a
+        key that is not the one :attr:`key` writes for its shape (leading zeros, a redundant kv or
+        q part, a lower-right mark on a square shape): one shape, one key, one set of files."""
+        m = KEY_PATTERN.fullmatch(key)
+        if not m:
+            raise ValueError(f"not a shape key: {key!r}")
+        g = m.groupdict()
+        opt = {k: int(g[k]) for k in ("kv_heads", "q_len") if g[k]}
+        mode = g["mode"]
+        shape = cls(int(g["batch"]), int(g["heads"]), int(g["seq_len"]), int(g["head_dim"]), g["dtype"], mode != "full",
+                    causal_alignment="lower_right" if mode == "causal-lr" else "upper_left" if mode == "causal" else None, **opt)
+        if shape.key != key:  # one key per shape: b01, kv4 with heads 4, q64 with seq_len 64, a square causal-lr
+            raise ValueError(f"{key!r} is not a shape key as attnprof writes them; that shape's key is {shape.key!r}")
+        return shape
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """The shape in words for the report, e.g. ``q [1, 32, 1, 128], k and v [1, 8, 4096, 128],
+        bf16, causal lower-right (query i sees keys 0..i + 4095)``."""
+        q = [self.batch, self.heads, self.queries, self.head_dim]
+        kv = [self.batch, self.key_value_heads, self.kv_len, self.head_dim]
+        dims = f"q, k and v {q}" if q == kv else f"q {q}, k and v {kv}"
+        if not self.causal:
+            mask = "no mask"
+        elif self.causal_alignment == "lower_right":
+            mask = f"causal lower-right (query i sees keys 0..i + {self.causal_offset}; SDPA attn_mask=causal_lower_right)"
+        elif self.causal_alignment == "upper_left":
+            mask = "causal upper-left (query i sees keys 0..i; SDPA is_causal=True)"
+        else:
+            mask = "causal (SDPA is_causal=True)"
+        group = f", grouped-query ({self.heads // self.key_value_heads} query heads per key/value head)" if self.kv_heads else ""
+        return f"{dims}, {self.dtype}, {mask}{group}"
+
+    def visible_pairs(self) -> int:
+        """Number of (query, key) pairs the mask lets through per batch entry and head:
+        q_len*kv_len without a mask; with a causal one, sum over queries i of the keys
+        0..min(i + causal_offset, kv_len - 1) (at least 0)."""
+        sq, sk = self.queries, self.seq_len
+        if not self.causal:
+            return sq * sk
+        off = self.causal_offset
+        return sum(max(0, min(i + off + 1, sk)) for i in range(sq))
+
+    def forward_flops(self) -> float:
+        """FLOPs of one forward, PyTorch ``benchmarks/transformer/sdpa.py`` convention:
+        B*H*(4*Sq*Skv*D + 2*Sq*Skv) (two GEMMs of 2*Sq*Skv*D each plus the softmax counted as
+        2*Sq*Skv), halved when causal and square (Sq == Skv). A causal non-square shape (decode,
+        prefill with a cache) counts its visible pairs (:meth:`visible_pairs`) instead of Sq*Skv/2,
+        which halving would get wrong (a decode query sees every key). Grouped-query attention
+        does the same FLOPs as its heads. Returns a float (FLOP)."""
+        b, h, d = self.batch, self.heads, self.head_dim
+        sq, sk = self.queries, self.seq_len
+        if self.causal and sq == sk:
+            return b * h * (4 * sq * sk * d + 2 * sq * sk) / 2
+        pairs = self.visible_pairs()
+        return float(b * h * (4 * pairs * d + 2 * pairs))
+
+    def min_bytes(self) -> int:
+        """Fewest bytes one forward must move through device memory: q and the output
+        (B*H*Sq*D elements each) and k, v (B*KVH*Skv*D each) once, in the dtype's size
+        (2 bytes bf16/fp16, 4 fp32). Square, no GQA: 4*B*H*S*D elements."""
+        size = 4 if self.dtype == "fp32" else 2
+        return (2 * self.heads * self.queries + 2 * self.key_value_heads * self.seq_len) * self.batch * self.head_dim * size
+
+
+#: A shape key (:attr:`Shape.key`), for the workflow's wildcard constraint and :meth:`Shape.from_key`.
+KEY_PATTERN = re.compile(r"b(?P<batch>\d+)_h(?P<heads>\d+)(?:_kv(?P<kv_heads>\d+))?(?:_q(?P<q_len>\d+))?"
+                         r"_s(?P<seq_len>\d+)_d(?P<head_dim>\d+)_(?P<dtype>bf16|fp16|fp32)_(?P<mode>causal|causal-lr|full)")
+#: The same pattern without named groups (a Snakemake wildcard constraint nests inside its own group).
+KEY_CONSTRAINT = re.sub(r"\(\?P<\w+>", "(?:", KEY_PATTERN.pattern)
+
+
+def expand_shapes(grid: dict | list[dict]) -> list[Shape]:
+    """Cartesian product of a config shape grid (each key a list) into Shapes, in a stable
+    order; a list of grids gives the union of their products, first occurrence first.
+    Keys: batch, heads, head_dim, dtype, causal; seq_len (both lengths) or q_len and kv_len;
+    optional kv_heads (default: heads) and causal_alignment (default lower_right,
+    :data:`CAUSAL_ALIGNMENTS`). Raises ValueError for a grid with both or neither of seq_len
+    and kv_len, or a point :class:`Shape` rejects."""
+    if isinstance(grid, list):
+        return list(dict.fromkeys(s for g in grid for s in expand_shapes(g)))
+    if ("seq_len" in grid) == ("kv_len" in grid):
+        raise ValueError("a shape grid needs seq_len (queries and keys) or kv_len (with q_len, default kv_len), not both")
+    g = dict(grid)
+    if "kv_len" in g:
+        g["seq_len"] = g.pop("kv_len")
+    keys = ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "kv_heads", "q_len", "causal_alignment")
+    values = [g.get(k) if isinstance(g.get(k), list) else [g.get(k)] for k in keys]
+    return list(dict.fromkeys(Shape(*combo) for combo in itertools.product(*values)))  # equal points once

@@ -1,0 +1,80 @@
+"""The package's layers import one way (docs/architecture.md): a module imports only modules of its own layer
+and of the layers below it, lazy imports inside functions included, and the analysis layer never imports torch.
+
+The imports are read from the source with the same reader the rerun triggers use
+(attnprof.runtime.imports), so a test that passes here also means the triggers see every edge."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from attnprof.runtime.imports import import_closure
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "attnprof"
+
+#: layer -> the layers it may import (besides itself)
+ALLOWED = {
+    "model": set(),
+    "analysis": {"model"},
+    "measure": {"model", "analysis"},
+    "findings": {"model", "analysis"},
+    "render": {"model", "analysis", "findings"},
+    "runtime": {"model", "analysis", "measure"},
+}
+
+
+def _layer_of(path: Path) -> str:
+    return path.relative_to(PKG).parts[0]
+
+
+def _modules():
+    return sorted(p for p in PKG.rglob("*.py") if p.relative_to(PKG).parts[0] in ALLOWED)
+
+
+def test_every_module_lives_in_a_layer():
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert loose == [], f"modules outside a layer folder: {loose}"
+    assert {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(ALLOWED)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_go_one_way(path):
+    layer = _layer_of(path)
+    # the closure of one module: everything it runs, through other modules' imports too
+    reached = {_layer_of(p) for p in import_closure(path, PKG) if p.parent != PKG} - {layer}
+    assert reached <= ALLOWED[layer], (
+        f"{path.relative_to(PKG)} ({layer}) reaches {sorted(reached - ALLOWED[layer])}; allowed: {sorted(ALLOWED[layer])}")
+
+
+def _third_party(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("layer,banned", [("analysis", "torch"), ("model", "torch"), ("model", "pandas"),
+                                          ("findings", "torch"), ("render", "torch")])
+def test_layer_never_imports(layer, banned):
+    offenders = [str(p.relative_to(PKG)) for p in (PKG / layer).rglob("*.py") if banned in _third_party(p)]
+    assert offenders == [], f"{layer} modules import {banned}: {offenders}"
+
+
+def test_the_rule_is_checked_on_a_known_violation(tmp_path):
+    """The checker finds an upward import (a model module importing render), lazily inside a function."""
+    pkg = tmp_path / "attnprof"
+    for layer in ("model", "render"):
+        (pkg / layer).mkdir(parents=True)
+        (pkg / layer / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "render" / "report.py").write_text("X = 1\n")
+    bad = pkg / "model" / "names.py"
+    bad.write_text("def f():\n    from attnprof.render.report import X\n    return X\n")
+    reached = {p.relative_to(pkg).parts[0] for p in import_closure(bad, pkg) if p.parent != pkg}
+    assert "render" in reached
