@@ -49,7 +49,7 @@ declare -A TOOK
 # 1. the README's venv (command 1 without the run), only when missing
 t=$SECONDS
 if [ ! -x .venv/bin/snakemake ]; then
-	say "creating .venv (README command 1: torch==2.13.0, attnprof[test])"
+	say "creating .venv (torch==2.13.0 from the local wheel folder, as CI does; attnprof[test])"
 	python3 -m venv .venv
 	.venv/bin/pip install -q torch==2.13.0 -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
 	.venv/bin/snakemake --version >/dev/null
