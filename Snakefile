@@ -56,15 +56,16 @@ include: "workflow/rules/findings.smk"
 include: "workflow/rules/plots.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/ab.smk"
 include: "workflow/rules/counters.smk"
 
 
 # The HTML and PDF report of the current result set (the default target).
+# An A/B run (config environments): each environment's report and their paired comparison (rule ab).
 rule report:
     default_target: True
     input:
-        html=run_file("html", RUN),
-        pdf=run_file("pdf", RUN),
+        ab_targets() if AB_RUNS else [run_file("html", RUN), run_file("pdf", RUN)],
 
 
 rule html:
@@ -72,4 +73,33 @@ rule html:
     PDF elsewhere: snakemake --profile workflow/profiles/render results/<run>/report.pdf
     """
     input:
-        run_file("html", RUN),
+        [run_file("html", run) for run in THIS_RUNS],
+
+
+# At the end of a successful run: where the reports it wrote are (HTML and PDF of a result set, of a
+# comparison), or, when it wrote none, where the current result set's report is.
+_STARTED_AT = __import__("time").time()
+
+
+onsuccess:
+    _written = sorted(
+        p.resolve()
+        for pattern in (
+            f"results/*/{RUN_FILES['html']}",
+            f"results/*/{RUN_FILES['pdf']}",
+            "results/compare/*/compare.html",
+            "results/compare/*/compare.pdf",
+        )
+        for p in Path().glob(pattern)
+        if p.stat().st_mtime >= _STARTED_AT
+    )
+    _current = [Path(run_file(n, r)) for r in THIS_RUNS for n in ("html", "pdf")]
+    if _written:
+        print("attnprof: report written:", *_written, sep="\n  ", file=sys.stderr)
+    elif any(p.is_file() for p in _current):
+        print(
+            "attnprof: no report written by this run; the current result set's:",
+            *(p.resolve() for p in _current if p.is_file()),
+            sep="\n  ",
+            file=sys.stderr,
+        )

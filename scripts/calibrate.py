@@ -7,11 +7,17 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
 
     p = sm.params
+    interp = dict(getattr(p, "interpreter", None) or {})  # an A/B run's environment (config environments)
     if p.mode == "worker":  # on the device the captures use, in the same warm process
         from attnprof.runtime.worker import call_in_worker
 
         result = call_in_worker(p.device, "attnprof.measure.calibrate:calibrate", [p.device], idle_s=sm.resources.worker_idle_s,
-                                worker_log=Path(sm.log[0]).parent / "capture_worker.log")
+                                worker_log=Path(sm.log[0]).parent / "capture_worker.log", python=interp.get("python"),
+                                env=interp.get("env"))
+    elif interp:
+        from attnprof.measure.env import call_in_interpreter
+
+        result = call_in_interpreter(interp["python"], interp.get("env"), "attnprof.measure.calibrate:calibrate", [p.device])
     else:
         from attnprof.measure.calibrate import calibrate
 

@@ -23,14 +23,18 @@ with script_log(sm.log[0]) as log:
         "seed": p.seed,
         "tolerance": dict(p.tolerance),
     }
+    # an A/B run's environment (config environments): its Python executable and variables; else this one
+    interp = dict(getattr(p, "interpreter", None) or {})
     try:
         if p.mode == "worker":
             from attnprof.runtime.worker import run_in_worker
 
             worker_log = Path(sm.log[0]).parents[3] / "capture_worker.log"  # results/<run>/logs/
-            run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s, worker_log)
+            run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s, worker_log,
+                          interp.get("python"), interp.get("env"))
         else:
-            run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s)
+            run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s, python=interp.get("python"),
+                         env=interp.get("env"))
     except CaptureInterrupted as exc:
         # no result: the job fails, Snakemake removes its outputs, the next run captures again
         print(f"attnprof: {exc}", file=log)

@@ -9,6 +9,20 @@ with script_log(sm.log[0]) as log:
     from attnprof.analysis.compare import compare_runs
     from attnprof.analysis.records import load_record
     from attnprof.analysis.tables import concat_tables
+    from attnprof.findings.kernel_names import kernel_class
+    from attnprof.model.names import REPEAT_PREFIX
+
+    def recipes(name: str) -> dict:
+        """{(variant, shape_key, pass): [recipe table per repeat, repeat 1 first]} of result set ``name``; {} when
+        its recipe tables are not inputs (a result set copied without its traces and tables)."""
+        out: dict = {}
+        for table, pass_ in (("recipe", "forward"), ("recipe_backward", "backward")):
+            if f"{name}/{table}" not in sm.input.keys():
+                continue
+            for p in sm.input[f"{name}/{table}"]:
+                *_, shape, variant, rep, _file = Path(p).parts  # .../tables/<shape>/<variant>/r<k>/<table>.csv
+                out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = pd.read_csv(p)
+        return {k: [v[r] for r in sorted(v)] for k, v in out.items() if any(len(t) for t in v.values())}
 
     runs = []
     for name in sm.params.runs:
@@ -18,12 +32,19 @@ with script_log(sm.log[0]) as log:
             "summary": pd.read_csv(sm.input[f"{name}/summary"]),
             "kernels": pd.read_csv(sm.input[f"{name}/kernels"]),
             "ops": concat_tables(ops),
+            # the profiler's self-check (attnprof.analysis.control): absent in a result set made before the control
+            "control": pd.read_csv(sm.input[f"{name}/control"]) if f"{name}/control" in sm.input.keys() else None,
             "env": load_record(sm.input[f"{name}/env"]),
             "findings": load_record(sm.input[f"{name}/findings"], ("shapes",)),
             # each repeat's medians (the between-run spread the verdicts use); absent in a result set made before repeats
             "repeats": pd.read_csv(sm.input[f"{name}/repeats"]) if Path(sm.input[f"{name}/repeats"]).exists() else None,
+            # each forward's work in order, per repeat (attnprof.analysis.recipe): the recipe diff
+            "recipes": recipes(name),
         })
-    result = compare_runs(runs, sm.params.noise_floor, sm.params.confidence, sm.params.noise_floor_host)
+        if not runs[-1]["recipes"]:
+            print(f"{name}: no recipe tables (result set copied without its traces and tables, or made before "
+                  "recipe.csv existed): no recipe diff", file=log)
+    result = compare_runs(runs, sm.params.noise_floor, sm.params.confidence, sm.params.noise_floor_host, kernel_class)
     with open(sm.output[0], "w") as fh:
         json.dump(result, fh, indent=2, default=str)
     for pair in result["pairs"]:

@@ -7,15 +7,24 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
 
     p = sm.params
+    # an A/B run's environment (config environments): recorded from its own interpreter, never Snakemake's
+    interp = dict(getattr(p, "interpreter", None) or {})
     if p.mode == "worker":  # torch is imported and the device is up there already
         from attnprof.runtime.worker import call_in_worker
 
         recorded = call_in_worker(p.device, "attnprof.measure.env:capture_environment", idle_s=sm.resources.worker_idle_s,
-                                  worker_log=Path(sm.log[0]).parent / "capture_worker.log")
+                                  worker_log=Path(sm.log[0]).parent / "capture_worker.log", python=interp.get("python"),
+                                  env=interp.get("env"))
+    elif interp:
+        from attnprof.measure.env import call_in_interpreter
+
+        recorded = call_in_interpreter(interp["python"], interp.get("env"), "attnprof.measure.env:capture_environment")
     else:
         from attnprof.measure.env import capture_environment
 
         recorded = capture_environment()
     env = {"run": p.run, "device": p.device, **recorded, "config": p.config}
+    if getattr(p, "ab", None):  # the A/B run this result set belongs to: compare pairs it with its siblings
+        env["ab"] = dict(p.ab)
     with open(sm.output[0], "w") as fh:
         json.dump(env, fh, indent=2, sort_keys=True, default=str)

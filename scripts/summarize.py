@@ -2,7 +2,8 @@
 
 Every capture (each repeat of each variant and shape) gives one row of repeats.csv; the repeats of one
 (variant, shape) give its summary.csv row (attnprof.analysis.tables.combine_repeats: times over the repeats with
-their between-run interval). kernels.csv holds the kernel tables of repeat 1.
+their between-run interval). kernels.csv holds the kernel tables of repeat 1. The profiler's control (attnprof.analysis.control) is not an
+attention variant: its captures give control.csv (one row per repeat, its counts per forward), never a row of the others.
 
 Every record is read through attnprof.analysis.records (a truncated or incomplete one names its file and key) and
 checked against its folder and against the run's env.json (device, GPU, torch build): a capture from
@@ -44,5 +45,18 @@ with script_log(sm.log[0]) as log:
     # what this job wrote, so that an edit or a cut-short file is noticed at the next run (attnprof.runtime.integrity)
     from attnprof.runtime.integrity import record_checksums
 
-    record_checksums(Path(sm.output.summary).parent, [sm.output.summary, sm.output.repeats, sm.output.kernels])
-    print(f"{len(summary)} rows from {len(repeats)} captures", file=log)
+    # the profiler's control (attnprof.analysis.control): its own file, never a row of the attention variants' tables
+    from attnprof.analysis.control import control_row, control_table
+
+    controls = []
+    for status_path, forwards_path, ops_path in zip(sm.input.control_status, sm.input.control_forwards,
+                                                    sm.input.control_ops, strict=True):
+        status = load_record(status_path, STATUS_KEYS)
+        check_capture_record(status, status_path, None, env, env_path=env_path)
+        row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
+        row["repeat"] = int(Path(status_path).parent.name.removeprefix("r"))
+        controls.append(control_row(row, pd.read_csv(ops_path)))
+    control_table(controls).to_csv(sm.output.control, index=False)
+    record_checksums(Path(sm.output.summary).parent, [sm.output.summary, sm.output.repeats, sm.output.kernels,
+                                                      sm.output.control])
+    print(f"{len(summary)} rows from {len(repeats)} captures; {len(controls)} captures of the control", file=log)

@@ -55,7 +55,8 @@ def test_kernel_swap_ratio_and_dispatch_change_are_reported():
     ratio, lo, hi = welch([0.100, 0.101, 0.0995], [0.060, 0.0604, 0.0598])
     assert row["ratio"] == pytest.approx(ratio) and row["verdict"] == "faster"
     assert (row["ratio_lo"], row["ratio_hi"]) == (pytest.approx(lo), pytest.approx(hi)) and hi < 1
-    assert pair["dispatch"] == [{"shape_key": "s", "a": "dispatched to flash", "b": "dispatched to cudnn"}]
+    assert [{k: d[k] for k in ("shape_key", "a", "b", "changed")} for d in pair["dispatch"]] == [
+        {"shape_key": "s", "a": "dispatched to flash", "b": "dispatched to cudnn", "changed": True}]
     assert {"key": "torch", "a": "2.13.0", "b": "2.14.1"} in pair["env_diff"]
     assert pair["counts"]["faster"] == 1 and sum(pair["counts"].values()) == 1
 
@@ -208,7 +209,7 @@ def test_every_row_of_a_two_shape_comparison_worked_by_hand():
     assert (pair["a"], pair["b"]) == ("a", "b") and pair["env_diff"] == [{"key": "torch", "a": "a", "b": "b"}]
     assert pair["only_in_a"] == ["sdpa_auto/s2"] and pair["only_in_b"] == ["naive/s3"]
     # sdpa_auto's dispatch at the shapes both runs have (s3 is b's alone)
-    assert pair["dispatch"] == [{"shape_key": "s1", "a": "dispatched to flash", "b": "dispatched to cudnn"},
+    assert [{k: d[k] for k in ("shape_key", "a", "b")} for d in pair["dispatch"]] == [{"shape_key": "s1", "a": "dispatched to flash", "b": "dispatched to cudnn"},
                                 {"shape_key": "s2", "a": "dispatched to cudnn", "b": None}]
     rows = {(r["variant"], r["shape_key"]): r for r in pair["rows"]}
     assert list(rows) == [("naive", "s1"), ("naive", "s2"), ("sdpa_auto", "s1"), ("sdpa_math", "s1")]

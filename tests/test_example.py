@@ -91,7 +91,8 @@ def _check_summary_row_of_repeat_1(shape, variant):
             assert row[col] == pytest.approx(again[col], rel=1e-9), col
     if status["status"] == "ok":
         # every phase of the capture is recorded, and the capture checked its own trace
-        assert set(status["phases"]) == {"profile", "correctness", "timing", "graph_timing", "input_types"}
+        # grad_correctness (issue 25) is recorded by captures made since; the committed ones may predate it
+        assert set(status["phases"]) - {"grad_correctness"} == {"profile", "correctness", "timing", "graph_timing", "input_types"}
         assert status["trace_check"]["forwards_complete"] == row["forwards_complete"]
         hand = independent_forwards(trace, status["range_name"])
         assert len(hand) == status["schedule"]["active"] and not any(f["lost"] or f["bad"] for f in hand)

@@ -30,6 +30,11 @@ def test_variant_names_are_checked_against_the_built_in_ones_and_custom_variants
     # a user variant may not take a built-in name: it would replace the built-in one unnoticed
     with pytest.raises(ValueError, match=r"custom_variants \['naive'\] take the name of a built-in variant"):
         check_variants(["naive"], {"naive": {"function": "my_attention:forward"}})
+    # nor the profiler's control's (captured in every result set, kept out of the variants' tables)
+    for variants, custom in ((["naive", "control"], None), (["control"], {"control": {"function": "my_attention:forward"}})):
+        with pytest.raises(ValueError, match=r"the variant name 'control' is the profiler's control") as err:
+            check_variants(variants, custom)
+        assert "neither built in" not in str(err.value)
 
 
 def test_the_shipped_config_names_built_in_variants_only():
@@ -46,9 +51,29 @@ def test_an_unknown_variant_stops_the_workflow_at_parse_time(tmp_path):
 
 
 def test_the_report_describes_every_built_in_variant():
-    from attnprof.render.report import CHANGES
+    from attnprof.render.report import CHANGES, change_of
 
     assert list(CHANGES) == list(VARIANTS)
+    assert all(CHANGES[v].strip() and CHANGES[v] != v for v in VARIANTS)
+    assert change_of("sdpa_flash", {}) == "SDPA, backend pinned to FLASH_ATTENTION"
+
+
+def test_one_registration_carries_a_variants_backend_description_compile_flag_and_devices():
+    """VARIANTS and COMPILED, which the rest of the package reads, are derived from REGISTRY; the CPU special case of
+    the capture reads the registration's devices."""
+    import pytest
+
+    from attnprof.model.variants import COMPILED, REGISTRY, Variant, runs_on
+
+    assert VARIANTS == {"naive": None, "naive_inplace": None, "sdpa_math": "MATH", "sdpa_efficient": "EFFICIENT_ATTENTION",
+                        "sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_auto": None,
+                        "naive_compiled": None, "flex_attention": None}
+    assert COMPILED == ("naive_compiled", "flex_attention")
+    # PyTorch's CPU SDPA dispatcher offers FLASH_ATTENTION and MATH only (aten sdp_utils_cpp.cpp)
+    assert [v for v in REGISTRY if not runs_on(v, "cpu")] == ["sdpa_efficient", "sdpa_cudnn"]
+    assert all(runs_on(v, "cuda") for v in REGISTRY) and runs_on("my_attn", "cpu")
+    with pytest.raises(ValueError, match="devices"):
+        Variant(None, "x", devices=("tpu",))
 
 
 def test_the_variants_the_findings_single_out_come_from_the_list():

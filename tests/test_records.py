@@ -35,7 +35,7 @@ CASES = ROOT / "tests" / "fixtures" / "cases"
 H200 = ROOT / "tests" / "fixtures" / "h200"
 BEYOND = ROOT / "tests" / "fixtures" / "h200_beyond"
 STUDY = "b8_h16_s1024_d64_bf16_causal"
-TABLES = ("kernels", "forwards", "launches", "ops", "backwards", "kernels_backward", "ops_backward")
+TABLES = ("kernels", "forwards", "launches", "ops", "backwards", "kernels_backward", "ops_backward", "recipe", "recipe_backward")
 #: env.json of the run the H200 fixtures come from (the keys the records are checked against, and the report's)
 H200_ENV = {"run": "x", "device": "cuda", "gpu_name": "NVIDIA H200", "torch": "2.11.0+cu130", "cuda_build": "13.0",
             "cudnn": 91900, "driver": "580.159.04", "python": "3.12.3", "snakemake": "9.27.1",
@@ -236,9 +236,11 @@ def summarize(tmp_path: Path, statuses: list[Path]) -> types.SimpleNamespace:
     sm = types.SimpleNamespace(
         input=types.SimpleNamespace(status=[str(p) for p in statuses], forwards=[str(t / "forwards.csv") for t in tables],
                                     backwards=[str(t / "backwards.csv") for t in tables],
-                                    kernels=[str(t / "kernels.csv") for t in tables]),
+                                    kernels=[str(t / "kernels.csv") for t in tables],
+                                    # the profiler's control (rule summarize's control.csv): none in these cases
+                                    control_status=[], control_forwards=[], control_ops=[]),
         output=types.SimpleNamespace(summary=str(run / "summary.csv"), repeats=str(run / "repeats.csv"),
-                                     kernels=str(run / "kernels.csv")),
+                                     kernels=str(run / "kernels.csv"), control=str(run / "control.csv")),
         log=[str(run / "summarize.log")], params=types.SimpleNamespace(confidence=0.95), wildcards=types.SimpleNamespace(run="x"))
     runpy.run_path(str(ROOT / "scripts" / "summarize.py"), init_globals={"snakemake": sm})
     return sm

@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnprof.model.variants import COMPILED, VARIANTS, Shape, expand_shapes
+from attnprof.model.variants import COMPILED, VARIANTS, Shape, expand_shapes, runs_on
 from attnprof.measure.forwards import make_forward, reference_attention, relative_error
 
 # CUDA-only backends left out; the torch.compile variants have their own GQA/decode test (test_compiled.py),
 # as each compile costs seconds
-CPU_VARIANTS = [v for v in VARIANTS if v not in ("sdpa_efficient", "sdpa_cudnn") and v not in COMPILED]
+CPU_VARIANTS = [v for v in VARIANTS if runs_on(v, "cpu") and v not in COMPILED]
 
 
 def loop_mask(sq, sk, align):

@@ -39,6 +39,9 @@ repeats: {REPEATS}
 ONLY_BUILT_IN = f"variants=[{','.join(BUILT_IN)}]"
 ONE_REPEAT = "repeats=1"  # the CUDA-grid tests check the capture service, not the rounds
 SHAPES = ["b1_h2_s64_d32_fp32_causal", "b1_h2_s128_d32_fp32_causal"]
+#: The profiler's control (attnprof.analysis.control): captured at the grid's first shape, every repeat, beside the
+#: variants: the capture and extract job counts of a whole recapture grow by these.
+CONTROL_CAPTURES = REPEATS
 USER_MODULE = Path(__file__).resolve().parent / "user_variants" / "attnprof_test_variant.py"
 
 pytestmark = pytest.mark.workflow
@@ -172,6 +175,46 @@ def test_the_sweep_over_two_shapes_runs_end_to_end(run_dir):
     assert all(f'id="shape-{shape}"' in html for shape in SHAPES)
 
 
+def test_the_control_is_captured_self_checked_and_kept_out_of_the_variants(run_dir):
+    """The profiler's control (issue 20): captured at the first shape, every repeat, through the capture path (its
+    correctness phase skipped with the reason); its counts in control.csv are those of its traces, counted here by
+    hand (aten ops inside each forward's range), and the known CPU counts; it is in no table, finding or ranking
+    of the attention variants; the report's methods state the self-check."""
+    from attnprof.analysis.trace import load_trace
+    from attnprof.model.variants import CONTROL_COUNTS
+
+    out = run_dir / "results" / "tiny"
+    control = pd.read_csv(out / "control.csv")
+    assert sorted(control["repeat"]) == list(range(1, REPEATS + 1)) and set(control["shape_key"]) == {SHAPES[0]}
+    assert (control["status"] == "ok").all() and control["kernels"].isna().all()  # no GPU counts on a CPU run
+    for row in control.to_dict("records"):
+        cap = out / "captures" / SHAPES[0] / "control" / f"r{row['repeat']}"
+        status = json.loads((cap / "status.json").read_text())
+        assert status["variant"] == "control" and "passes" not in status  # no backward
+        if row["repeat"] == 1:
+            assert status["phases"]["correctness"] == {"status": "skipped", "seconds": 0.0,
+                                                       "reason": "control workload: no attention output to check"}
+            assert status["phases"]["timing"]["status"] == "ok" and status["phases"]["input_types"]["status"] == "ok"
+        events = load_trace(cap / "trace.json.gz")["traceEvents"]
+        ranges = [e for e in events if e.get("name") == "attn_fwd" and e.get("ph") == "X"]
+        assert len(ranges) == 2  # the tiny config's active steps
+        per_forward = {op: {sum(1 for e in events if e.get("cat") == "cpu_op" and e["name"] == op
+                                and r["ts"] <= e["ts"] <= r["ts"] + r["dur"]) for r in ranges}
+                       for op in CONTROL_COUNTS["cpu"]}
+        assert per_forward == {op: {1} for op in CONTROL_COUNTS["cpu"]}, (row["repeat"], per_forward)
+        assert {op: row[op] for op in per_forward} == CONTROL_COUNTS["cpu"]  # control.csv: the same counts
+    # absent from every table, finding and ranking of the attention variants
+    for name in ("summary.csv", "repeats.csv", "kernels.csv"):
+        assert "control" not in set(pd.read_csv(out / name)["variant"]), name
+    findings = json.loads((out / "findings.json").read_text())
+    assert not [f for s in findings["shapes"] for f in s["findings"] if "control" in f.get("variants", [])]
+    html = (out / "report.html").read_text()
+    assert f'id="v-{SHAPES[0]}-control"' not in html
+    assert ("Profiler self-check: the control workload (1 GEMM, 1 elementwise, 1 copy per step) counted 1 aten::mm, "
+            f"1 aten::add, 1 aten::copy_ per forward at {SHAPES[0]}, {REPEATS} repeats, as constructed.") in html
+    assert "are suspect" not in html
+
+
 def test_cpu_pdf_reads_as_a_document(run_dir):
     from test_pdf import pdf_problems
 
@@ -192,7 +235,8 @@ def test_plot_setting_reruns_only_plots_and_report(run_dir):
 
 def test_profiler_schedule_reruns_every_capture(run_dir):
     jobs = planned_jobs(run_dir, "profiler: {range_name: attn_fwd, warmup_calls: 1, schedule: {wait: 1, warmup: 1, active: 3}}")
-    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) * REPEATS and jobs["report_pdf"] == 1
+    # CONTROL_CAPTURES: the profiler's control, captured at the first shape every repeat, recaptured as the variants
+    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) * REPEATS + CONTROL_CAPTURES and jobs["report_pdf"] == 1
 
 
 def test_the_worker_idle_timeout_changes_no_measurement(run_dir):
@@ -212,7 +256,7 @@ def test_a_change_of_the_completeness_code_rejudges_every_capture(run_dir):
     capture, and extract and everything after (the triggers follow the imports, attnprof.runtime.imports)."""
     with edited(run_dir / "src" / "attnprof" / "analysis" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
         jobs = planned_jobs(run_dir)
-    n = 2 * len(VARIANTS) * REPEATS
+    n = 2 * len(VARIANTS) * REPEATS + CONTROL_CAPTURES  # the control's captures run the same capture code
     assert jobs["capture"] == jobs["extract"] == n and jobs["summarize"] == 1 and jobs["report_pdf"] == 1, jobs
 
 
@@ -236,7 +280,7 @@ def test_torch_version_change_reruns_every_capture(run_dir):
     common = run_dir / "workflow" / "rules" / "common.smk"
     with edited(common, "TORCH_BUILD = torch_build()", "TORCH_BUILD = dict(torch_build(), torch='9.9.9')"):
         jobs = planned_jobs(run_dir)
-    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) * REPEATS
+    assert jobs["capture"] == jobs["extract"] == 2 * len(VARIANTS) * REPEATS + CONTROL_CAPTURES  # the control's too
 
 
 def test_one_variants_code_change_reruns_only_its_captures(run_dir):
@@ -252,7 +296,7 @@ def test_one_variants_code_change_reruns_only_its_captures(run_dir):
 def test_another_cores_count_on_a_cpu_run_recaptures_rather_than_mixing_thread_counts(run_dir):
     """On a CPU run a capture takes every core as torch's threads: part of what it measures."""
     jobs = snakemake_cli.job_stats(snakemake(run_dir, "report", "-n", "--cores", "1").stdout)
-    assert jobs["capture"] == 2 * len(VARIANTS) * REPEATS and jobs["environment"] == 1
+    assert jobs["capture"] == 2 * len(VARIANTS) * REPEATS + CONTROL_CAPTURES and jobs["environment"] == 1  # and the control
 
 
 def test_a_lost_capture_is_captured_again(run_dir):
@@ -345,8 +389,8 @@ def test_gpu_captures_never_overlap(tmp_path):
     """device=cuda on a machine without a GPU: every capture records 'unsupported' (after a full
     Python + torch start), and with --cores 8 their time intervals must still be disjoint.
 
-    ``--until capture``: only the 7 capture jobs of the html target run (no extract, plot or
-    report job, which prove nothing here); all 7 are ready at once with 8 cores free and, in the
+    ``--until capture``: only the 8 capture jobs of the html target run (the 7 variants and the profiler's
+    control; no extract, plot or report job, which prove nothing here); all 8 are ready at once with 8 cores free and, in the
     default capture_mode worker, take no resource: only the capture worker's one-at-a-time
     service can keep them apart (capture_mode process: the 'capture' resource, next test)."""
     work = copy_repo(tmp_path / "repo")
@@ -359,7 +403,7 @@ def test_gpu_captures_never_overlap(tmp_path):
         # hold the client's side: its wait in the worker's queue, writing the status)
         spans.append((rec["capture_started_at"], rec["capture_started_at"] + rec["capture_wall_s"]))
     spans.sort()
-    assert len(spans) == 7
+    assert len(spans) == len(BUILT_IN) + 1  # the 7 variants and the profiler's control (its first shape, one repeat)
     # started_at and wall_s are each rounded to the millisecond: an end can read up to 1.5 ms past the next start
     # without any overlap (a run once failed on 1796131240.3000002 > ...0.3); an overlap is a whole capture long
     assert all(prev[1] <= nxt[0] + 0.002 for prev, nxt in zip(spans, spans[1:])), spans
@@ -372,4 +416,5 @@ def test_process_mode_captures_take_the_capture_resource(tmp_path):
     proc = snakemake(work, "html", "-n", "--cores", "8", "--config", "device=cuda", "run=gpu", "capture_mode=process", ONLY_BUILT_IN, ONE_REPEAT)
     out = proc.stdout + proc.stderr
     blocks = [b for b in out.split("rule ")[1:] if b.startswith("capture:")]
-    assert len(blocks) == 7 and all("capture=1" in b and "gpu=1" in b for b in blocks), blocks[:1]
+    # the 7 variants and the profiler's control, which takes the device like any capture
+    assert len(blocks) == len(BUILT_IN) + 1 and all("capture=1" in b and "gpu=1" in b for b in blocks), blocks[:1]

@@ -28,7 +28,7 @@ rm -rf "$dest"
 mkdir -p "$dest"
 (cd "results/$run" && find captures -name trace.json.gz -o -name status.json; [ -d counters ] && find counters -type f || true) |
   while read -r f; do mkdir -p "$dest/$(dirname "$f")"; cp "results/$run/$f" "$dest/$f"; done
-for f in calibration.json capture_worker.log env.json findings.json kernels.csv summary.csv repeats.csv report.html report.pdf; do
+for f in calibration.json capture_worker.log env.json findings.json kernels.csv summary.csv repeats.csv control.csv report.html report.pdf; do
   if [ -f "results/$run/$f" ]; then cp "results/$run/$f" "$dest/"; fi
 done
 cp -r "results/$run/plots" "$dest/"

@@ -17,9 +17,11 @@ rule capture:
     # The repeats run in rounds, round-robin over the variants and shapes (so that a drift in clocks or load hits
     # all of them alike): Snakemake starts the captures of repeat k before any of repeat k + 1, and the capture
     # worker serves them in the order they came (attnprof.runtime.worker; a new round gets a fresh capture process).
-    priority: lambda wc: REPEATS - int(wc.repeat)
-    conda:
-        "../envs/attnprof.yaml"
+    # In an A/B run (config environments) round k of every environment runs before round k + 1 of any, A,B in odd
+    # rounds and B,A in even ones (ABBA: a drift over the run cancels from the paired ratio; common.smk).
+    priority: capture_priority
+    group:
+        AB_GROUP
     # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
     threads: CAPTURE_THREADS
     resources:
@@ -29,8 +31,11 @@ rule capture:
         # so a new value must not recapture anything)
         worker_idle_s=WORKER_IDLE_S,
     params:
+        # an A/B run's only: the Python executable and variables of the result set's environment
+        **AB_CAPTURE_PARAMS,
         device=DEVICE,
-        torch_version=TORCH_VERSION,
+        # the torch build of the result set's environment (an A/B run's: read from its interpreter, common.smk)
+        torch_version=lambda wc: torch_version_of(wc.run),
         threads=CAPTURE_THREADS,
         # the code this variant runs (not all of variants.py): editing one variant reruns only it
         variant_code=lambda wc: variant_fingerprint(wc.variant, CUSTOM.get(wc.variant)),
@@ -55,19 +60,21 @@ rule environment:
         run_file("env", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/environment.log",
-    conda:
-        "../envs/attnprof.yaml"
     # the threads of a capture: the job's environment has OMP_NUM_THREADS and friends from them (as a
     # script: job's, attnprof.runtime.jobs.script_environment), so the recorded torch_threads are the captures'
     # own (and the same capture worker serves both)
     threads: CAPTURE_THREADS
+    group:
+        AB_GROUP
     resources:
         worker_idle_s=WORKER_IDLE_S,
     params:
+        # an A/B run's only: the environment's interpreter, and the A/B record env.json carries (key ab)
+        **AB_ENV_PARAMS,
         config=config,
         device=DEVICE,
-        run=RUN,
-        torch_version=TORCH_VERSION,
+        run=lambda wc: wc.run,
+        torch_version=lambda wc: torch_version_of(wc.run),
         threads=CAPTURE_THREADS,
         mode=CAPTURE_MODE,
     run:
@@ -83,16 +90,17 @@ rule calibrate:
         run_file("calibration", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/calibrate.log",
-    conda:
-        "../envs/attnprof.yaml"
     threads: CAPTURE_THREADS  # as a capture's: the same worker serves it
+    group:
+        AB_GROUP
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
         worker_idle_s=WORKER_IDLE_S,
     params:
+        **AB_CAPTURE_PARAMS,
         device=DEVICE,
-        torch_version=TORCH_VERSION,
+        torch_version=lambda wc: torch_version_of(wc.run),
         mode=CAPTURE_MODE,
     run:
         run_job(locals())

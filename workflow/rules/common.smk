@@ -1,5 +1,6 @@
 # Shared names: device, run id, shapes and the code/template files each stage depends on.
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -8,9 +9,21 @@ from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from attnprof.model.config import lost_captures, subset_message
+from attnprof.model.config import (
+    ab_compare_name,
+    ab_priority,
+    ab_run_name,
+    lost_captures,
+    subset_message,
+)
 from attnprof.runtime.integrity import changed_files, lost_files, rebuild_epoch
-from attnprof.measure.env import default_run_id, detect_gpu, torch_build
+from attnprof.measure.env import (
+    default_run_id,
+    detect_gpu,
+    slug,
+    torch_build,
+    torch_build_of,
+)
 from attnprof.model.names import (
     REPEAT_PREFIX,
     CAPTURE_FILES,
@@ -20,7 +33,7 @@ from attnprof.model.names import (
     SHAPE_PLOTS,
     TIMELINE,
 )
-from attnprof.model.variants import KEY_CONSTRAINT, expand_shapes
+from attnprof.model.variants import CONTROL, KEY_CONSTRAINT, expand_shapes
 from attnprof.measure.forwards import variant_fingerprint
 
 if (
@@ -47,7 +60,91 @@ RUN = (
     if config["run"] == "auto" or config["run"].startswith("auto-")
     else config["run"]
 )
+
+# --- A/B on one device (config environments; docs/running.md, "A/B on one device") ---
+# Each environment (a Python executable, and variables set for it) captures the whole grid into a result set of
+# its own, results/<RUN>@<name>/ (attnprof.model.config.AB_SEPARATOR says why '@'); RUN is then the A/B run's name,
+# not a result set: with run auto it is the device alone (cpu, nvidia-h200), since the torch builds are the
+# environments'. Each environment's torch build is read from its own interpreter here, at parse time (a
+# subprocess of about 0.1 s each): it is the torch_version param of that result set's captures, so an upgrade
+# of one environment recaptures that environment only.
+ENVIRONMENTS = {
+    name: {"python": spec["python"], "env": dict(spec.get("env") or {})}
+    for name, spec in (config.get("environments") or {}).items()
+}
+if ENVIRONMENTS:
+    if config["run"] == "auto" or config["run"].startswith("auto-"):
+        RUN = (slug(GPU_NAME) if DEVICE == "cuda" and GPU_NAME else "cpu") + config[
+            "run"
+        ][len("auto") :]
+    for _name, _spec in ENVIRONMENTS.items():
+        _exe = Path(_spec["python"])
+        if not (_exe.is_file() and os.access(_exe, os.X_OK)):
+            raise WorkflowError(
+                f"config environments.{_name}.python: {_spec['python']!r} is not an executable file "
+                f"(relative paths are from the working directory {Path.cwd()}); create it, e.g. "
+                "python3 -m venv .venv-b && .venv-b/bin/pip install torch==2.14.1 -e ."
+            )
+# result set name -> environment name (empty without environments)
+AB_RUNS = {ab_run_name(RUN, name): name for name in ENVIRONMENTS}
+AB_COMPARE = ab_compare_name(RUN) if AB_RUNS else None
+# the result sets this config captures into: the A/B run's, else RUN alone
+THIS_RUNS = list(AB_RUNS) or [RUN]
 RUN_DIR = f"results/{RUN}"
+
+
+def _build_text(build):
+    return " ".join(f"{k}={v}" for k, v in sorted(build.items()))
+
+
+try:
+    AB_TORCH = {
+        run: _build_text(
+            torch_build_of(ENVIRONMENTS[name]["python"], ENVIRONMENTS[name]["env"])
+        )
+        for run, name in AB_RUNS.items()
+    }
+except RuntimeError as exc:
+    raise WorkflowError(f"config environments: {exc}") from None
+
+
+def torch_version_of(run):
+    """The torch build (text) that result set ``run`` of this config captures with: its environment's
+    interpreter's in an A/B run, else Snakemake's own (TORCH_VERSION)."""
+    return AB_TORCH.get(run, TORCH_VERSION)
+
+
+def interpreter_of(run):
+    """{python, env} of the environment that result set ``run`` (an A/B run's) captures in."""
+    return ENVIRONMENTS[AB_RUNS[run]]
+
+
+def ab_record(run):
+    """What env.json records of the A/B run that result set ``run`` belongs to (key ``ab``): the A/B run's
+    name (compare pairs two result sets only when it is the same), this environment, all of them in
+    capture order, its Python and variables."""
+    return {
+        "run": RUN,
+        "environment": AB_RUNS[run],
+        "environments": list(ENVIRONMENTS),
+        "python": interpreter_of(run)["python"],
+        "env": interpreter_of(run)["env"],
+    }
+
+
+# The extra params of the capture-stage rules in an A/B run only: a single run's params stay exactly as they
+# were (Snakemake reruns a job whose params changed)
+AB_CAPTURE_PARAMS = (
+    {"interpreter": lambda wc: interpreter_of(wc.run)} if AB_RUNS else {}
+)
+AB_ENV_PARAMS = (
+    {
+        "interpreter": lambda wc: interpreter_of(wc.run),
+        "ab": lambda wc: ab_record(wc.run),
+    }
+    if AB_RUNS
+    else {}
+)
 
 
 # File names come from attnprof.model.names, the one list of them; these build the paths.
@@ -73,20 +170,25 @@ VARIANTS = list(config["variants"])
 REPEATS = int(config["repeats"])
 CUSTOM = dict(config.get("custom_variants") or {})  # names checked in the Snakefile
 # A config with fewer shapes or variants than the result set it would write into must not
-# silently replace that result set's report with a partial one.
-if Path(run_file("env", RUN)).exists():
-    _recorded = json.loads(Path(run_file("env", RUN)).read_text())
+# silently replace that result set's report with a partial one. Found here, refused only where a job of that result
+# set is asked for (current_set_checks, an input of summarize): never for a target in another result set (a
+# copied example re-rendered, a compare).
+SUBSET_PROBLEMS = {}
+for _run in THIS_RUNS:
+    if not Path(run_file("env", _run)).exists():
+        continue
+    _recorded = json.loads(Path(run_file("env", _run)).read_text())
     _cfg = _recorded.get("config", {})
     if _recorded.get("device") == DEVICE and "variants" in _cfg and "shapes" in _cfg:
         _why = subset_message(
-            RUN_DIR,
+            f"results/{_run}",
             SHAPES,
             VARIANTS,
             [s.key for s in expand_shapes(_cfg["shapes"][DEVICE])],
             list(_cfg["variants"]),
         )
         if _why:
-            raise WorkflowError(_why)
+            SUBSET_PROBLEMS[_run] = _why
 
 # Captures that this result set's summary.csv was made from and whose trace or status is gone (deleted by
 # hand, or copied without them). Snakemake does not remake a missing file whose readers are all up to date;
@@ -94,7 +196,7 @@ if Path(run_file("env", RUN)).exists():
 # list changes again: summarize and the stages after it run once more, on the same data).
 LOST_CAPTURES = lost_captures(
     RUN_DIR, run_file("repeats", RUN), list(CAPTURE_FILES.values())
-)
+) + lost_captures(RUN_DIR, run_file("control", RUN), list(CAPTURE_FILES.values()))
 # Derived files of this result set that are gone although its report was made, or were changed after their rule
 # wrote them (attnprof.runtime.integrity: a hand-edited or half-written summary): they bump the rebuild epoch below, a param
 # of summarize, which reruns it, everything after it, and every missing input on the way.
@@ -108,8 +210,21 @@ _DERIVED = [
         repeat=range(1, REPEATS + 1),
     )
 ]
+# the profiler's control (attnprof.analysis.control): captured at the first shape, every repeat (control_shapes)
+_DERIVED += [
+    p
+    for name in CAPTURE_TABLES
+    for p in expand(
+        table_file(name, RUN),
+        shape=SHAPES[:1],
+        variant=[CONTROL],
+        repeat=range(1, REPEATS + 1),
+    )
+]
 # the run tables whose writers record their checksums (scripts/summarize.py, scripts/findings.py)
-_CHECKSUMMED = [run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings")]
+_CHECKSUMMED = [
+    run_file(n, RUN) for n in ("summary", "repeats", "kernels", "findings", "control")
+]
 _DERIVED += _CHECKSUMMED
 _DERIVED += [
     f"{RUN_DIR}/plots/{s}/{p}.png" for s in SHAPES for p in [*SHAPE_PLOTS, TIMELINE]
@@ -118,21 +233,37 @@ _DERIVED += [f"{RUN_DIR}/plots/{p}.png" for p in SCALING_PLOTS]
 LOST_DERIVED = lost_files(run_file("html", RUN), _DERIVED) + [
     f"{p} (changed after it was written)" for p in changed_files(RUN_DIR, _CHECKSUMMED)
 ]
-if LOST_DERIVED:
-    print(
-        f"attnprof: {len(LOST_DERIVED)} derived files of {RUN_DIR} are gone or were changed after they were made "
-        f"({', '.join(LOST_DERIVED[:10])}{f', and {len(LOST_DERIVED) - 10} more' if len(LOST_DERIVED) > 10 else ''}): "
-        "they are made again",
-        file=sys.stderr,
-    )
 # summarize's parameter: changes only when something above was found (written when the run starts, onstart)
 REBUILD_EPOCH = rebuild_epoch(RUN_DIR, bool(LOST_CAPTURES or LOST_DERIVED))
-if LOST_CAPTURES:
-    print(
-        f"attnprof: {len(LOST_CAPTURES)} capture files that {run_file('summary', RUN)} was made from are gone "
-        f"({', '.join(LOST_CAPTURES[:3])}{', ...' if len(LOST_CAPTURES) > 3 else ''}): they are captured again",
-        file=sys.stderr,
-    )
+
+
+def current_set_checks(wc):
+    """Input function of summarize, which every target inside a current result set goes through: refuses a config
+    that would replace result set ``wc.run``'s report with a partial one (SUBSET_PROBLEMS), and says (once) what of
+    the current result set is lost and made again. Adds no input; other result sets' targets never call it.
+    """
+    if wc.run in SUBSET_PROBLEMS:
+        raise WorkflowError(SUBSET_PROBLEMS[wc.run])
+    if wc.run != RUN or _SAID:
+        return []
+    _SAID.append(wc.run)
+    if LOST_DERIVED:
+        print(
+            f"attnprof: {len(LOST_DERIVED)} derived files of {RUN_DIR} are gone or were changed after they were made "
+            f"({', '.join(LOST_DERIVED[:10])}{f', and {len(LOST_DERIVED) - 10} more' if len(LOST_DERIVED) > 10 else ''}): "
+            "they are made again",
+            file=sys.stderr,
+        )
+    if LOST_CAPTURES:
+        print(
+            f"attnprof: {len(LOST_CAPTURES)} capture files that {run_file('summary', RUN)} was made from are gone "
+            f"({', '.join(LOST_CAPTURES[:3])}{', ...' if len(LOST_CAPTURES) > 3 else ''}): they are captured again",
+            file=sys.stderr,
+        )
+    return []
+
+
+_SAID = []
 
 
 def rel(path) -> str:
@@ -154,8 +285,8 @@ EXPECTATIONS = rel(Path(workflow.basedir) / "config" / "expectations.yaml")
 SCRIPTS = Path(rel(Path(workflow.basedir) / "scripts"))
 
 
-# Every stage but the hardware counters (the light stages: tables, findings, plots, report, compare;
-# and the capture clients: capture, environment, calibrate) declares its script as the input `script`
+# Every stage (the light stages: tables, findings, plots, report, compare; the capture clients: capture,
+# environment, calibrate; and the hardware counters, whose ncu runs in a process of its own) declares its script as the input `script`
 # and runs it with run_job(locals()): in a forked child of one preloaded process instead of a fresh
 # Python per job (attnprof.runtime.jobs), in the environment a `script:` job gets. The script is an input so
 # that editing it reruns the rule.
@@ -186,7 +317,22 @@ CAPTURE_MODE = (
     else config["capture_mode"]
 )
 config["capture_mode"] = CAPTURE_MODE  # env.json and the report state the mode that ran
-GPU_UNITS = 0 if CAPTURE_MODE == "worker" else 1
+# An A/B run's captures (one capture worker per environment) take one unit each even in worker mode: Snakemake
+# then starts them one at a time in its priority order (capture_priority: rounds, ABBA within a round); the
+# supervisors' shared device lock (attnprof.runtime.worker) keeps them from overlapping whatever the resources say.
+GPU_UNITS = 0 if CAPTURE_MODE == "worker" and not AB_RUNS else 1
+
+
+def capture_priority(wc):
+    """Rule capture's priority: round k of every environment before round k + 1 of any, ABBA within a round
+    (attnprof.model.config.ab_priority); REPEATS - repeat in a single run."""
+    return ab_priority(int(wc.repeat), AB_RUNS.get(wc.run), list(ENVIRONMENTS), REPEATS)
+
+
+# Under the Slurm profile the capture-stage jobs of an A/B run (both environments' captures, env.json and the
+# calibration) form one group, which the profile's group-components setting runs as one GPU job: both
+# environments on the same GPU (docs/running.md, "A/B on one device")
+AB_GROUP = "ab_gpu" if AB_RUNS else None
 # the capture worker's idle timeout, whole seconds (a job resource: Snakemake's resources are integers)
 WORKER_IDLE_S = max(1, round(config["capture_worker_idle_s"]))
 # The threads of a capture (and of the environment record and the calibration, which the same capture worker
@@ -229,8 +375,8 @@ def code(script, exclude=()):
 # and a capture-stage output of any other result set (copied from a GPU node, an example,
 # another config's run) is never recaptured or relabelled with this machine's environment;
 # if it is missing, the *_elsewhere rules fail with captured_elsewhere()'s message.
-THIS_RUN = re.escape(RUN)
-OTHER_RUN = rf"(?!{re.escape(RUN)}/)[^/]+"
+THIS_RUN = "(?:" + "|".join(re.escape(r) for r in THIS_RUNS) + ")"
+OTHER_RUN = rf"(?!{THIS_RUN}/)[^/]+"
 
 
 def refuse_elsewhere(run, log_path):
@@ -244,7 +390,7 @@ def captured_elsewhere(run) -> str:
     """Why a capture-stage output of result set ``run`` (not the current one) cannot be made
     here, and the command that re-renders that result set instead."""
     return (
-        f"results/{run} is not this configuration's result set (results/{RUN}); it was captured elsewhere "
+        f"results/{run} is not this configuration's result set (results/{' or results/'.join(THIS_RUNS)}); it was captured elsewhere "
         f"or with another config, and this machine must not add captures to it or relabel it. Re-render it "
         f"from its traces: snakemake --profile workflow/profiles/render results/{run}/report.pdf "
         f"(or pass --config run={run} with that result set's own config to capture into it here)."
@@ -264,7 +410,7 @@ def repeats_of(run):
 
 
 def _grid(run):
-    if run == RUN:
+    if run in THIS_RUNS:
         return SHAPES, VARIANTS, REPEATS
     env_path = Path(run_file("env", run))
     if not env_path.exists():
@@ -305,6 +451,37 @@ def per_capture(pattern, all_repeats=False):
     return paths
 
 
+def control_shapes(run):
+    """The shapes result set ``run`` captures the profiler's control at (attnprof.model.variants.CONTROL, a fixed
+    workload of known counts: attnprof.analysis.control): the first of its grid, every repeat, in each
+    environment of an A/B run as the attention variants; none for a result set from elsewhere made before the
+    control existed (no control folder in its captures: a committed example)."""
+    shapes = _grid(run)[0]
+    if (
+        run in THIS_RUNS
+        or Path(f"results/{run}/captures/{shapes[0]}/{CONTROL}").is_dir()
+    ):
+        return shapes[:1]
+    return []
+
+
+def control_capture(pattern):
+    """Input function: a per-capture path pattern at the control's captures of the job's result set
+    (control_shapes), every repeat; the control is never in per_capture's grid (no ranking, finding or plot).
+    """
+
+    def paths(wc):
+        return expand(
+            pattern,
+            run=wc.run,
+            shape=control_shapes(wc.run),
+            variant=[CONTROL],
+            repeat=range(1, repeats_of(wc.run) + 1),
+        )
+
+    return paths
+
+
 def plot_files(wc):
     """Per-shape plots of the job's result set, and its run-wide scaling plots."""
     shapes, _ = grid(wc.run)
@@ -327,18 +504,50 @@ COMPARE_NAME = (
 ) or "unset"
 
 
+def ab_targets(wc=None):
+    """Target files of an A/B run: every environment's report (HTML, PDF) and the paired comparison."""
+    if not AB_RUNS:
+        raise WorkflowError(
+            "target ab: this config lists no environments (config environments; e.g. --configfile config/ab-cpu.yaml)"
+        )
+    reports = [run_file(ext, run) for run in AB_RUNS for ext in ("html", "pdf")]
+    return reports + [
+        f"results/compare/{AB_COMPARE}/compare.{ext}" for ext in ("json", "html", "pdf")
+    ]
+
+
+def compare_runs_of(name):
+    """The result sets that compare folder ``name`` compares: an A/B run's own (its environments, the first
+    the baseline) for results/compare/<run>-ab/, else config compare.runs."""
+    return list(AB_RUNS) if name == AB_COMPARE else COMPARE_RUNS
+
+
 def compare_inputs(wc):
     """Per result set (keys '<run>/<name>'): summary, kernels, env, findings and every capture's ops table."""
-    if len(COMPARE_RUNS) < 2:
+    runs = compare_runs_of(wc.name)
+    if len(runs) < 2:
         raise WorkflowError(
             "compare needs at least two result sets: set compare.runs (e.g. --configfile compare.yaml)"
         )
     files = {}
-    for run in COMPARE_RUNS:
+    for run in runs:
         for name in ("summary", "kernels", "env", "findings"):
             files[f"{run}/{name}"] = run_file(name, run)
-        shapes, variants, _ = _grid(run)
+        if control_shapes(run):  # the profiler's self-check (attnprof.analysis.control)
+            files[f"{run}/control"] = run_file("control", run)
+        shapes, variants, repeats = _grid(run)
         files[f"{run}/repeats"] = run_file("repeats", run)
+        # each forward's work in order, every repeat (the recipe diff); a result set copied without its captures
+        # and tables (a committed example) has none to make
+        for table in ("recipe", "recipe_backward"):
+            paths = expand(
+                table_file(table, run),
+                shape=shapes,
+                variant=variants,
+                repeat=range(1, repeats + 1),
+            )
+            if run == RUN or Path(f"results/{run}/captures").exists():
+                files[f"{run}/{table}"] = paths
         files[f"{run}/ops"] = expand(
             table_file("ops", run),
             shape=shapes,

@@ -10,10 +10,9 @@ rule compare_json:
         "results/compare/{name}/compare.json",
     log:
         "results/compare/{name}/compare_json.log",
-    conda:
-        "../envs/attnprof.yaml"
     params:
-        runs=COMPARE_RUNS,
+        # config compare.runs, or an A/B run's result sets for its results/compare/<run>-ab/ (common.smk)
+        runs=lambda wc: compare_runs_of(wc.name),
         noise_floor=config["compare"]["noise_floor"],
         confidence=config["compare"].get("confidence", 0.95),
         noise_floor_host=config["compare"].get("noise_floor_host", 0.20),
@@ -32,8 +31,6 @@ rule compare_html:
         "results/compare/{name}/compare.html",
     log:
         "results/compare/{name}/compare_html.log",
-    conda:
-        "../envs/attnprof.yaml"
     run:
         run_job(locals())
 
@@ -47,8 +44,6 @@ rule compare_pdf:
         "results/compare/{name}/compare.pdf",
     log:
         "results/compare/{name}/compare_pdf.log",
-    conda:
-        "../envs/attnprof.yaml"
     run:
         run_job(locals())
 

@@ -19,6 +19,7 @@ rule measure_counters:
     """ncu --clock-control none on the kernels of one forward after warm-up."""
     input:
         code("counters"),
+        script=script_file("counters"),
         # after every capture of the result set: in capture_mode worker the captures take no
         # 'capture' resource (the worker keeps them apart), so the resource alone would not
         captures=per_capture(capture_file("status")),
@@ -27,8 +28,6 @@ rule measure_counters:
         status=f"results/{{run,{THIS_RUN}}}/counters/{{shape}}/{{variant}}.json",
     log:
         "results/{run}/logs/counters/{shape}/{variant}.log",
-    conda:
-        "../envs/attnprof.yaml"
     # never beside a capture on the GPU (the input above), nor beside another counters job
     resources:
         capture=1,
@@ -40,5 +39,5 @@ rule measure_counters:
         seed=config["seed"],
         warmup_calls=config["counters"]["warmup_calls"],
         timeout_s=config["counters"]["timeout_s"],
-    script:
-        "../../scripts/counters.py"
+    run:
+        run_job(locals())

@@ -17,10 +17,11 @@ rule extract:
         backwards=table_file("backwards"),
         kernels_backward=table_file("kernels_backward"),
         ops_backward=table_file("ops_backward"),
+        # each complete forward's work in order (attnprof.analysis.recipe): compare's recipe diff
+        recipe=table_file("recipe"),
+        recipe_backward=table_file("recipe_backward"),
     log:
         "results/{run}/logs/extract/{shape}/{variant}/r{repeat}.log",
-    conda:
-        "../envs/attnprof.yaml"
     params:
         range_name=config["profiler"]["range_name"],
     run:

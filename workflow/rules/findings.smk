@@ -20,7 +20,5 @@ rule findings:
         run_file("findings"),
     log:
         "results/{run}/logs/findings.log",
-    conda:
-        "../envs/attnprof.yaml"
     run:
         run_job(locals())

@@ -11,8 +11,6 @@ rule plots:
         expand("results/{{run}}/plots/{{shape}}/{name}.png", name=PLOT_NAMES),
     log:
         "results/{run}/logs/plots/{shape}.log",
-    conda:
-        "../envs/attnprof.yaml"
     params:
         dpi=config["plots"]["dpi"],
         top=config["plots"]["top_kernels"],
@@ -31,8 +29,6 @@ rule scaling_plots:
         expand("results/{{run}}/plots/{name}.png", name=SCALING_PLOT_NAMES),
     log:
         "results/{run}/logs/plots/scaling.log",
-    conda:
-        "../envs/attnprof.yaml"
     params:
         dpi=config["plots"]["dpi"],
     run:
@@ -62,8 +58,6 @@ rule timeline:
         f"results/{{run}}/plots/{{shape}}/{TIMELINE}.png",
     log:
         "results/{run}/logs/plots/{shape}_timeline.log",
-    conda:
-        "../envs/attnprof.yaml"
     params:
         dpi=config["plots"]["dpi"],
         range_name=config["profiler"]["range_name"],

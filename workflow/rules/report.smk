@@ -19,12 +19,14 @@ rule report_html:
         launches=per_capture(table_file("launches")),
         # the optional hardware counters (rule measure_counters), where they were measured
         counters=lambda wc: sorted(glob.glob(f"results/{wc.run}/counters/*/*.json")),
+        # the profiler's self-check (control.csv); none in a result set made before the control (common.smk)
+        control=lambda wc: (
+            [run_file("control", wc.run)] if control_shapes(wc.run) else []
+        ),
     output:
         run_file("html"),
     log:
         "results/{run}/logs/report_html.log",
-    conda:
-        "../envs/attnprof.yaml"
     run:
         run_job(locals())
 
@@ -39,7 +41,5 @@ rule report_pdf:
         run_file("pdf"),
     log:
         "results/{run}/logs/report_pdf.log",
-    conda:
-        "../envs/attnprof.yaml"
     run:
         run_job(locals())

@@ -56,8 +56,9 @@ import numpy as np
 import pandas as pd
 
 from attnprof.model.names import backward_range_name
-from attnprof.analysis.tables import (BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, KERNEL_COLUMNS, assess_forwards,
-                     completeness, forward_table, kernel_table, op_table)
+from attnprof.analysis.tables import (BACKWARD_BYTE_RATIO, BACKWARD_FLOP_RATIO, BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS,
+                                     FORWARD_COLUMNS, KERNEL_COLUMNS, _compile_columns, assess_forwards, backward_tflops, completeness,
+                                     forward_table, kernel_table, op_table)
 from attnprof.analysis.trace import assign_forward, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api, launches
 
 PASSES = ("forward", "backward")
@@ -286,13 +287,33 @@ def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
     ``min_complete_forwards``; the forward's numbers are published either way. The counts and
     times follow the forward's rules (:func:`attnprof.analysis.tables.summary_row`): counts from complete
     backwards when they all launched the same work, device times from timing-complete ones (on a
-    GPU only), host time of each backward's range from complete ones."""
+    GPU only), host time of each backward's range from complete ones.
+
+    Also: the gradients' float64 check (``grad_rel_error_dq``/``_dk``/``_dv`` and
+    ``grad_rel_error_ok``, from the record's ``grad_rel_error``: phase ``grad_correctness``), published
+    whatever the trace (a wrong gradient keeps its times; the findings mark them); the FLOPs and
+    minimum bytes of a backward (``backward_gflop``, ``backward_flop_per_byte``:
+    :data:`attnprof.analysis.tables.BACKWARD_FLOP_RATIO` and ``BACKWARD_BYTE_RATIO`` times the forward's
+    ``forward_flops`` and ``min_bytes``) and ``backward_tflops`` over the device time per backward; a
+    compiled variant's first backward call (``compile_backward_first_call_s``, seconds, and
+    ``compile_backward_cache``, from the record's ``compile_backward``)."""
     row = dict.fromkeys(BACKWARD_SUMMARY_COLUMNS)
     passes = status.get("passes") or {}
     if "backward" not in passes:
         return row
     bwd = passes["backward"]
     row.update(backward_status=bwd.get("status"), backward_reason=bwd.get("reason") or "")
+    grad = status.get("grad_rel_error")
+    if isinstance(grad, dict):
+        row.update({f"grad_rel_error_{n}": grad.get(n) for n in ("dq", "dk", "dv")},
+                   grad_rel_error_ok=status.get("grad_rel_error_ok"))
+    if status.get("forward_flops"):
+        row["backward_gflop"] = BACKWARD_FLOP_RATIO * status["forward_flops"] / 1e9
+        if status.get("min_bytes"):
+            row["backward_flop_per_byte"] = BACKWARD_FLOP_RATIO * status["forward_flops"] / (BACKWARD_BYTE_RATIO * status["min_bytes"])
+    comp = status.get("compile_backward") if isinstance(status.get("compile_backward"), dict) else {}
+    first = _compile_columns({"first_call_s": comp.get("first_backward_s"), "cache": comp.get("cache")})
+    row.update(compile_backward_first_call_s=first["compile_first_call_s"], compile_backward_cache=first["compile_cache"])
     if status.get("status") != "ok" or bwd.get("status") != "ok":
         return row
     fw = backwards.rename(columns={"backward": "forward"})
@@ -315,6 +336,7 @@ def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
         row.update(kernels_per_backward=g["kernels"], memcpy_per_backward=g["memcpy"], memset_per_backward=g["memset"])
         if verdict["forwards_timed"] >= minimum:
             row.update(_stats("device_ms", complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3))
+            row["backward_tflops"] = backward_tflops(row["backward_gflop"], row["device_ms_per_backward"])
     return row
 
 

@@ -21,10 +21,16 @@ Counts and kernel names stay exact comparisons.
 from __future__ import annotations
 
 
+import re
+from collections.abc import Callable
+
 import pandas as pd
 
-from attnprof.analysis.stats import CONFIDENCE, compare_ratio
+from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
+from attnprof.analysis.recipe import diff_recipes
+from attnprof.analysis.stats import CONFIDENCE, compare_paired, compare_ratio
 from attnprof.analysis.trace import short_kernel_name
+from attnprof.model.variants import CONTROL
 
 #: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
 #: a pair's ``counts`` lists them.
@@ -85,21 +91,90 @@ def _verdict(a: list[float], b: list[float], noise_floor: float, confidence: flo
             "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"]}
 
 
-def _dispatch(findings: dict, shape_key: str) -> str | None:
+def _dispatch(findings: dict, shape_key: str, key: str = "headline") -> str | None:
     for shape in findings.get("shapes", []):
         if shape["shape_key"] == shape_key:
             for f in shape["findings"]:
                 if f["rule"] == "dispatch":
-                    return f["headline"]
+                    return f.get(key)
     return None
 
 
+#: PyTorch's own words in a capture's reason: what follows "Because:" (attnprof.measure.capture._because:
+#: the SDPA dispatcher's warnings, "<backend> kernel not used because: ...").
+_BECAUSE = re.compile(r"\bBecause:\s*(.*)$", re.S)
+
+
+def pytorch_reason(reason) -> str | None:
+    """The part of a summary.csv ``reason`` that is PyTorch's own text: the SDPA dispatcher's warnings
+    after "Because:" (an unsupported capture), else the exception's message (text up to the first
+    period followed by a space, at most 300 characters); None for an empty reason."""
+    text = _text(reason)
+    if not text:
+        return None
+    m = _BECAUSE.search(text)
+    return m.group(1).strip() if m else text[:300]
+
+
+def support_changes(sa: pd.DataFrame, sb: pd.DataFrame) -> list[dict]:
+    """Why a (variant, shape) is (un)supported, diffed between summaries ``sa`` (A) and ``sb`` (B): one
+    entry per (variant, shape) in both whose status differs, or whose status is the same but not ok and
+    PyTorch's reasons (:func:`pytorch_reason` of an unsupported capture) differ; each {variant,
+    shape_key, status_a, status_b, reason_a, reason_b} with the reasons in PyTorch's own words. An
+    out-of-memory reason whose status did not change is left out (its free-memory figures differ every
+    run)."""
+    out = []
+    cols = ["variant", "shape_key", "status", "reason"]
+    both = sa.reindex(columns=cols).merge(sb.reindex(columns=cols), on=["variant", "shape_key"], suffixes=("_a", "_b"))
+    for r in both.itertuples(index=False):
+        if r.variant == CONTROL:
+            continue
+        ra, rb = pytorch_reason(r.reason_a), pytorch_reason(r.reason_b)
+        if r.status_a != r.status_b or (r.status_a == "unsupported" and ra != rb):
+            out.append({"variant": r.variant, "shape_key": r.shape_key, "status_a": r.status_a, "status_b": r.status_b,
+                        "reason_a": ra if r.status_a != "ok" else None, "reason_b": rb if r.status_b != "ok" else None})
+    return out
+
+
+def _device(run: dict) -> str:
+    return "cuda" if (run.get("env") or {}).get("device") == "cuda" else "cpu"
+
+
+def recipe_changes(a: dict, b: dict, classify: Callable[[str, str], str] | None, threshold: float, confidence: float,
+                   accounting: dict) -> list[dict]:
+    """The recipe diff (attnprof.analysis.recipe.diff_recipes) of every (variant, shape, pass) whose recipe
+    tables both result sets have (``a["recipes"]``/``b["recipes"]``: {(variant, shape_key, pass): [table per
+    repeat]}); each {variant, shape_key, pass, same, counts, groups, note, verdict}. verdict: "same recipe",
+    "recipe changed", or -- when ``accounting["changed"]`` (the control's counts changed,
+    attnprof.analysis.control.compare_controls) and steps were added, removed or replaced --
+    :data:`attnprof.analysis.control.ACCOUNTING_CHANGED`: such count changes are not attributed to the variant.
+    The control's own diff is listed too (variant ``control``). [] when either side has no recipe tables."""
+    ra, rb = a.get("recipes") or {}, b.get("recipes") or {}
+    out = []
+    for key in sorted(set(ra) & set(rb)):
+        d = diff_recipes(ra[key], rb[key], classify, threshold, confidence)
+        if d["same"] is None:
+            continue
+        counted = sum(d["counts"][k] for k in ("added", "removed"))
+        verdict = "same recipe" if d["same"] else "recipe changed"
+        if accounting.get("changed") and counted and key[0] != CONTROL:
+            verdict = ACCOUNTING_CHANGED
+        out.append({"variant": key[0], "shape_key": key[1], "pass": key[2], "verdict": verdict, **d})
+    return out
+
+
 def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
-                 noise_floor_host: float = NOISE_FLOOR_HOST) -> dict:
+                 noise_floor_host: float = NOISE_FLOOR_HOST, classify: Callable[[str, str], str] | None = None) -> dict:
     """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
     kernels, ops, repeats (DataFrames as written by the pipeline; repeats may be None for a result set
-    made before repeats), env and findings (parsed JSON). Returns a JSON-serialisable dict: rows (one per
-    variant and shape in both; the time verdict from the repeats, module docstring), env_diff."""
+    made before repeats), env and findings (parsed JSON), and optionally recipes ({(variant, shape_key, pass):
+    [recipe table per repeat]}, attnprof.analysis.recipe) and control (control.csv: the profiler's control,
+    attnprof.analysis.control; None or absent: its row in summary/ops, if any). ``classify(name, category) -> kernel class``: a
+    step's role in the recipe diff (attnprof.findings.kernel_names.kernel_class; default its category).
+    Returns a JSON-serialisable dict: rows (one per variant and shape in both, the control left out; the
+    time verdict from the repeats, module docstring), dispatch (what sdpa_auto ran, per shape, changed or
+    not), support (status and PyTorch's reasons that changed: :func:`support_changes`), accounting (the
+    profiler self-check, attnprof.analysis.control), recipes (:func:`recipe_changes`), env_diff."""
     sa, sb = a["summary"], b["summary"]
     med, label = _time_columns(sa)
     # the practical threshold of the time compared: device times, or host times on a CPU run
@@ -107,6 +182,8 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     rows = []
     keys = sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
     for variant, shape_key in keys:
+        if variant == CONTROL:  # the profiler's control: checked below, never ranked with the attention variants
+            continue
         ra = sa[(sa["variant"] == variant) & (sa["shape_key"] == shape_key)].iloc[0]
         rb = sb[(sb["variant"] == variant) & (sb["shape_key"] == shape_key)].iloc[0]
         row = {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
@@ -126,23 +203,30 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
         row["timed_ratio"] = ib / ia if ia and ib else None
         if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
-            row.update(_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, med),
-                                repeat_medians(b.get("repeats"), rb, variant, shape_key, med), noise_floor, confidence))
+            row.update(_time_verdict(a, b, ra, rb, variant, shape_key, med, noise_floor, confidence))  # A/B: paired
         else:
             row.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                        repeats_needed=None, why="no time in one of the result sets")
         back = _backward_change(ra, rb, med)
         if back["bwd_a_ms"] and back["bwd_b_ms"]:
             col = med.replace("per_forward", "per_backward")
-            v = _verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
-                         repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence)
+            v = _time_verdict(a, b, ra, rb, variant, shape_key, col, noise_floor, confidence)  # A/B: paired
             back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
                         bwd_repeats_needed=v["repeats_needed"])
         row.update(back)
         row.update(_compile_change(ra, rb))
         rows.append(row)
     shapes = sorted(set(sa["shape_key"]) & set(sb["shape_key"]))
-    dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s)} for s in shapes]
+    dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s),
+                 "statement_a": _dispatch(a["findings"], s, "statement"), "statement_b": _dispatch(b["findings"], s, "statement")}
+                for s in shapes]
+    for d in dispatch:
+        d["changed"] = d["a"] != d["b"]
+    # the self-check: control.csv where the result set has one, else a control row among its summary/ops tables
+    checks = {side: check_control_table(x["control"], _device(x)) if x.get("control") is not None
+              else check_control(control_counts(x["summary"], x.get("ops"), _device(x)), _device(x))
+              for side, x in (("a", a), ("b", b))}
+    accounting = {**compare_controls(checks["a"], checks["b"]), "a": checks["a"], "b": checks["b"]}
     notes = []
     pa, pb = ((x["env"].get("config") or {}).get("passes") or ["forward"] for x in (a, b))
     if ("backward" in pa) != ("backward" in pb):
@@ -150,7 +234,8 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
                      "grad (saving what the backward needs; flash and efficient also write their log-sum-exp), the other's "
                      "under no_grad, so forward ratios compare slightly different work")
     return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
-            "notes": notes,
+            "notes": notes, "accounting": accounting, "paired": ab_pairing(a, b), "support": support_changes(sa, sb),
+            "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
             "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
             "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
 
@@ -193,14 +278,58 @@ def _num(v) -> float | None:
 
 
 def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
-                 noise_floor_host: float = NOISE_FLOOR_HOST) -> dict:
+                 noise_floor_host: float = NOISE_FLOOR_HOST, classify: Callable[[str, str], str] | None = None) -> dict:
     """Compare every result set after the first with the first (the baseline). Also counts the verdicts per
     pair (``counts``: {verdict: n} over the forward rows); each pair's ``threshold`` is the practical threshold
     of the time it compared (``noise_floor`` for device times, ``noise_floor_host`` for a CPU run's host times)."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two result sets")
-    pairs = [compare_pair(runs[0], other, noise_floor, confidence, noise_floor_host) for other in runs[1:]]
+    pairs = [compare_pair(runs[0], other, noise_floor, confidence, noise_floor_host, classify) for other in runs[1:]]
     for p in pairs:
         p["counts"] = {v: sum(r["verdict"] == v for r in p["rows"]) for v in VERDICTS}
     return {"baseline": runs[0]["name"], "noise_floor": noise_floor, "noise_floor_host": noise_floor_host,
             "confidence": confidence, "pairs": pairs}
+
+
+# --- A/B pairing (issue 20 part 1: config environments; attnprof.analysis.stats.compare_paired) -----------------
+# Two result sets of one A/B run were captured round by round on one device, A and B back to back (ABBA): their
+# time verdicts pair round k of A with round k of B. Every other pair of result sets keeps compare_ratio's
+# unpaired verdict.
+
+def ab_pairing(a: dict, b: dict) -> bool:
+    """True when result sets ``a`` and ``b`` (:func:`compare_pair`'s dicts) are two environments of one A/B run:
+    both env.json carry ``ab`` with the same ``run`` and different ``environment``s, and both have a
+    repeats.csv with its ``repeat`` column (the rounds to pair)."""
+    ea, eb = (x["env"].get("ab") or {} for x in (a, b))
+    if not (ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment")):
+        return False
+    return all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b))
+
+
+def paired_repeat_medians(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, variant: str, shape_key: str,
+                          col: str) -> tuple[list[float | None], list[float | None]]:
+    """The repeat medians of time column ``col`` of one (variant, shape) in two result sets of one A/B run,
+    aligned by round: one entry per repeat number found in either (ascending), None where that round has no
+    time on that side (its status not ok, or no value), so that :func:`~attnprof.analysis.stats.compare_paired`
+    leaves that round out on both sides."""
+    def by_round(repeats: pd.DataFrame) -> dict[int, float]:
+        r = repeats[(repeats["variant"] == variant) & (repeats["shape_key"] == shape_key) & (repeats["status"] == "ok")]
+        return {int(k): float(v) for k, v in zip(r["repeat"], r[col]) if not pd.isna(v)} if col in r else {}
+
+    ma, mb = by_round(repeats_a), by_round(repeats_b)
+    rounds = sorted(set(ma) | set(mb))
+    return [ma.get(k) for k in rounds], [mb.get(k) for k in rounds]
+
+
+def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str, col: str,
+                  noise_floor: float, confidence: float) -> dict:
+    """The verdict of time column ``col`` for one row: paired over the rounds (compare_paired) for two result sets
+    of one A/B run (:func:`ab_pairing`), else :func:`_verdict` (compare_ratio) on the repeat medians. Keys of
+    :func:`_verdict`, plus ``paired``."""
+    if ab_pairing(a, b):
+        xa, xb = paired_repeat_medians(a["repeats"], b["repeats"], variant, shape_key, col)
+        c = compare_paired(xa, xb, noise_floor, confidence)
+        return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],
+                "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"], "paired": True}
+    return {**_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
+                       repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence), "paired": False}

@@ -25,6 +25,9 @@ than a bootstrap: a percentile bootstrap of 3 values cannot reach outside their 
   the interval excludes 1 and the ratio lies beyond ``1 ± threshold``; same when the whole interval lies
   within ``1 ± threshold`` (an equivalence test: two one-sided tests at the same level, Schuirmann 1987);
   inconclusive otherwise, with the repeats per side that would decide it at the same spread.
+* :func:`compare_paired`: the same verdict for two environments of one A/B run (config ``environments``), whose
+  captures alternate round by round on one device: the geometric mean of the per-round ratios with a paired t
+  interval, which takes out the drift the two share.
 """
 
 from __future__ import annotations
@@ -127,6 +130,56 @@ def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshol
         df, half = float(na + nb - 2), 0.0
     lo, hi = d - half, d + half
     out.update(lo=math.exp(lo), hi=math.exp(hi))
+    _decide(out, d, lo, hi, half, max(na, nb), threshold, confidence)
+    return out
+
+
+def compare_paired(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
+                   confidence: float = CONFIDENCE) -> dict:
+    """Change verdict for one time between two environments captured in one A/B run (config ``environments``),
+    from the rounds' pairs: ``a[k]`` and ``b[k]`` are the repeat medians (same unit, > 0) of round k in the
+    baseline and the other environment, captured back to back on one device (ABBA order). A round with None/NaN
+    on either side is left out whole. ValueError when ``a`` and ``b`` differ in length, for a median <= 0 or a
+    threshold < 0.
+
+    The pairing takes out what the two environments' captures of one round share -- the drift of clocks, load
+    and temperature over the run -- which the unpaired :func:`compare_ratio` counts as noise: on the per-round
+    log ratios ``d_k = ln b_k - ln a_k``, the ratio is ``exp(mean d)`` (the geometric mean of the per-round
+    ratios) with the paired Student t interval ``exp(mean d ± t_{(1+c)/2, n-1} s_d / sqrt(n))``
+    (scipy.stats.ttest_1samp(d).confidence_interval; e.g. Montgomery, Design and Analysis of Experiments, 8th
+    ed., 2013, sec. 2.5.1). The verdict and the other keys are :func:`compare_ratio`'s, with the same thresholds
+    (``n_a`` = ``n_b`` = the rounds paired; repeats_needed: rounds), plus ``paired`` True."""
+    if threshold < 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+    if len(a) != len(b):
+        raise ValueError(f"paired repeat medians need one value per round on each side, got {len(a)} and {len(b)}")
+    pairs = [(x, y) for x, y in zip(a, b) if _kept([x]) and _kept([y])]
+    d = [math.log(y) - math.log(x) for x, y in pairs]
+    n = len(d)
+    out = {"verdict": "inconclusive", "ratio": None, "lo": None, "hi": None, "n_a": n, "n_b": n,
+           "repeats_needed": None, "why": "", "paired": True}
+    if n == 0:
+        out["why"] = "no round with a time on both sides"
+        return out
+    mean = sum(d) / n
+    out["ratio"] = math.exp(mean)
+    if n < 2:
+        out["why"] = "1 paired round: no spread between rounds to judge a change against (config repeats >= 2)"
+        return out
+    if max(d) - min(d) > 1e-12:  # below: the same ratio in every round up to rounding
+        lo, hi = _st.ttest_1samp(d, 0.0).confidence_interval(confidence)
+        lo, hi = float(lo), float(hi)
+    else:  # every round gave the same ratio: no spread (scipy's interval would be NaN)
+        lo = hi = mean
+    out.update(lo=math.exp(lo), hi=math.exp(hi))
+    _decide(out, mean, lo, hi, (hi - lo) / 2, n, threshold, confidence, "rounds")
+    return out
+
+
+def _decide(out: dict, d: float, lo: float, hi: float, half: float, n: int, threshold: float, confidence: float,
+            unit: str = "repeats") -> None:
+    """Fill ``out``'s verdict, why and repeats_needed from the log ratio ``d`` and its interval [lo, hi]
+    (half-width ``half``, from ``n`` repeats or rounds per side): :func:`compare_ratio`'s rule."""
     theta = math.log1p(threshold)
     pct = f"{100 * threshold:g} %"
     if -theta <= lo and hi <= theta:
@@ -137,12 +190,10 @@ def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshol
     else:
         # the half-width shrinks about as 1/sqrt(n): the n at which it would fit the decision's margin
         margin = abs(d) if abs(d) >= theta else theta - abs(d)
-        n = max(na, nb)
         need = MAX_REPEATS_SUGGESTED + 1 if margin <= 0 else math.ceil(n * (half / margin) ** 2)
         out.update(repeats_needed=min(max(need, n + 1), MAX_REPEATS_SUGGESTED + 1),
                    why=(f"the {confidence:.0%} interval ({out['lo']:.3f}-{out['hi']:.3f}) neither excludes 1 beyond "
-                        f"±{pct} nor lies within it"))
-    return out
+                        f"±{pct} nor lies within it" + ("" if unit == "repeats" else f" (paired over {n} {unit})")))
 
 
 def detectable_change(rel_sd: float, n: int, threshold: float, power: float = 0.8, confidence: float = CONFIDENCE) -> float:

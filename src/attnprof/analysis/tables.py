@@ -49,8 +49,23 @@ BACKWARD_SUMMARY_COLUMNS = [
     "device_ms_per_backward", "device_ms_backward_min", "device_ms_backward_max", "device_ms_backward_q1",
     "device_ms_backward_q3", "cpu_ms_per_backward", "cpu_ms_backward_min", "cpu_ms_backward_max",
     "cpu_ms_backward_q1", "cpu_ms_backward_q3", "backward_note",
+    "grad_rel_error_dq", "grad_rel_error_dk", "grad_rel_error_dv", "grad_rel_error_ok",
+    "backward_gflop", "backward_flop_per_byte", "backward_tflops",
+    "compile_backward_first_call_s", "compile_backward_cache",
 ]
 SUMMARY_COLUMNS += BACKWARD_SUMMARY_COLUMNS
+#: FLOPs of one backward over its forward's: FlashAttention's accounting, which PyTorch's
+#: benchmarks/transformer/sdpa.py (``calculate_tflops(..., is_backward=True)``) and flash-attn's
+#: benchmarks/benchmark_flash_attention.py (``flops(..., mode="bwd")``) both use. The backward of
+#: attention does five GEMMs of the forward's size where the forward does two -- S = Q K^T recomputed,
+#: dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q (Dao 2023, "FlashAttention-2", Algorithm 2) --
+#: hence 5/2. A nominal count of the work, not of what a kernel executes: the naive and math paths keep
+#: P from their forward and do four GEMMs, so their TFLOP/s reads high by 5/4 against theirs.
+BACKWARD_FLOP_RATIO = 2.5
+#: Fewest bytes of one backward over its forward's: it reads q, k, v, the output and its gradient and
+#: writes dq, dk and dv, each once (the logsumexp a fused backward also reads, B*H*Sq floats, is left
+#: out); against the forward's q, k, v read and the output written (Shape.min_bytes): twice the bytes.
+BACKWARD_BYTE_RATIO = 2
 #: Times over the repeats (config ``repeats``; :func:`combine_repeats`): (median column, within-capture
 #: column prefix, between-run column prefix). The median column holds the median of the repeat medians,
 #: the within-capture min/max/q1/q3 columns are those of the repeat whose median that is, and
@@ -489,7 +504,8 @@ def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
     interval (:func:`attnprof.analysis.stats.between_run_interval`: None with one repeat) at ``confidence``
     (default attnprof.analysis.stats.CONFIDENCE); counts (:data:`REPEAT_COUNTS`) must agree, else they are left
     empty; repeats not counted are named with their status in ``repeats_note``. TFLOP/s follows the
-    combined device time."""
+    combined device time, the forward's (``tflops``) and the backward's (``backward_tflops``, from
+    ``backward_gflop``: :func:`backward_tflops`)."""
     from attnprof.analysis.stats import CONFIDENCE, between_run_interval
 
     rows = sorted(rows, key=lambda r: int(r.get("repeat") or 1))
@@ -522,7 +538,18 @@ def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
     row["repeats_note"] = "; ".join(notes)
     if row.get("forward_gflop") and row.get("device_ms_per_forward"):
         row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
+    row["backward_tflops"] = backward_tflops(row.get("backward_gflop"), row.get("device_ms_per_backward"))
     return {c: row.get(c) for c in SUMMARY_COLUMNS}
+
+
+def backward_tflops(backward_gflop, device_ms_per_backward) -> float | None:
+    """Achieved TFLOP/s of a backward: ``backward_gflop`` (GFLOP, :data:`BACKWARD_FLOP_RATIO` times the
+    forward's FLOPs of Shape.forward_flops, the PyTorch sdpa.py convention) over
+    ``device_ms_per_backward`` (trace device time, ms; GFLOP/ms = TFLOP/s). None when either is
+    missing, not a number, or not positive (a CPU run has no device time)."""
+    if _blank(backward_gflop) or _blank(device_ms_per_backward) or not (backward_gflop > 0 and device_ms_per_backward > 0):
+        return None
+    return backward_gflop / device_ms_per_backward
 
 
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:

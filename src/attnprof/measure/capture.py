@@ -12,6 +12,10 @@ outcome in ``record["phases"][name] = {"status", "reason", "seconds"}`` (plus
 * ``profile`` -- set-up, warm-up calls and the torch.profiler trace; its outcome is the
   record's ``status``;
 * ``correctness`` -- relative error against a blockwise float64 reference;
+* ``grad_correctness`` -- with ``"backward"`` in ``passes`` and a backward that ran: the relative
+  errors of dq, dk and dv for the profiled steps' fixed output gradient against autograd through
+  the float64 reference (:func:`_grad_correctness_phase`); ``skipped`` in a forward-only run or
+  when the backward pass did not succeed (the reason says which);
 * ``timing`` -- single calls timed with CUDA events (``perf_counter`` on CPU);
 * ``graph_timing`` -- CUDA-graph replays (``skipped`` on CPU);
 * ``input_types`` -- one extra forward profiled with ``record_shapes=True``.
@@ -23,7 +27,12 @@ outcome ({status, reason, seconds[, unsupported_reasons][, traceback]}, like a p
 backward that cannot run (no backward kernel for this backend, dtype or head_dim: PyTorch's
 reason; out of memory; too few complete backwards in the trace: ``incomplete_trace``) is
 recorded there and the forward is profiled and published as in a forward-only run: a failure
-of one pass is not a failure of the measurement. The later phases stay forward-only.
+of one pass is not a failure of the measurement. The later phases stay forward-only, except
+``grad_correctness``, the backward's float64 check. A gradient above tolerance
+(``grad_rel_error_ok`` false) keeps the trace and every number, as a wrong forward result does
+(``rel_error_ok`` false): the findings and the report mark them. A compiled variant's first
+backward (which compiles the backward graph) is timed on its own before the warm-up
+(``compile_backward``, :func:`_first_backward`) and never enters a profiled step.
 
 A later phase that fails (the float64 reference out of memory, say) frees what it
 allocated and the next phase runs: the trace is kept, ``status`` stays ``ok``, and
@@ -98,13 +107,13 @@ from pathlib import Path
 
 from attnprof.measure.env import host_load
 from attnprof.model.names import backward_range_name
-from attnprof.model.variants import COMPILED, Shape
-from attnprof.measure.forwards import make_forward, relative_error, torch_dtype
+from attnprof.model.variants import COMPILED, CONTROL, Shape, runs_on
+from attnprof.measure.forwards import gradient_relative_errors, make_forward, relative_error, torch_dtype
 
 STATUSES = ("ok", "unsupported", "out_of_memory", "failed", "incomplete_trace")
 
 #: The phases of :func:`capture`, in order; the first one's outcome is the record's status.
-PHASES = ("profile", "correctness", "timing", "graph_timing", "input_types")
+PHASES = ("profile", "correctness", "grad_correctness", "timing", "graph_timing", "input_types")
 
 #: Relative error ||out - ref|| / ||ref|| above which a result is flagged, by input dtype.
 #: bf16 keeps 8 mantissa bits (eps 2^-8 = 3.9e-3), fp16 11 (4.9e-4), fp32 24 (6e-8);
@@ -114,6 +123,11 @@ DEFAULT_TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3, "fp32": 1e-4}
 #: Why a pinned CUDA-only backend cannot run on the CPU (PyTorch's aten/src/ATen/native/transformers/sdp_utils_cpp.cpp
 #: selects among FLASH_ATTENTION and MATH only).
 CPU_BACKENDS_NOTE = " [PyTorch's CPU SDPA dispatcher (sdp_utils_cpp) offers only the FLASH_ATTENTION and MATH backends]"
+
+#: Why the profiler's control (attnprof.model.variants.CONTROL) skips the correctness phase: its forward is a GEMM,
+#: an add and a copy, not attention (relative_error would compare it with an attention reference). Its timing,
+#: graph_timing and input_types phases run as any variant's (its forward ignores q, k and v); it has no backward.
+CONTROL_NOT_CHECKED = "control workload: no attention output to check"
 
 _UNSUPPORTED_MARKERS = (
     "No available kernel",
@@ -423,6 +437,8 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
         produced["passes"]["backward"] = outcome
         if outcome["status"] == "ok":
             step = made["step"]
+            if "compile_backward" in made:
+                produced["compile_backward"] = made["compile_backward"]
         else:
             log(f"backward: {outcome['status']}: {outcome['reason'][:300]}; profiling the forward only")
 
@@ -459,8 +475,13 @@ def _backward_setup(spec: dict, shape: Shape, device: str, st, q, k, v) -> dict:
     """The backward probe and warm-up (``passes: [forward, backward]``): leaf copies of the first
     input set that require grad (sharing its storage; the input sets themselves stay as they are
     for the forward-only phases), one fixed random output gradient (seed + 1), then
-    ``warmup_calls`` (at least one) unprofiled steps, which also absorb a compiled variant's
-    training-graph compile. Returns {"step": fn(record_function)}, the profiled step.
+    ``warmup_calls`` (at least one) unprofiled steps. A compiled variant (:data:`COMPILED`) first
+    runs one step timed part by part (:func:`_first_backward`: the forward with grad compiles the
+    training graph, the first backward the backward graph), before the warm-up steps: neither
+    compile reaches a profiled step. Leaves the leaf inputs and the output gradient in
+    ``st.grad_inputs`` and ``st.grad_out`` for the ``grad_correctness`` phase. Returns
+    {"step": fn(record_function)}, the profiled step, and for a compiled variant
+    {"compile_backward": ...}.
 
     The step: ``with enable_grad()``: the forward in the forward range; a synchronize; the
     backward, ``torch.autograd.grad(out, (q, k, v), grad_out)``, in the backward range
@@ -478,6 +499,13 @@ def _backward_setup(spec: dict, shape: Shape, device: str, st, q, k, v) -> dict:
     dims = (shape.batch, shape.heads, shape.queries, shape.head_dim)
     grad_out = torch.randn(dims, generator=gen, device=device, dtype=torch_dtype(shape.dtype))
     fwd_name, bwd_name = spec["range_name"], backward_range_name(spec["range_name"])
+    st.grad_inputs, st.grad_out = inputs, grad_out
+    made = {}
+    if spec["variant"] in COMPILED and not spec.get("custom"):
+        log(f"{spec['variant']} {shape.key}: compiling the training graph (first forward with grad and first backward)")
+        made["compile_backward"] = _first_backward(st.forward, inputs, grad_out, device)
+        log(f"first backward in {made['compile_backward']['first_backward_s']:.1f} s "
+            f"(inductor cache: {made['compile_backward']['cache']})")
 
     def step(record_function=lambda name: contextlib.nullcontext()) -> None:
         with torch.enable_grad():
@@ -492,7 +520,38 @@ def _backward_setup(spec: dict, shape: Shape, device: str, st, q, k, v) -> dict:
     for _ in range(max(1, spec["warmup_calls"])):
         step()
         _sync(device)
-    return {"step": step}
+    return {"step": step, **made}
+
+
+def _first_backward(forward, inputs, grad_out, device: str) -> dict:
+    """Compile time of a torch.compile variant's backward, kept out of the steady-state numbers (as
+    :func:`_first_calls` keeps the forward's): the first training step timed in two parts, the
+    forward with grad (``first_grad_forward_s``: AOTAutograd traces the joint graph and compiles
+    its forward part) and the backward (``first_backward_s``: the backward graph, compiled lazily on
+    its first call), each wall clock in seconds up to a synchronize; then a second step timed the
+    same way (``second_grad_forward_s``, ``second_backward_s``: steady calls, for scale); the
+    compile caches' counters over the first step and :func:`cache_verdict`. ``inputs``: leaf
+    (q, k, v) that require grad; ``grad_out``: the output gradient."""
+    import torch
+
+    def timed_step() -> tuple[float, float]:
+        with torch.enable_grad():
+            t0 = time.perf_counter()
+            out = forward(*inputs)
+            _sync(device)
+            t1 = time.perf_counter()
+            torch.autograd.grad(out, inputs, grad_out)
+            _sync(device)
+        return t1 - t0, time.perf_counter() - t1
+
+    before = _compile_counters()
+    first_fwd, first_bwd = timed_step()
+    after = _compile_counters()
+    second_fwd, second_bwd = timed_step()
+    delta = {name: n - before.get(name, 0) for name, n in after.items() if n != before.get(name, 0)}
+    return {"first_grad_forward_s": round(first_fwd, 3), "first_backward_s": round(first_bwd, 3),
+            "second_grad_forward_s": round(second_fwd, 6), "second_backward_s": round(second_bwd, 6),
+            "cache": cache_verdict(delta), "counters": delta}
 
 
 def _compile_counters() -> dict:
@@ -543,6 +602,29 @@ def _correctness_phase(spec: dict, shape: Shape, st) -> dict:
     err = relative_error(st.out, q, k, v, shape.causal, offset=shape.causal_offset)
     tol = spec["tolerance"][shape.dtype]
     return {"rel_error": err, "rel_error_tolerance": tol, "rel_error_ok": bool(err <= tol)}
+
+
+def _grad_correctness_phase(spec: dict, shape: Shape, st) -> dict:
+    """The backward's float64 check: one more forward with grad and backward of the profiled steps'
+    inputs and fixed output gradient (``st.grad_inputs``, ``st.grad_out``: :func:`_backward_setup`),
+    its dq, dk and dv compared with autograd through the float64 reference
+    (:func:`attnprof.measure.forwards.gradient_relative_errors`, blockwise). The tolerance is the
+    forward's, by dtype (spec ``tolerance``): correct gradients land a few eps from float64 as the
+    output does (measured on the CPU at seq_len 512, head_dim 64, causal: bf16 1.7e-3 to 4.7e-3,
+    fp16 2.1e-4 to 5.8e-4, fp32 3.5e-7 at most, for naive, sdpa_math and sdpa_flash). Returns
+    ``grad_rel_error`` {dq, dk, dv} (dimensionless), ``grad_rel_error_tolerance`` and
+    ``grad_rel_error_ok`` (every one of the three within tolerance; a nan is not)."""
+    import torch
+
+    with torch.enable_grad():
+        out = st.forward(*st.grad_inputs)
+        grads = torch.autograd.grad(out, st.grad_inputs, st.grad_out)
+    del out
+    errors = gradient_relative_errors(tuple(g.detach() for g in grads), *st.grad_inputs, st.grad_out, shape.causal,
+                                      offset=shape.causal_offset)
+    tol = spec["tolerance"][shape.dtype]
+    return {"grad_rel_error": errors, "grad_rel_error_tolerance": tol,
+            "grad_rel_error_ok": all(e <= tol for e in errors.values())}
 
 
 #: Where the capture lock files are: one directory for the whole machine, not TMPDIR (a job's TMPDIR follows
@@ -606,6 +688,8 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
     test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
     started_at = time.time()
+    if spec["variant"] == CONTROL:  # the profiler's control (attnprof.analysis.control): a fixed forward, no backward
+        spec = {**spec, "passes": ["forward"]}
     shape = Shape(**spec["shape"])
     device = spec["device"]
     record = {
@@ -649,10 +733,11 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
         record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
         return record
 
-    st = types.SimpleNamespace(forward=None, sets=None, out=None)  # what the phases share
+    st = types.SimpleNamespace(forward=None, sets=None, out=None, grad_inputs=None, grad_out=None)  # what the phases share
     budget = (spec["timing"]["repeats"], spec["timing"].get("budget_s"), spec["timing"].get("min_repeats", 10))
     later = {
         "correctness": lambda: _correctness_phase(spec, shape, st),
+        "grad_correctness": lambda: _grad_correctness_phase(spec, shape, st),
         "timing": lambda: {"timing": _time_calls(st.forward, st.sets, device, *budget)},
         "graph_timing": lambda: {"graph_timing": _time_graph(st.forward, *st.sets[0], *budget)},
         "input_types": lambda: {"op_input_types": _op_input_types(st.forward, *st.sets[0])},
@@ -676,13 +761,19 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
                     record[key] = outcome[key]
             if outcome["status"] == "out_of_memory":
                 record["oom_bytes"] = oom_bytes(record["reason"])
-            if device == "cpu" and spec["variant"] in ("sdpa_efficient", "sdpa_cudnn"):
+            if device == "cpu" and not spec.get("custom") and not runs_on(spec["variant"], device):
                 record["reason"] += CPU_BACKENDS_NOTE
         for name in PHASES[1:]:
             if record["status"] != "ok":
                 record["phases"][name] = _skipped("profile phase did not succeed")
             elif name == "graph_timing" and device != "cuda":
                 record["phases"][name] = _skipped("CPU run")
+            elif name == "correctness" and spec["variant"] == CONTROL:
+                record["phases"][name] = _skipped(CONTROL_NOT_CHECKED)
+            elif name == "grad_correctness" and "backward" not in (record.get("passes") or {}):
+                record["phases"][name] = _skipped("forward-only run (passes has no backward)")
+            elif name == "grad_correctness" and record["passes"]["backward"]["status"] != "ok":
+                record["phases"][name] = _skipped(f"backward pass {record['passes']['backward']['status']}")
             elif record["repeat"] > 1:
                 # the trace is what a repeat re-draws (the between-run interval); the correctness check, the
                 # independent timing and the op input types are measured once, in repeat 1
@@ -693,6 +784,8 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
                 record.update(produced)
             if name == "correctness":
                 st.out = None  # the output is not needed after the check: free it for the later phases
+            if name == "grad_correctness":
+                st.grad_inputs = st.grad_out = None  # nor the backward's inputs after theirs
         if record["status"] == "ok":
             missing = {n: p for n, p in record["phases"].items() if p["status"] not in ("ok", "skipped")}
             record["checks_missing"] = [f"{n}: {p['status']}: {p['reason']}" for n, p in missing.items()]
@@ -804,14 +897,17 @@ def _pump(stream, tail: collections.deque) -> None:
         tail.append(line)
 
 
-def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, log_path: Path | None = None) -> dict:
+def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, log_path: Path | None = None,
+                 python: str | None = None, env: dict | None = None) -> dict:
     """Run :func:`capture` in a fresh Python process and write ``status_path`` (JSON)
     and ``trace_path`` (gzipped Chrome trace, a placeholder when the capture did not
     succeed). ``timeout_s``: seconds before the child is killed. A crash (a signal other
     than the interrupting ones), a timeout or a non-zero exit becomes status ``failed``
     with the signal or exit code and the end of the child's stderr. Returns the status
     record. Call it from a thread that lives until it returns (the child's death signal is
-    tied to the thread that started it).
+    tied to the thread that started it). ``python``, ``env``: another Python environment to capture in
+    (config ``environments``: that executable, those variables over this process's, this checkout's src/ on
+    its PYTHONPATH; attnprof.measure.env.interpreter_environ); default this interpreter and environment.
 
     Raises :class:`CaptureInterrupted` when the child was killed from outside (SIGKILL,
     SIGTERM, SIGINT, SIGHUP, SIGQUIT; module docstring), and SystemExit(128 + signal) when
@@ -824,8 +920,12 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     spec_path.write_text(json.dumps(spec))
     tmp_status = status_path.with_suffix(".child.json")
     tmp_status.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "attnprof.measure.capture", str(spec_path), str(trace_path), str(tmp_status)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
+    cmd = [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.measure.capture", str(spec_path),
+           str(trace_path), str(tmp_status)]
+    from attnprof.measure.env import interpreter_environ
+
+    base = os.environ if python is None and not env else interpreter_environ(env)
+    env = {**base, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
     tail: collections.deque = collections.deque(maxlen=200)
     started = time.time()
     proc = None

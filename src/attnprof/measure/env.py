@@ -7,6 +7,7 @@ the Snakefile calls them on every invocation, dry runs included.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -70,6 +71,56 @@ def torch_build() -> dict:
             info["cudnn"] = dist.version
             break
     return info
+
+
+#: The source folder of this checkout (the one holding attnprof/): another environment's Python (config
+#: ``environments``) runs this checkout's code from here, so it needs only the third-party packages.
+SOURCE_DIR = Path(__file__).resolve().parents[2]
+
+
+def interpreter_environ(overrides: dict | None = None, base: dict | None = None) -> dict:
+    """The process environment for another Python environment's capture processes (config ``environments``):
+    ``base`` (default os.environ) with ``overrides`` set over it and :data:`SOURCE_DIR` put first on
+    PYTHONPATH, so that its interpreter imports this checkout's attnprof (not one installed there).
+    Returns a new dict; values are strings."""
+    env = {**(os.environ if base is None else base), **{k: str(v) for k, v in (overrides or {}).items()}}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_DIR), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                                        if p and p != str(SOURCE_DIR)]]))
+    return env
+
+
+def torch_build_of(python: str, overrides: dict | None = None) -> dict:
+    """:func:`torch_build` as Python executable ``python`` sees it (its own site-packages; read without
+    importing torch, in a subprocess of about 0.1 s). Raises RuntimeError naming the executable and its
+    error output when it cannot run or cannot find torch (``torch`` None: not installed there)."""
+    code = "import json; from attnprof.measure.env import torch_build; print(json.dumps(torch_build()))"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
+                             env=interpreter_environ(overrides))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"cannot run the Python executable {python!r}: {exc}") from None
+    if out.returncode != 0:
+        raise RuntimeError(f"{python} could not read its torch build (exit {out.returncode}): {out.stderr.strip()[-600:]}")
+    build = json.loads(out.stdout.strip().splitlines()[-1])
+    if not build.get("torch"):
+        raise RuntimeError(f"{python} has no torch installed (install it there, e.g. {python} -m pip install torch)")
+    return build
+
+
+def call_in_interpreter(python: str, overrides: dict | None, target: str, args: list | None = None):
+    """Call ``target`` ("module:function", e.g. "attnprof.measure.env:capture_environment") with ``args``
+    (JSON values) in a fresh process of Python executable ``python`` with ``overrides`` set
+    (:func:`interpreter_environ`) and return its JSON result: an A/B run's environment record and calibration
+    under ``capture_mode: process`` (a Slurm run). Raises RuntimeError naming the executable, the call and
+    the end of its error output when it fails."""
+    code = ("import importlib, json, sys; m, f = sys.argv[1].split(':'); "
+            "r = getattr(importlib.import_module(m), f)(*json.loads(sys.argv[2])); "
+            "sys.stdout.write('\\n' + json.dumps(r, default=str))")
+    out = subprocess.run([python, "-c", code, target, json.dumps(args or [])], capture_output=True, text=True,
+                         env=interpreter_environ(overrides))
+    if out.returncode != 0:
+        raise RuntimeError(f"{target} failed in {python} (exit {out.returncode}): {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def default_run_id(device: str, gpu_name: str | None, build: dict) -> str:

@@ -8,7 +8,7 @@ import contextlib
 import math
 from collections.abc import Callable
 
-from attnprof.model.variants import COMPILED, VARIANTS, Shape
+from attnprof.model.variants import COMPILED, CONTROL, CONTROL_SIZE, VARIANTS, Shape
 
 
 def torch_dtype(name: str):
@@ -135,10 +135,30 @@ def _custom_forward(custom: dict, shape: Shape, device: str) -> Callable:
     return forward
 
 
+def _control_forward(shape: Shape, device: str) -> Callable:
+    """The profiler's control (:data:`attnprof.model.variants.CONTROL`): a forward of known work, whatever
+    q, k and v are (they are ignored): ``torch.mm`` of two [CONTROL_SIZE, CONTROL_SIZE] fp32 matrices (one
+    cuBLAS kernel on a GPU), ``torch.add`` of its result and a third matrix (one elementwise kernel) and
+    ``dst.copy_(src)`` between two preallocated tensors of the same device and dtype (one memcpy DtoD on
+    a GPU). Every tensor is made here, outside the profiled forwards. Returns the add's result."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a, b, c = (torch.randn(CONTROL_SIZE, CONTROL_SIZE, generator=gen).to(device) for _ in range(3))
+    src, dst = torch.randn(CONTROL_SIZE, CONTROL_SIZE, generator=gen).to(device), torch.empty(CONTROL_SIZE, CONTROL_SIZE, device=device)
+
+    def forward(q, k, v):
+        out = torch.add(torch.mm(a, b), c)
+        dst.copy_(src)
+        return out
+
+    return forward
+
+
 #: The forward builders of the variants that are not plain SDPA calls (for make_forward and
 #: variant_fingerprint).
 _BUILDERS = {"naive": _naive_forward, "naive_inplace": _naive_forward,
-             "naive_compiled": _compiled_naive_forward, "flex_attention": _flex_forward}
+             "naive_compiled": _compiled_naive_forward, "flex_attention": _flex_forward, CONTROL: _control_forward}
 
 
 def make_forward(variant: str, shape: Shape, device: str,
@@ -151,6 +171,8 @@ def make_forward(variant: str, shape: Shape, device: str,
     KeyError for an unknown variant."""
     if custom:
         return _custom_forward(custom, shape, device), contextlib.nullcontext()
+    if variant == CONTROL:
+        return _control_forward(shape, device), contextlib.nullcontext()
     backend = VARIANTS[variant]
     if variant in ("naive", "naive_inplace"):
         return _naive_forward(shape, device, inplace=variant == "naive_inplace"), contextlib.nullcontext()
@@ -180,7 +202,7 @@ def _module_source(target: str) -> str:
 
 def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
     """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder,
-    make_forward, Shape and the float64 reference (_reference_blocks, relative_error); for a
+    make_forward, Shape and the float64 references (_reference_blocks, relative_error, gradient_relative_errors); for a
     user variant (``custom``: {"function", "setup"}) also the whole source of the modules
     those name, read without importing them. A Snakemake param of the capture rule, so that
     editing one variant's code reruns that variant's captures only."""
@@ -192,8 +214,11 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
         own = [repr(sorted(custom.items()))] + [_module_source(custom[k]) for k in ("function", "setup") if custom.get(k)]
     else:
         builder = _BUILDERS.get(variant, _sdpa_forward)
-        own = [str(VARIANTS[variant])] + ([inspect.getsource(_naive_forward)] if variant == "naive_compiled" else [])
-    parts = [variant, *own] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error)]
+        own = [str(VARIANTS.get(variant))] + ([inspect.getsource(_naive_forward)] if variant == "naive_compiled" else [])
+        if variant == CONTROL:  # the profiler's control: its matrices' size is in variants.py, not in its builder
+            own.append(f"CONTROL_SIZE={CONTROL_SIZE}")
+    parts = [variant, *own] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
+                                                                  gradient_relative_errors)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -269,3 +294,65 @@ def relative_error(out, q, k, v, causal: bool, block: int = REFERENCE_BLOCK, off
         num += (out[b, h, rows].double() - ref).square().sum()
         den += ref.square().sum()
     return (num.sqrt() / den.sqrt()).item()
+
+
+def gradient_relative_errors(grads, q, k, v, grad_out, causal: bool, block: int = REFERENCE_BLOCK,
+                             offset: int = 0) -> dict[str, float]:
+    """Relative errors ||g - ref|| / ||ref|| (Frobenius norms over the whole tensor, in float64) of a
+    backward's gradients ``grads`` = (dq [B, H, Sq, D], dk [B, KVH, Skv, D], dv [B, KVH, Skv, D_v]) of
+    the attention of q, k, v (causal mask ``offset``: :func:`_reference_blocks`) for the output
+    gradient ``grad_out`` [B, H, Sq, D_v], against the float64 reference: autograd
+    (``torch.autograd.grad``) through softmax(q k^T / sqrt(D) + mask) v computed in float64, block by
+    block. Softmax is taken row by row, so a block of query rows has exact dq rows of its own, and
+    dk, dv are the sums of every block's contributions (of every query head of a key/value head's
+    group, for grouped-query shapes); they are accumulated per (batch entry, key/value head) in
+    float64 [Skv, D] buffers and compared head by head, so the full reference is never held.
+
+    Memory bound: one block's graph holds about 4 [block, S] float64 buffers (scores, the mask,
+    softmax and its gradient) plus 4 [S, D] float64 buffers (k, v and their accumulated gradients).
+    Returns {"dq", "dk", "dv"}: dimensionless floats (nan if a gradient and its reference are both
+    zero, inf if only the reference is). Raises ValueError when a gradient's shape is not its
+    input's."""
+    import torch
+
+    names = ("dq", "dk", "dv")
+    if len(grads) != 3 or any(g is None or tuple(g.shape) != tuple(t.shape) for g, t in zip(grads, (q, k, v))):
+        got = [None if g is None else tuple(g.shape) for g in grads]
+        raise ValueError(f"gradients {got} do not match q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}")
+    dq, dk, dv = grads
+    s_q, s_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    group = q.shape[1] // k.shape[1]
+    num = {n: torch.zeros((), dtype=torch.float64, device=q.device) for n in names}
+    den = {n: torch.zeros((), dtype=torch.float64, device=q.device) for n in names}
+
+    def add(name, got, ref):
+        num[name] += (got.double() - ref).square().sum()
+        den[name] += ref.square().sum()
+
+    with torch.enable_grad():
+        for b in range(q.shape[0]):
+            for g in range(k.shape[1]):
+                kd = k[b, g].detach().double().requires_grad_(True)
+                vd = v[b, g].detach().double().requires_grad_(True)
+                dk_ref, dv_ref = torch.zeros_like(kd), torch.zeros_like(vd)
+                for h in range(g * group, (g + 1) * group):
+                    for r0 in range(0, s_q, block):
+                        rows = slice(r0, min(r0 + block, s_q))
+                        qd = q[b, h, rows].detach().double().requires_grad_(True)
+                        # causal: keys after the block's last visible one get weight 0 and gradient 0: left out
+                        n_k = max(0, min(rows.stop + offset, s_k)) if causal else s_k
+                        scores = (qd * scale) @ kd[:n_k].T
+                        if causal:
+                            row_ids = torch.arange(rows.start + offset, rows.stop + offset, device=q.device)[:, None]
+                            scores = scores.masked_fill(torch.arange(n_k, device=q.device)[None, :] > row_ids, float("-inf"))
+                        out = torch.softmax(scores, dim=-1) @ vd[:n_k]
+                        # a query row that sees no key (possible with a negative offset) has no gradient: nan -> 0
+                        gq, gk, gv = (t.nan_to_num(0.0) for t in torch.autograd.grad(out, (qd, kd, vd), grad_out[b, h, rows].double()))
+                        add("dq", dq[b, h, rows], gq)
+                        dk_ref += gk
+                        dv_ref += gv
+                        del scores, out, gq, gk, gv
+                add("dk", dk[b, g], dk_ref)
+                add("dv", dv[b, g], dv_ref)
+    return {n: (num[n].sqrt() / den[n].sqrt()).item() for n in names}

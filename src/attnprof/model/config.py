@@ -55,7 +55,12 @@ def check_variants(variants: list[str], custom: dict | None, built_in=None) -> N
     taken = [name for name in custom if name in built_in]
     if taken:
         problems.append(f"custom_variants {taken} take the name of a built-in variant; give your variant another name")
-    unknown = [v for v in variants if v not in built_in and v not in custom]
+    from attnprof.model.variants import CONTROL
+
+    if CONTROL in custom or CONTROL in variants:
+        problems.append(f"the variant name {CONTROL!r} is the profiler's control (captured in every result set, "
+                        "attnprof.analysis.control); give your variant another name")
+    unknown = [v for v in variants if v not in built_in and v not in custom and v != CONTROL]
     if unknown:
         defined = ", ".join(custom) if custom else "none"
         problems.append(f"variants {unknown} are neither built in ({', '.join(built_in)}) nor defined under custom_variants "
@@ -143,7 +148,50 @@ def config_problems(config: dict) -> list[str]:
     if unknown:
         problems.append(f"counters.variants {unknown} are neither built in nor under custom_variants "
                         "(those not in this run's variants are left out; an unknown name would be too, silently)")
+    environments = config.get("environments")
+    if isinstance(environments, dict) and len(environments) == 1:
+        problems.append(f"environments {sorted(environments)}: an A/B run needs two or more environments "
+                        "(leave environments out, {}, for one run in Snakemake's own Python)")
     return problems
+
+
+# --- A/B on one device (config ``environments``) ---------------------------------------------------------
+#: Between a run and an environment name in an A/B result set's name: results/<run>@<environment>/. '@' is
+#: allowed in POSIX paths, in Snakemake wildcards (the run wildcard is [^/]+) and in Slurm job names, and it
+#: is neither in the run pattern's usual output ([a-z0-9._+-]) nor in an environment name, so a result set's
+#: name splits back into both without ambiguity.
+AB_SEPARATOR = "@"
+
+
+def ab_run_name(run: str, environment: str) -> str:
+    """The result set of ``environment`` in the A/B run ``run``: ``<run>@<environment>``."""
+    return f"{run}{AB_SEPARATOR}{environment}"
+
+
+def ab_compare_name(run: str) -> str:
+    """The compare folder (results/compare/<name>/) of the A/B run ``run``: ``<run>-ab``."""
+    return f"{run}-ab"
+
+
+def ab_order(repeat: int, names: list[str]) -> list[str]:
+    """The order in which the environments ``names`` capture round ``repeat`` (1-based): as listed in odd
+    rounds, reversed in even ones (A,B then B,A: ABBA). A drift that is linear in time over two rounds then
+    adds the same to A and B in the pair of rounds, so it cancels from the paired ratio (a crossover design's
+    counterbalancing; e.g. Jones & Kenward, Design and Analysis of Cross-Over Trials, 3rd ed., 2014, ch. 1)."""
+    return list(names) if repeat % 2 else list(reversed(names))
+
+
+def ab_priority(repeat: int, environment: str, names: list[str], repeats: int) -> int:
+    """Snakemake priority of a capture of ``environment`` in round ``repeat`` of ``repeats`` (higher runs
+    first): every capture of round k outranks every capture of round k + 1, and within a round the
+    environments follow :func:`ab_order`. With one environment (``names`` empty or of one) this is
+    ``repeats - repeat``, the single-run priority. Raises ValueError for an environment not in ``names``."""
+    if len(names) < 2:
+        return repeats - repeat
+    order = ab_order(repeat, names)
+    if environment not in order:
+        raise ValueError(f"environment {environment!r} is not one of {names}")
+    return (repeats - repeat) * len(names) + (len(names) - 1 - order.index(environment))
 
 
 def problems_message(problems: list[str], most: int = 5) -> str:

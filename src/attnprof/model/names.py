@@ -40,9 +40,12 @@ CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launche
                   "device": "device.json",
                   # the backward's (config passes; attnprof.analysis.backward): header-only without a backward
                   "backwards": "backwards.csv", "kernels_backward": "kernels_backward.csv",
-                  "ops_backward": "ops_backward.csv"}
+                  "ops_backward": "ops_backward.csv",
+                  # each complete forward's (backward's) work in order (attnprof.analysis.recipe): compare's recipe diff
+                  "recipe": "recipe.csv", "recipe_backward": "recipe_backward.csv"}
 #: Per result set, results/<run>/<file>: summarize's summary (one row per variant and shape, times over the
 #: repeats with their between-run interval), repeats (one row per repeat: the per-repeat numbers) and kernels, findings, environment (env),
-#: calibrate's calibration, and the report (html, pdf).
+#: calibrate's calibration, and the report (html, pdf); control: summarize's rows of the profiler's control
+#: capture (attnprof.analysis.control; one per repeat, kept out of summary.csv and repeats.csv).
 RUN_FILES = {"summary": "summary.csv", "repeats": "repeats.csv", "kernels": "kernels.csv", "findings": "findings.json", "env": "env.json",
-             "calibration": "calibration.json", "html": "report.html", "pdf": "report.pdf"}
+             "calibration": "calibration.json", "html": "report.html", "pdf": "report.pdf", "control": "control.csv"}

@@ -16,27 +16,78 @@ import itertools
 import re
 from dataclasses import asdict, dataclass
 
-#: variant -> SDPA backend it pins (SDPBackend member name), or None (naive variants and
-#: sdpa_auto). SDPA = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...).
-#: What each variant changes, in words, is presentation: attnprof.render.report.CHANGES.
-VARIANTS: dict[str, str | None] = {
-    "naive": None,
-    "naive_inplace": None,
-    "sdpa_math": "MATH",
-    "sdpa_efficient": "EFFICIENT_ATTENTION",
-    "sdpa_flash": "FLASH_ATTENTION",
-    "sdpa_cudnn": "CUDNN_ATTENTION",
-    "sdpa_auto": None,
-    "naive_compiled": None,
-    "flex_attention": None,
+#: Devices a capture runs on (config ``device``).
+DEVICES = ("cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One built-in variant, registered once in :data:`REGISTRY`:
+
+    * ``backend``: the SDPA backend it pins (an ``SDPBackend`` member name), or None (naive variants,
+      sdpa_auto, the compiled ones). SDPA = torch.nn.functional.scaled_dot_product_attention.
+    * ``description``: what it changes, in words (the report's "change" column).
+    * ``compiled``: built by ``torch.compile`` (inductor; Triton kernels on a GPU, C++ on the CPU): its first
+      call compiles, and the capture measures it apart from the steady state (attnprof.measure.capture), in
+      a process that serves no other capture.
+    * ``devices``: the devices (:data:`DEVICES`) PyTorch has a kernel for it on; on another one its capture
+      is still attempted (PyTorch's refusal is the record's reason) and the reason says why.
+
+    Its forward is built by attnprof.measure.forwards.make_forward (torch lives in the measure layer)."""
+
+    backend: str | None
+    description: str
+    compiled: bool = False
+    devices: tuple[str, ...] = DEVICES
+
+    def __post_init__(self):
+        unknown = [d for d in self.devices if d not in DEVICES]
+        if unknown or not self.devices:
+            raise ValueError(f"devices {self.devices!r}: expected some of {DEVICES}")
+
+
+#: The built-in variants, in the report's order: the one place each is declared.
+REGISTRY: dict[str, Variant] = {
+    "naive": Variant(None, "matmul, scale, masked_fill (out of place), softmax, matmul"),
+    "naive_inplace": Variant(None, "as naive, with masked_fill_ (in place)"),
+    "sdpa_math": Variant("MATH", "SDPA, backend pinned to MATH"),
+    # PyTorch's CPU SDPA dispatcher (sdp_utils_cpp) offers only the FLASH_ATTENTION and MATH backends
+    "sdpa_efficient": Variant("EFFICIENT_ATTENTION", "SDPA, backend pinned to EFFICIENT_ATTENTION", devices=("cuda",)),
+    "sdpa_flash": Variant("FLASH_ATTENTION", "SDPA, backend pinned to FLASH_ATTENTION"),
+    "sdpa_cudnn": Variant("CUDNN_ATTENTION", "SDPA, backend pinned to CUDNN_ATTENTION", devices=("cuda",)),
+    "sdpa_auto": Variant(None, "SDPA, no backend pinned (PyTorch chooses)"),
+    "naive_compiled": Variant(None, "naive under torch.compile (inductor fuses the elementwise work)", compiled=True),
+    "flex_attention": Variant(None, "flex_attention under torch.compile, causal block mask built once", compiled=True),
 }
 
-#: Variants built by ``torch.compile`` (inductor; Triton kernels on a GPU, C++ on the CPU):
-#: their first call compiles, and the capture measures it apart from the steady state
-#: (attnprof.measure.capture), in a process that serves no other capture.
-COMPILED = ("naive_compiled", "flex_attention")
+#: variant -> SDPA backend it pins (SDPBackend member name), or None: :data:`REGISTRY`'s backends.
+VARIANTS: dict[str, str | None] = {name: v.backend for name, v in REGISTRY.items()}
+
+#: Variants built by ``torch.compile`` (:attr:`Variant.compiled`), in :data:`REGISTRY`'s order.
+COMPILED = tuple(name for name, v in REGISTRY.items() if v.compiled)
+
+
+def runs_on(variant: str, device: str) -> bool:
+    """Whether PyTorch has a kernel for a built-in ``variant`` on ``device`` (:attr:`Variant.devices`); True for a
+    name :data:`REGISTRY` does not hold (a custom variant, the control: nothing is known against them)."""
+    return variant not in REGISTRY or device in REGISTRY[variant].devices
 
 DTYPES = ("bf16", "fp16", "fp32")
+
+#: The profiler's control (issue 20): a pseudo-variant with a fixed workload whose counts are known by
+#: construction (attnprof.measure.forwards._control_forward): per forward one torch.mm of two square
+#: fp32 matrices (CONTROL_SIZE), one out-of-place torch.add and one device-to-device ``dst.copy_(src)``.
+#: No memset: no public torch call issues cudaMemsetAsync (``zero_()`` on a CUDA tensor is ``fill_(0)``,
+#: a FillFunctor kernel; aten/src/ATen/native/Fill.cpp). Captured at the first shape of a result set's grid,
+#: every repeat, and left out of every ranking, finding, plot and summary of the attention variants.
+CONTROL = "control"
+CONTROL_SIZE = 512
+#: Known counts per forward (attnprof.analysis.control checks a capture against them): on a GPU the forward's
+#: kernels (cuBLAS's one GEMM kernel + the add's elementwise kernel), memcpys and memsets; on the CPU the calls
+#: of each aten op per forward, every nesting level (counted by hand in a torch 2.13.0 CPU trace: one
+#: aten::mm, one aten::add, one aten::copy_; tests/test_control.py).
+CONTROL_COUNTS = {"cuda": {"kernels": 2, "memcpy": 1, "memset": 0},
+                  "cpu": {"aten::mm": 1, "aten::add": 1, "aten::copy_": 1}}
 
 
 #: Causal masks when q_len != kv_len (torch.nn.attention.bias.CausalVariant): upper_left

@@ -40,7 +40,8 @@ CAPTIONS = {
     "scaling_time": "Device time per forward against seq_len, one panel per head_dim; a variant's x at the top marks a point that ran out of memory.",
     "scaling_tflops": "Achieved TFLOP/s (PyTorch's sdpa.py FLOP convention over the trace device time) against seq_len.",
     "scaling_memory": "Device memory the profiled forwards allocated beyond what the process held when they began (their inputs, library workspaces), against seq_len.",
-    "roofline": "Achieved TFLOP/s against arithmetic intensity, under the measured and the datasheet ceilings of this GPU.",
+    "roofline": "Achieved TFLOP/s against arithmetic intensity, under the measured and the datasheet ceilings of this GPU; "
+                "backwards, where profiled, filled (2.5x the forward's FLOPs over 2x its bytes).",
 }
 #: Captions where a CPU run draws something else (no device events: host time instead).
 CPU_CAPTIONS = {**CAPTIONS, "timeline": "One profiled forward per variant as the trace records it (CPU run: no GPU): the "
@@ -302,7 +303,10 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
 def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 144) -> None:
     """Achieved TFLOP/s (trace device time) against arithmetic intensity (FLOP per byte of
     the minimum traffic: q, k, v read and the output written once), under the measured
-    ceilings (GEMM TFLOP/s and copy bandwidth, solid) and the datasheet ones (dashed).
+    ceilings (GEMM TFLOP/s and copy bandwidth, solid) and the datasheet ones (dashed). Forwards are
+    hollow markers; backwards, where the run profiled them (summary.csv ``backward_tflops`` over
+    ``backward_flop_per_byte``: 2.5x the forward's FLOPs over 2x its bytes,
+    attnprof.analysis.tables.BACKWARD_FLOP_RATIO), filled markers of the same variant's colour and shape.
     Legend outside the axes."""
     fig, ax = plt.subplots(figsize=(HALF_IN, 3.6), layout="constrained")
     ok = summary[(summary["status"] == "ok") & summary["tflops"].notna()] if "tflops" in summary else summary.iloc[0:0]
@@ -321,9 +325,18 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
         pv = ok[ok["variant"] == v]
         ax.scatter(pv["flop_per_byte"], pv["tflops"], s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1),
                    color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)], facecolors="none", label=v)
+    bwd = (summary[(summary["status"] == "ok") & summary["backward_tflops"].notna() & summary["backward_flop_per_byte"].notna()]
+           if {"backward_tflops", "backward_flop_per_byte"} <= set(summary) else summary.iloc[0:0])
+    for v in dict.fromkeys(bwd["variant"]):
+        i = variants.index(v)
+        pv = bwd[bwd["variant"] == v]
+        ax.scatter(pv["backward_flop_per_byte"], pv["backward_tflops"],
+                   s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1), color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)])
+    if len(bwd):  # one legend entry for the filled markers, whatever the variant
+        ax.scatter([], [], color="#888", marker="o", label="filled: backward")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("FLOP per byte (minimum traffic)")
+    ax.set_xlabel("FLOP per byte (minimum traffic)" + ("; hollow: forward" if len(bwd) else ""))
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title("Roofline (marker size grows with seq_len)" + ("" if drew else ": no calibration"))
     ax.grid(True, which="both", alpha=0.3)

@@ -15,28 +15,21 @@ import jinja2
 import pandas as pd
 
 from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
+from attnprof.analysis.control import check_control, self_check_line
 from attnprof.analysis.stats import detectable_change
 from attnprof.analysis.tables import has_run_interval
 from attnprof.findings.expectations import WITHIN_NOISE
 from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.model.fmt import format_number
+from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
+from attnprof.model.variants import REGISTRY
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 from attnprof.analysis.trace import kernel_label
 
-#: variant -> what it changes, for the summary table (the study's "change" column): one entry per
-#: built-in variant of attnprof.model.variants.VARIANTS (tests/test_names.py keeps the two in step)
-CHANGES = {
-    "naive": "matmul, scale, masked_fill (out of place), softmax, matmul",
-    "naive_inplace": "as naive, with masked_fill_ (in place)",
-    "sdpa_math": "SDPA, backend pinned to MATH",
-    "sdpa_efficient": "SDPA, backend pinned to EFFICIENT_ATTENTION",
-    "sdpa_flash": "SDPA, backend pinned to FLASH_ATTENTION",
-    "sdpa_cudnn": "SDPA, backend pinned to CUDNN_ATTENTION",
-    "sdpa_auto": "SDPA, no backend pinned (PyTorch chooses)",
-    "naive_compiled": "naive under torch.compile (inductor fuses the elementwise work)",
-    "flex_attention": "flex_attention under torch.compile, causal block mask built once",
-}
+#: variant -> what it changes, for the summary table (the study's "change" column): each built-in variant's
+#: description in its one registration (attnprof.model.variants.REGISTRY)
+CHANGES = {name: variant.description for name, variant in REGISTRY.items()}
 
 
 class RenderError(RuntimeError):
@@ -113,11 +106,13 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
                   env: dict, expectations: dict, plots: dict[str, dict[str, Path]], css: str,
                   run_plots: dict[str, Path] | None = None, calibration: dict | None = None,
-                  counters: dict[str, list[dict]] | None = None) -> dict:
+                  counters: dict[str, list[dict]] | None = None, control: dict | None = None) -> dict:
     """Everything the template needs, as plain Python values. ``plots`` maps shape key ->
     plot name -> PNG path; ``run_plots`` the run-wide plots (scaling, roofline) by name;
     ``calibration`` is calibration.json; ``counters`` maps shape key -> the hardware-counter rows
-    of attnprof.findings.counters (Nsight Compute, where rule measure_counters ran)."""
+    of attnprof.findings.counters (Nsight Compute, where rule measure_counters ran); ``control`` the
+    profiler's self-check (attnprof.analysis.control.check_control_table of control.csv; None: a result set
+    without a control capture): its line in the methods, and when it failed the first line of page 1."""
     shapes = []
     by_shape = {s["shape_key"]: s for s in findings["shapes"]}
     counts = study_counts(expectations)
@@ -169,8 +164,16 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
         sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
                              if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
     cfg = env.get("config", {})
+    if control is None:
+        control = check_control(None, "cuda" if gpu else "cpu")
+    brief = in_brief(study, shapes, summary, kernels)
+    if control["ok"] is False:  # page 1 leads with it: every count below may be the profiler's, not the variants'
+        brief.insert(0, {"text": "The profiler's accounting differs from the counts known by construction of its control "
+                                 f"workload ({control['why']}): the kernel, memcpy, memset and op counts of this result set "
+                                 "are suspect.", "href": "#self-check"})
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
-            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": in_brief(study, shapes, summary, kernels),
+            "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": brief,
+            "self_check": control, "self_check_line": self_check_line(control),
             "brief_notes": brief_notes(study, shapes, summary), "sweep": sweep_table(summary, bool(env.get("gpu_name"))),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
@@ -209,13 +212,24 @@ def _row_numbers(row: dict) -> dict:
 
 def backward_numbers(row: dict, gpu: bool, findings: list[dict]) -> dict:
     """The backward columns the report states for a summary row (config passes): ``bwd_ms`` and its
-    quartiles ``bwd_q1``/``bwd_q3`` (device ms per backward on a GPU, host ms on a CPU), and
+    quartiles ``bwd_q1``/``bwd_q3`` (device ms per backward on a GPU, host ms on a CPU),
     ``backward_over_forward`` as the row's backward finding (``findings``, rule backward) computed
-    it. None where absent."""
+    it, ``bwd_tflops`` (summary.csv ``backward_tflops``), ``grad_worst`` (the largest of the
+    gradients' relative errors against float64, no unit) with ``grad_worst_name`` (dq, dk or dv) and
+    ``grad_wrong`` (the gradient check failed: the times are marked). None where absent."""
     kind = "device" if gpu else "cpu"
     ratio = next((f["numbers"]["backward_over_forward"]["value"] for f in findings), None)
+    errors = {g: row.get(f"grad_rel_error_{g}") for g in ("dq", "dk", "dv") if _ok(row.get(f"grad_rel_error_{g}"))}
+    worst = max(errors, key=errors.get) if errors else None
     return {"bwd_ms": row.get(f"{kind}_ms_per_backward"), "bwd_q1": row.get(f"{kind}_ms_backward_q1"),
-            "bwd_q3": row.get(f"{kind}_ms_backward_q3"), "backward_over_forward": ratio}
+            "bwd_q3": row.get(f"{kind}_ms_backward_q3"), "backward_over_forward": ratio, "bwd_tflops": row.get("backward_tflops"),
+            "grad_worst": errors.get(worst), "grad_worst_name": worst, "grad_wrong": _grad_wrong(row)}
+
+
+def _grad_wrong(row: dict) -> bool:
+    """Whether a summary row's gradient check failed (``grad_rel_error_ok`` false, or its text)."""
+    ok = row.get("grad_rel_error_ok")
+    return ok is False or str(ok).lower() == "false"
 
 
 def _check_numbers(check: dict) -> dict:
@@ -261,12 +275,35 @@ def compare_context(doc: dict, css: str) -> dict:
                                         if r.get("ops_added") or r.get("ops_removed")))
         threshold = pair.get("threshold", doc["noise_floor"])
         # a compare.json written before notes and the rest were recorded: empty lists
-        pairs.append({"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], **pair,
+        recipes = pair.get("recipes") or []
+        pairs.append({"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
+                      "accounting": None, **pair, **recipe_context(recipes),
+                      "dispatch_changed": [d for d in pair.get("dispatch") or [] if d.get("a") != d.get("b")],
                       "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
                       "threshold_pct": 100 * threshold, "kernels_differ": kernels_differ, "ops_differ": ops_differ,
                       "detection": detection_limit(rows, threshold)})
     cmp["pairs"] = pairs
     return {"cmp": cmp, "css": css}
+
+
+def recipe_context(recipes: list[dict]) -> dict:
+    """The compare template's recipe section from a pair's ``recipes`` (attnprof.analysis.compare.recipe_changes):
+    ``recipes_changed`` (the (variant, shape, pass) entries whose recipe differs, each group's rows without the
+    kept steps whose time verdict is not slower/faster, so that a table shows only what differs; ``kept_hidden``
+    counts the rows left out), ``recipes_same`` (how many entries have the same recipe) and ``recipe_counts``
+    (rows of each kind over every entry)."""
+    changed, totals = [], {}
+    for r in recipes:
+        for k, n in (r.get("counts") or {}).items():
+            totals[k] = totals.get(k, 0) + n
+        shown = [r2 for g in r.get("groups") or [] for r2 in g["rows"]
+                 if r2["kind"] != "kept" or r2.get("verdict") in ("slower", "faster") or r2.get("launch_changed")]
+        if not r.get("same") or shown:
+            groups = [{**g, "rows": [x for x in g["rows"] if x in shown]} for g in r.get("groups") or []]
+            changed.append({**r, "groups": groups,
+                            "kept_hidden": sum(len(g["rows"]) for g in r.get("groups") or []) - len(shown)})
+    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(changed), "recipe_counts": totals,
+            "recipes_total": len(recipes)}
 
 
 def detection_limit(rows: list[dict], threshold: float) -> dict | None:
@@ -403,7 +440,7 @@ def _kernel_set(kernels: pd.DataFrame, variant: str, shape_key: str) -> frozense
 
 def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kernels: pd.DataFrame | None = None) -> list[dict]:
     """Page 1's findings, 3 to 6 sentences, each with its number, its rerun interval and ``href``, the anchor of its
-    evidence: correctness failures first (rel_error_ok false), then the fastest distinct kernel and its margin over the
+    evidence: correctness failures first (rel_error_ok false, then grad_rel_error_ok false), then the fastest distinct kernel and its margin over the
     next (a dispatcher such as sdpa_auto and a variant with a wrong result are never candidates), what a dispatcher
     dispatched to and what it costs on the host, a hidden copy, FP32 GEMMs, and captures that did not run."""
     # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
@@ -431,6 +468,18 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
                             + (f" (wrong at {len(at)} of {len(keys)} shapes)" if many else "")
                             + "; it is left out of every ranking.",
                     "href": f"#v-{worst['shape_key']}-{variant}"})
+
+    # 1b. the backward's gradients (config passes with backward): a wrong gradient leads as a wrong result does
+    wrong_grad = [r for r in rows if _grad_wrong(r)]
+    for variant in dict.fromkeys(r["variant"] for r in wrong_grad):
+        at = [r for r in wrong_grad if r["variant"] == variant]
+        worst_row = max(at, key=lambda r: backward_numbers(r, gpu, [])["grad_worst"] or 0)
+        nums = backward_numbers(worst_row, gpu, [])
+        what = f"{nums['grad_worst_name']} relative error {_fmt(nums['grad_worst'], 2)}" if nums["grad_worst_name"] else "relative error"
+        out.append({"text": f"{variant} computes wrong gradients in its backward: {what} against the float64 reference at "
+                            f"{worst_row['shape_key']}" + (f" (wrong at {len(at)} of {len(keys)} shapes)" if many else "")
+                            + "; its backward times are shown, marked, and are not those of a correct backward.",
+                    "href": f"#backward-{worst_row['shape_key']}"})
 
     # 2. fastest distinct kernel, shape by shape
     wrong_variants = {r["variant"] for r in wrong}
@@ -632,6 +681,7 @@ def render_html(context: dict, template_dir: Path, template: str = "report.html.
     env.filters["num"] = _fmt
     env.filters["cudnn"] = cudnn_version
     env.filters["reason"] = short_reason
+    env.globals["columns"] = columns_of("summary")  # the summary table's headers (attnprof.model.columns)
     return env.get_template(template).render(**context)
 
 

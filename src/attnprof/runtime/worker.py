@@ -81,7 +81,7 @@ from attnprof.measure.capture import (
     interrupted_message,
     log,
 )
-from attnprof.measure.env import torch_build
+from attnprof.measure.env import interpreter_environ, torch_build, torch_build_of
 from attnprof.model.variants import COMPILED, Shape
 
 #: Environment variables left out of a worker's key: the shell's (and pytest's) own bookkeeping, which says
@@ -118,12 +118,20 @@ def request_timeout_s() -> float:
     return seconds
 
 
-def worker_key(device: str) -> str:
+def worker_key(device: str, python: str | None = None, env: dict | None = None) -> str:
     """Hex digest that names the worker able to serve this process's captures on ``device``
-    ('cuda' | 'cpu'): see the module docstring for what it covers."""
+    ('cuda' | 'cpu'): see the module docstring for what it covers. ``python``: another Python executable
+    (config ``environments``; its torch build is read from it, :func:`~attnprof.measure.env.torch_build_of`),
+    ``env``: variables set over this process's environment for it; both None: this process's own."""
     h = hashlib.sha256()
-    env = sorted((k, v) for k, v in os.environ.items() if k not in _ENV_IGNORED)
-    h.update(json.dumps([sys.executable, device, os.getcwd(), sorted(torch_build().items()), env]).encode())
+    if python is None and not env:
+        exe, environ, build = sys.executable, os.environ, torch_build()
+    else:  # the absolute path, not resolved: a venv's python is a symlink whose target is another interpreter's
+        exe = os.path.abspath(python or sys.executable)
+        environ = interpreter_environ(env)
+        build = torch_build() if python is None else torch_build_of(exe, env)
+    env_items = sorted((k, v) for k, v in environ.items() if k not in _ENV_IGNORED)
+    h.update(json.dumps([exe, device, os.getcwd(), sorted(build.items()), env_items]).encode())
     package = Path(__file__).resolve().parents[1]
     for path in sorted(package.rglob("*.py")):  # every module of the package (calibrate, env, findings/...)
         h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
@@ -209,26 +217,35 @@ def _connect(addr: str) -> socket.socket | None:
     return sock
 
 
-def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | None) -> None:
+def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | None, python: str | None = None,
+                      env: dict | None = None) -> None:
+    """Start the supervisor ``key`` detached, in ``python`` (default this interpreter) with ``env`` set over
+    this process's environment (and this checkout's src/ on PYTHONPATH: attnprof.measure.env.interpreter_environ);
+    its capture processes inherit both."""
     out = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
+    environ = os.environ if python is None and not env else interpreter_environ(env)
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "attnprof.runtime.worker", "serve", key, device, str(idle_s)],
+            [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.runtime.worker", "serve", key, device,
+             str(idle_s)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**environ, "PYTHONUNBUFFERED": "1"},
         )
     finally:
         if log_path:
             out.close()
 
 
-def connect_or_start(device: str, idle_s: float, log_path: Path | None = None) -> socket.socket:
+def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
+                     env: dict | None = None) -> socket.socket:
     """A connection to the supervisor for this process's :func:`worker_key`, started (detached,
-    its output appended to ``log_path``) when none listens. Raises RuntimeError naming the log
+    its output appended to ``log_path``) when none listens. ``python``, ``env``: another Python environment
+    (config ``environments``): the supervisor and its capture processes run in that interpreter with those
+    variables (:func:`worker_key`). Raises RuntimeError naming the log
     when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
     when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
-    key = worker_key(device)
+    key = worker_key(device, python, env)
     addr = address(key)
     sock = _connect(addr)
     if sock:
@@ -240,7 +257,7 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None) -
         if sock:
             return sock
         log(f"starting capture worker {key} (idle exit after {idle_s:g} s)")
-        _start_supervisor(key, device, idle_s, log_path)
+        _start_supervisor(key, device, idle_s, log_path, python, env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
@@ -251,13 +268,14 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None) -
 
 
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
-                  worker_log: Path | None = None) -> dict:
+                  worker_log: Path | None = None, python: str | None = None, env: dict | None = None) -> dict:
     """Run one capture in the warm capture process and write ``status_path`` and
     ``trace_path`` as :func:`attnprof.measure.capture.run_isolated` does (same records, same
     statuses, plus ``record["worker"]``: the capture process's pid, how many captures it had
     served before this one and its start-up seconds). ``timeout_s``: seconds before the
     capture process is killed (a ``failed`` record); ``idle_s``: how long a supervisor this
-    call starts waits for the next request; ``worker_log``: where that supervisor writes.
+    call starts waits for the next request; ``worker_log``: where that supervisor writes; ``python``, ``env``:
+    the Python environment to capture in (:func:`connect_or_start`; default this one).
 
     Raises :class:`~attnprof.measure.capture.CaptureInterrupted` when the capture process or the
     supervisor was killed from outside, and SystemExit(128 + signal) when this process gets
@@ -271,7 +289,7 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     request = {"spec": spec, "trace": str(trace_path.resolve()), "timeout_s": timeout_s}
     what = f"capture of {spec['variant']} at {Shape(**spec['shape']).key}"
     try:
-        msg = _request(spec["device"], request, idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S)
+        msg = _request(spec["device"], request, idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S, python, env)
     except BaseException:
         trace_path.unlink(missing_ok=True)
         raise
@@ -283,28 +301,30 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
 
 
 def call_in_worker(device: str, target: str, args: list | None = None, timeout_s: float = 600.0, idle_s: float = 60.0,
-                   worker_log: Path | None = None):
+                   worker_log: Path | None = None, python: str | None = None, env: dict | None = None):
     """Call ``target`` ("module:function", e.g. "attnprof.measure.env:capture_environment") with
     ``args`` (JSON values) in the warm capture process for ``device`` and return its result
     (a JSON value): the environment record and the device calibration need torch and the
-    device as the captures do, and run where they already are. Raises RuntimeError with the
+    device as the captures do, and run where they already are (``python``, ``env``: in that Python
+    environment's worker, :func:`connect_or_start`). Raises RuntimeError with the
     traceback when the call raised (the capture process is then replaced), and
     :class:`~attnprof.measure.capture.CaptureInterrupted` when it was killed from outside."""
     msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target,
-                   timeout_s + ANSWER_GRACE_S)
+                   timeout_s + ANSWER_GRACE_S, python, env)
     if "error" in msg:
         raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
     return msg["result"]
 
 
-def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, answer_s: float) -> dict:
+def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, answer_s: float,
+             python: str | None = None, env: dict | None = None) -> dict:
     """Send one request to the supervisor (starting it when needed), copy its progress lines
     to stderr, and return its final message. Raises CaptureInterrupted when the work was
     killed from outside or the supervisor ended without an answer, and TimeoutError when no
     message came for ``answer_s`` seconds (the job fails; nothing is recorded)."""
     with _signals_raise_exit():
         for _attempt in range(3):  # a supervisor exiting for idleness as we connect: start another
-            with contextlib.closing(connect_or_start(device, idle_s, worker_log)) as sock:
+            with contextlib.closing(connect_or_start(device, idle_s, worker_log, python, env)) as sock:
                 _send(sock, request)
                 lines = _Lines(sock)
                 # Waiting to be accepted is waiting in the supervisor's queue behind other jobs'
@@ -524,6 +544,19 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, dev
     return None
 
 
+@contextlib.contextmanager
+def _device_lock(device: str):
+    """Hold the device lock of this user, working directory and ``device`` while serving one request: the
+    supervisors of an A/B run (config ``environments``: one per Python environment, each keyed apart) never
+    run two captures at once. Their order comes from Snakemake (rule capture's priority, one capture at a
+    time in an A/B run); the lock is the guarantee that they never overlap whatever --cores and resources
+    say. A flock is released by the kernel when its holder dies, so a killed supervisor leaves no stale lock."""
+    where = hashlib.sha256(json.dumps([device, os.getcwd()]).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"attnprof-device-{os.getuid()}-{where}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def serve(key: str, device: str, idle_s: float) -> int:
     """Supervisor main loop (module docstring). Exits 0 after ``idle_s`` s without a request,
     or on SIGTERM/SIGINT, killing its capture process."""
@@ -564,7 +597,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
                 # capture jobs Snakemake starts at once (each round gets a fresh capture process)
                 pending.sort(key=lambda p: (p[0], p[1]))
                 _, _, conn, request = pending.pop(0)
-                with conn:
+                with conn, _device_lock(device):  # the supervisors of an A/B run (one per environment) take turns
                     child = _serve_one(conn, child, device, request)
     finally:
         listener.close()

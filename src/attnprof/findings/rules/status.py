@@ -1,6 +1,7 @@
 """Rules of the capture's own health: variants that did not run or lost a later check, trace
 defects the completeness rule found (attnprof.analysis.tables.assess_forwards), and results that fail the
-float64 check (relative error ||out - ref|| / ||ref||, no unit, against the dtype's tolerance).
+float64 check (relative error ||out - ref|| / ||ref||, no unit, against the dtype's tolerance), the
+forward's output's and the backward's gradients' (dq, dk, dv; config ``passes`` with ``backward``).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 
 from attnprof.findings.data import RunData
-from attnprof.findings.refs import fmt_ref, finding, ref_summary
+from attnprof.findings.refs import clean, fmt_ref, finding, ref_summary
 
 
 def rule_status(d: RunData) -> list[dict]:
@@ -65,4 +66,35 @@ def rule_correctness(d: RunData) -> list[dict]:
             out.append(finding("correctness", d, [variant], f"{variant}: relative error {fmt_ref(nums['rel_error'])} against float64 is above the "
                                f"{row['dtype']} tolerance", nums, [{"kind": "metric", "name": "rel_error"}], kind="failure",
                                headline=f"relative error {fmt_ref(nums['rel_error'])} above tolerance"))
+    return out
+
+
+#: The gradients the backward's float64 check compares (summary.csv ``grad_rel_error_<name>``).
+GRADIENTS = ("dq", "dk", "dv")
+
+
+def rule_grad_correctness(d: RunData) -> list[dict]:
+    """Gradients against the float64 reference (capture phase ``grad_correctness``, summary.csv
+    ``grad_rel_error_dq``/``_dk``/``_dv``): a backward whose check failed (``grad_rel_error_ok``
+    false) is a failure naming each gradient above the dtype's tolerance (the forward's); its times
+    stay published, marked. Rows without a gradient check (forward-only runs, a backward that did
+    not run) give nothing."""
+    out = []
+    if "grad_rel_error_ok" not in d.summary:
+        return out
+    for variant in d.summary["variant"]:
+        row = d.row(variant)
+        ok = None if row is None or row["status"] != "ok" else clean(row.get("grad_rel_error_ok"))
+        if ok is None or str(ok).lower() == "true":  # a bool, or its text in a table read back as strings
+            continue
+        nums = {f"grad_rel_error_{g}": ref_summary(d, variant, f"grad_rel_error_{g}") for g in GRADIENTS
+                if clean(row.get(f"grad_rel_error_{g}")) is not None}
+        worst = max(nums, key=lambda n: nums[n]["value"]) if nums else None
+        listing = ", ".join(f"{n.removeprefix('grad_rel_error_')} {fmt_ref(r)}" for n, r in nums.items())
+        out.append(finding("grad_correctness", d, [variant],
+                           f"{variant}: its backward's gradients fail the float64 check ({listing}; {row['dtype']} tolerance "
+                           "as for the forward); its backward times are shown, marked, and are not those of a correct backward",
+                           nums, [{"kind": "metric", "name": worst}] if worst else [], kind="failure",
+                           headline=(f"wrong gradient: {worst.removeprefix('grad_rel_error_')} relative error "
+                                     f"{fmt_ref(nums[worst])}") if worst else "wrong gradient"))
     return out

@@ -1,0 +1,245 @@
+"""A forward's recipe -- the ordered sequence of its work -- and its diff between two result sets.
+
+The recipe of one forward (or backward) is what it ran, in launch order: on a GPU run its kernels,
+memcpys and memsets (:func:`attnprof.analysis.trace.gpu_events`, ordered by their start on the device);
+on a CPU run, where there is no device work, its top-level aten ops (ops not nested inside another op of
+the same forward and thread). :func:`recipe_table` writes one row per step of every complete forward
+(rule extract, ``recipe.csv`` and ``recipe_backward.csv``).
+
+The diff (:func:`diff_recipes`) aligns one representative forward of result set A with one of B, per
+group of identical forwards (forwards that differ within one capture: :func:`recipe_groups`), with
+:class:`difflib.SequenceMatcher` over the steps' labels (:func:`attnprof.analysis.trace.kernel_label`: the
+kernel's short name, plus the functor for PyTorch's generic elementwise kernels):
+
+- *kept*: the same label at aligned positions ('equal' opcodes);
+- *replaced*: inside a 'replace' opcode, steps of the same role, i.e. the same kernel class
+  (``classify``: attnprof.findings.kernel_names.kernel_class, decided from the kernel's own name, never from
+  words inside its template arguments) at aligned positions -- a second SequenceMatcher over the classes
+  of the opcode's two runs pairs them in order; e.g. an sm80 GEMM replaced by an sm90 one;
+- *moved*: a label removed at one place and added at another (a reordering);
+- *removed* / *added*: the rest.
+
+Each kept, replaced or moved pair has a time ratio B/A from each result set's repeats
+(:func:`repeat_step_times`: per repeat, the median duration of that step over the forwards of the group)
+judged by :func:`attnprof.analysis.stats.compare_ratio`; with one repeat on a side the ratio is that repeat's
+and no verdict is given.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from attnprof.analysis.stats import CONFIDENCE, compare_ratio
+from attnprof.analysis.trace import kernel_label
+
+RECIPE_COLUMNS = ["variant", "shape_key", "forward", "step", "category", "name", "label", "grid", "block", "dur_us",
+                  "time_ok"]
+#: The kinds of a diff row, in the order a diff's ``counts`` lists them.
+DIFF_KINDS = ("kept", "replaced", "moved", "removed", "added")
+#: Architecture written into a kernel's own name: ``sm90_xmma_...``, ``..._sm80``, ``cutlass_80_...``.
+_ARCH = re.compile(r"(?:^|[^a-z0-9])sm_?(\d{2,3})(?![0-9])|cutlass_(\d{2,3})_", re.I)
+#: Library of a kernel from its own (short) name: first match wins.
+_LIBRARIES = (("pytorch_flash::", "FlashAttention-2 (PyTorch)"), ("fmha_cutlass", "memory-efficient (xFormers/CUTLASS)"),
+              ("cudnn", "cuDNN"), ("triton_", "Triton (inductor)"), ("nvjet", "cuBLAS"), ("cublas", "cuBLAS"),
+              ("gemm", "cuBLAS/CUTLASS"), ("cutlass", "CUTLASS"), ("at::native::", "PyTorch (ATen)"),
+              ("at::", "PyTorch (ATen)"), ("aten::", "PyTorch (ATen op)"))
+
+
+def _top_level(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops of ``ops`` (columns forward, tid, ts, end) that no other op of the same forward and
+    thread contains: walked in start order, an op starting before the end of the last top-level
+    op is nested."""
+    keep = []
+    for _, g in ops.sort_values(["forward", "tid", "ts", "end"], ascending=[True, True, True, False]).groupby(
+            ["forward", "tid"], sort=False):
+        end = float("-inf")
+        for idx, ts, e in zip(g.index, g["ts"], g["end"]):
+            if ts >= end:
+                keep.append(idx)
+                end = e
+    return ops.loc[keep]
+
+
+def recipe_table(frames: dict, variant: str, shape_key: str, gpu: bool) -> pd.DataFrame:
+    """One row per step of every complete forward (:func:`attnprof.analysis.tables.analyse_trace`'s
+    ``frames``; backward frames alike), columns :data:`RECIPE_COLUMNS`: step is 0-based in the
+    forward's order; on a GPU run (``gpu``) the forward's kernels, memcpys and memsets ordered by
+    their start (category kernel/memcpy/memset, grid and block from the launch metadata), else its
+    top-level aten ops ordered by their start (category ``op``). dur_us: the step's duration (us;
+    device time on a GPU, inclusive host time of the op on a CPU); time_ok: the trace's times of
+    that step are valid (always True for ops)."""
+    comp = frames["completeness"]
+    counted = set(comp.index[comp["complete"].astype(bool)])
+    if gpu:
+        rows = frames["gpu"]
+        rows = rows[rows["forward"].isin(counted)].copy()
+        rows["time_ok"] = rows["time_ok"].astype(bool)
+    else:
+        ops = frames["ops"]
+        ops = ops[ops["forward"].isin(counted)]
+        rows = _top_level(ops).copy() if len(ops) else ops.copy()
+        rows["category"], rows["grid"], rows["block"], rows["time_ok"] = "op", None, None, True
+    if rows.empty:
+        return pd.DataFrame(columns=RECIPE_COLUMNS)
+    rows = rows.sort_values(["forward", "ts"], kind="stable")
+    rows["step"] = rows.groupby("forward").cumcount()
+    rows["label"] = rows["name"].map(kernel_label) if gpu else rows["name"]
+    rows = rows.assign(variant=variant, shape_key=shape_key, dur_us=rows["dur"])
+    return rows[RECIPE_COLUMNS].reset_index(drop=True)
+
+
+def arch_of(name: str) -> str | None:
+    """The sm architecture a kernel's own name says it was built for (``sm90``), from its label
+    (:func:`attnprof.analysis.trace.kernel_label`: no template arguments but a CUTLASS entry's kernel);
+    None when the name says none."""
+    m = _ARCH.search(kernel_label(name))
+    return f"sm{m.group(1) or m.group(2)}" if m else None
+
+
+def library_of(name: str, category: str = "kernel") -> str | None:
+    """The library a step's own name places it in (FlashAttention-2, cuDNN, cuBLAS, CUTLASS, Triton,
+    PyTorch's ATen kernels); memcpy and memset: None (the CUDA runtime); None for an unknown name."""
+    if category in ("memcpy", "memset"):
+        return None
+    short = kernel_label(name).lower()
+    return next((lib for key, lib in _LIBRARIES if key in short), None)
+
+
+def recipe_groups(table: pd.DataFrame) -> list[dict]:
+    """Forwards of one capture's recipe table (one variant and shape) grouped by their exact
+    sequence of step names, largest group first (ties: the lower first forward): each
+    ``{"forwards": [ids], "steps": [{category, name, label, grid, block}, ...]}`` with the
+    steps of its first forward. [] for an empty table."""
+    if table is None or table.empty:
+        return []
+    groups: dict[tuple, list[int]] = {}
+    first: dict[tuple, pd.DataFrame] = {}
+    for fwd, g in table.sort_values(["forward", "step"]).groupby("forward", sort=True):
+        key = tuple(g["name"])
+        groups.setdefault(key, []).append(int(fwd))
+        first.setdefault(key, g)
+    order = sorted(groups, key=lambda k: (-len(groups[k]), groups[k][0]))
+    out = []
+    for key in order:
+        g = first[key]
+        steps = [{"category": c, "name": n, "label": lab, "grid": _cell(gr), "block": _cell(bl)}
+                 for c, n, lab, gr, bl in zip(g["category"], g["name"], g["label"], g["grid"], g["block"])]
+        out.append({"forwards": groups[key], "names": key, "steps": steps})
+    return out
+
+
+def _cell(v):
+    return None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
+
+
+def repeat_step_times(tables: Sequence[pd.DataFrame | None], names: tuple) -> list[list[float]]:
+    """Per step of the sequence ``names`` (a group's step names), the list over repeats of that
+    step's median duration (us) over the repeat's forwards with exactly this sequence, valid times
+    only; ``tables``: the recipe tables of one variant and shape, one per repeat (None: a repeat
+    without a table). A repeat without such a forward adds nothing."""
+    out: list[list[float]] = [[] for _ in names]
+    for table in tables:
+        if table is None or table.empty:
+            continue
+        durs = []
+        for _, g in table.sort_values(["forward", "step"]).groupby("forward"):
+            if tuple(g["name"]) == names:
+                durs.append(list(g["dur_us"].where(g["time_ok"].astype(bool))))
+        if not durs:
+            continue
+        med = pd.DataFrame(durs).median(axis=0, skipna=True)
+        for i, v in enumerate(med):
+            if pd.notna(v) and v > 0:
+                out[i].append(float(v))
+    return out
+
+
+def _step_view(step: dict, classify: Callable[[str, str], str]) -> dict:
+    return {**{k: step[k] for k in ("category", "label", "name", "grid", "block")},
+            "class": classify(step["name"], step["category"]), "library": library_of(step["name"], step["category"]),
+            "arch": arch_of(step["name"]) if step["category"] == "kernel" else None}
+
+
+def align(a: Sequence[dict], b: Sequence[dict], classify: Callable[[str, str], str] | None = None) -> list[dict]:
+    """Align two recipes (lists of steps with at least ``name``, ``label`` and ``category``):
+    a list of ``{"kind", "a", "b"}`` with ``a``/``b`` the step's index in its recipe (None where
+    absent), in the order of the aligned sequence; kinds :data:`DIFF_KINDS` (module docstring).
+    ``classify(name, category) -> class`` gives a step's role inside a 'replace' run (default: its
+    category). Uses difflib.SequenceMatcher without its junk heuristic (autojunk=False)."""
+    classify = classify or (lambda name, category: category)
+    la, lb = [s["label"] for s in a], [s["label"] for s in b]
+    rows: list[dict] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
+        if tag == "equal":
+            rows += [{"kind": "kept", "a": i, "b": j} for i, j in zip(range(i1, i2), range(j1, j2))]
+        elif tag == "delete":
+            rows += [{"kind": "removed", "a": i, "b": None} for i in range(i1, i2)]
+        elif tag == "insert":
+            rows += [{"kind": "added", "a": None, "b": j} for j in range(j1, j2)]
+        else:  # replace: pair same-class steps in order, the rest removed/added
+            ca = [classify(a[i]["name"], a[i]["category"]) for i in range(i1, i2)]
+            cb = [classify(b[j]["name"], b[j]["category"]) for j in range(j1, j2)]
+            for t2, p1, p2, q1, q2 in difflib.SequenceMatcher(None, ca, cb, autojunk=False).get_opcodes():
+                if t2 == "equal":
+                    rows += [{"kind": "replaced", "a": i1 + p, "b": j1 + q} for p, q in zip(range(p1, p2), range(q1, q2))]
+                else:
+                    rows += [{"kind": "removed", "a": i1 + p, "b": None} for p in range(p1, p2)]
+                    rows += [{"kind": "added", "a": None, "b": j1 + q} for q in range(q1, q2)]
+    # a label removed in one place and added in another: moved (paired in order of appearance)
+    removed = [r for r in rows if r["kind"] == "removed"]
+    for r in rows:
+        if r["kind"] != "added":
+            continue
+        match = next((m for m in removed if m["kind"] == "removed" and la[m["a"]] == lb[r["b"]]), None)
+        if match is not None:
+            match.update(kind="moved", b=r["b"])
+            r["kind"] = "drop"
+    return [r for r in rows if r["kind"] != "drop"]
+
+
+def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.DataFrame | None],
+                 classify: Callable[[str, str], str] | None = None, threshold: float = 0.02,
+                 confidence: float = CONFIDENCE) -> dict:
+    """The recipe diff of one (variant, shape, pass) between result sets A and B.
+
+    ``a_tables``/``b_tables``: the recipe tables (:func:`recipe_table`) of each repeat, repeat 1
+    first (its groups are the ones diffed); ``classify``: a step's role class (see :func:`align`);
+    ``threshold``/``confidence``: those of :func:`attnprof.analysis.stats.compare_ratio` for the
+    per-step time ratios. Groups are paired by rank (largest with largest); a group without a
+    partner is diffed against the other side's largest group. Returns ``{"same": bool (every step
+    kept in every group), "counts": {kind: n}, "groups": [{"forwards_a", "forwards_b", "rows": [...]}],
+    "note": str}``; each row has kind, a and b (step views: category, label, name, grid, block,
+    class, library, arch; None where absent), ratio, ratio_lo, ratio_hi, verdict (None with fewer
+    than 2 repeats on a side), repeats_a, repeats_b, launch_changed (grid or block differ)."""
+    classify = classify or (lambda name, category: category)
+    ga, gb = recipe_groups(a_tables[0] if a_tables else None), recipe_groups(b_tables[0] if b_tables else None)
+    out = {"same": True, "counts": dict.fromkeys(DIFF_KINDS, 0), "groups": [], "note": ""}
+    if not ga or not gb:
+        out.update(same=None, note="no recipe in " + " and ".join(n for n, g in (("A", ga), ("B", gb)) if not g))
+        return out
+    pairs = [(ga[k] if k < len(ga) else ga[0], gb[k] if k < len(gb) else gb[0]) for k in range(max(len(ga), len(gb)))]
+    for x, y in pairs:
+        ta, tb = repeat_step_times(a_tables, x["names"]), repeat_step_times(b_tables, y["names"])
+        rows = []
+        for r in align(x["steps"], y["steps"], classify):
+            sa = _step_view(x["steps"][r["a"]], classify) if r["a"] is not None else None
+            sb = _step_view(y["steps"][r["b"]], classify) if r["b"] is not None else None
+            row = {"kind": r["kind"], "a": sa, "b": sb, "ratio": None, "ratio_lo": None, "ratio_hi": None, "verdict": None,
+                   "repeats_a": None, "repeats_b": None,
+                   "launch_changed": bool(sa and sb and (sa["grid"], sa["block"]) != (sb["grid"], sb["block"]))}
+            if sa and sb:
+                c = compare_ratio(ta[r["a"]], tb[r["b"]], threshold, confidence)
+                row.update(ratio=c["ratio"], ratio_lo=c["lo"], ratio_hi=c["hi"], repeats_a=c["n_a"], repeats_b=c["n_b"],
+                           verdict=c["verdict"] if min(c["n_a"], c["n_b"]) >= 2 else None)
+            out["counts"][r["kind"]] += 1
+            rows.append(row)
+        out["groups"].append({"forwards_a": len(x["forwards"]), "forwards_b": len(y["forwards"]), "rows": rows})
+    out["same"] = all(out["counts"][k] == 0 for k in DIFF_KINDS if k != "kept") and len(ga) == len(gb)
+    if len(ga) != len(gb):
+        out["note"] = f"forwards differ: {len(ga)} group(s) of identical forwards in A, {len(gb)} in B"
+    return out
+

@@ -1,0 +1,139 @@
+"""The column registry (attnprof.model.columns): every column the pipeline writes is declared, nothing declared is
+gone, docs/results.md is generated from it, and the report's summary headers come from it."""
+import csv
+from pathlib import Path
+
+import pytest
+
+from attnprof.model import columns as registry
+from attnprof.model.columns import TABLES, columns_of, declare, results_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
+RUN_TABLES = {"summary.csv": "summary", "kernels.csv": "kernels", "repeats.csv": "repeats"}
+
+
+def _header(path: Path) -> list[str]:
+    with path.open(newline="") as fh:
+        return next(csv.reader(fh))
+
+
+def _written_sets() -> list[Path]:
+    """Result sets committed with the repository: the H200 examples and the CPU fixtures' (their run-level CSVs)."""
+    sets = [p for p in sorted((ROOT / "examples").iterdir()) if (p / "summary.csv").is_file()]
+    sets += sorted(p.parent for p in (ROOT / "tests" / "fixtures").rglob("summary.csv"))
+    assert EXAMPLE in sets and len(sets) >= 3
+    return sets
+
+
+@pytest.mark.parametrize("run_dir", _written_sets(), ids=lambda p: p.name)
+def test_every_column_a_committed_result_set_holds_is_declared(run_dir):
+    for name, table in RUN_TABLES.items():
+        if (run_dir / name).is_file():
+            undeclared = [c for c in _header(run_dir / name) if c not in columns_of(table)]
+            assert not undeclared, f"{run_dir / name}: columns not declared in attnprof.model.columns: {undeclared}"
+
+
+def test_the_declared_run_tables_are_those_the_code_writes():
+    """Both ways: a column the code writes and the registry lacks, and a declared column the code no longer writes."""
+    from attnprof.analysis.tables import REPEAT_COLUMNS, SUMMARY_COLUMNS
+
+    for table, written in (("summary", SUMMARY_COLUMNS), ("repeats", REPEAT_COLUMNS)):
+        assert sorted(columns_of(table)) == sorted(written), table
+        assert len(written) == len(set(written))
+
+
+def test_the_declared_capture_tables_are_those_extract_writes(h200):
+    """The per-capture tables as extract builds them from a real H200 trace (conftest: the forward tables) and the
+    header a capture without a backward gets (the backward tables)."""
+    from attnprof.analysis.backward import BACKWARD_COLUMNS, empty_backward_tables
+
+    built = {"kernels": h200["kernels"], "forwards": h200["forwards"]["sdpa_flash"],
+             "launches": h200["launches"][0], "ops": h200["ops"][0], **empty_backward_tables()}
+    assert len(h200["kernels"]) > 0 and len(h200["launches"][0]) > 0  # real rows, not only headers
+    assert set(built) == set(TABLES) - {"summary", "repeats", "recipe", "recipe_backward", "control"}
+    for table, frame in built.items():
+        assert sorted(columns_of(table)) == sorted(frame.columns), table
+    assert sorted(columns_of("backwards")) == sorted(BACKWARD_COLUMNS)
+
+
+def test_the_declared_recipe_and_control_tables_are_those_written():
+    """recipe.csv as the recipe diff builds it and control.csv as the self-check writes it (their writers' own
+    column lists, attnprof.analysis.recipe and attnprof.analysis.control)."""
+    from attnprof.analysis.control import CONTROL_COLUMNS, control_table
+    from attnprof.analysis.recipe import RECIPE_COLUMNS
+
+    assert sorted(columns_of("recipe")) == sorted(columns_of("recipe_backward")) == sorted(RECIPE_COLUMNS)
+    assert sorted(columns_of("control")) == sorted(control_table([]).columns) == sorted(CONTROL_COLUMNS)
+
+
+def test_every_declaration_has_a_meaning_and_known_tables():
+    assert registry.COLUMNS
+    for c in registry.COLUMNS:
+        assert c.description.strip(), c.name
+        assert c.tables and set(c.tables) <= set(TABLES), c.name
+    with pytest.raises(ValueError, match="unknown table"):
+        declare("no_such_table", "x", "", "x")
+    with pytest.raises(ValueError, match="'variant' declared twice"):
+        declare("summary", "variant", "", "again")
+    with pytest.raises(KeyError, match="no table"):
+        columns_of("summaries")
+
+
+def test_results_doc_is_generated_from_the_registry():
+    """docs/results.md is what `python -m attnprof.model.columns` writes now (regenerate it after a declaration or
+    a template edit); each table's section lists each of its columns."""
+    doc = (ROOT / "docs" / "results.md").read_text()
+    assert doc == results_markdown(registry.TEMPLATE.read_text())
+    for table in TABLES:
+        for name in columns_of(table):
+            assert f"`{name}`" in doc
+    assert "| `host_load_1m` |  | 1-minute load average" in doc
+    assert "| `timed_ms_q1`, `timed_ms_q3`, `timed_ms_min`, `timed_ms_max` | ms |" in doc
+
+
+def test_a_template_without_a_tables_section_is_refused():
+    with pytest.raises(ValueError, match="no \\{\\{columns ...\\}\\} line for \\['repeats'"):
+        results_markdown("{{columns summary}}\n")
+    with pytest.raises(KeyError, match="no table 'nope'"):  # KeyError's text is the repr of its message
+        results_markdown("".join(f"{{{{columns {t}}}}}\n" for t in [*TABLES, "nope"]))
+
+
+def test_the_report_summary_headers_come_from_the_registry(h200, monkeypatch):
+    """A header changed in the registry changes the report; the CPU run's CPU header replaces the GPU one."""
+    from attnprof.render.report import render_html
+
+    col = columns_of("summary")["timed_ms_median"]
+    changed = registry.ReportHeader("steady ms", "a hint of our own")
+    monkeypatch.setattr(registry, "COLUMNS", [registry.Column(c.name, c.tables, c.unit, c.description,
+                                                              changed if c is col else c.report, c.group)
+                                              for c in registry.COLUMNS])
+    tpl = ROOT / "report"
+    html = render_html(_context(h200, "NVIDIA H200"), tpl)
+    assert '<th>steady ms<br><span class="hint">a hint of our own</span></th>' in html
+    assert "<th>timed ms<br>" not in html
+    assert '<th>CPU ms / fwd<br><span class="hint">median of repeats; rerun; IQR</span></th>' in html
+    cpu = render_html(_context(h200, None), tpl)
+    assert '<th>host ms / fwd<br><span class="hint">median of repeats; rerun; IQR</span></th>' in cpu
+    assert "<th>CPU ms / fwd" not in cpu
+
+
+def _context(h200, gpu_name):
+    from attnprof.analysis.tables import concat_tables
+    from attnprof.render.report import build_context
+
+    env = {"gpu_name": gpu_name, "torch": "2.11.0", "python": "3.12", "snakemake": "9", "driver": "580",
+           "cuda_build": "13.0", "cudnn": 91900, "cpu": "x86_64",
+           "config": {"profiler": {"warmup_calls": 3, "range_name": "attn_fwd", "schedule": {"wait": 1, "warmup": 2, "active": 10}},
+                      "timing": {"repeats": 50, "input_sets": 4}}}
+    return build_context("test-run", h200["summary"], h200["kernels"], concat_tables(h200["launches"]), {"shapes": []},
+                         env, {"expectations": []}, {}, css="body{}")
+
+
+def test_every_csv_table_of_a_result_set_has_its_columns_declared():
+    """A new CSV table (attnprof.model.names) fails here until its columns are declared (TABLES and declare)."""
+    from attnprof.model.names import CAPTURE_TABLES, RUN_FILES
+
+    csv_tables = {k for k, f in {**CAPTURE_TABLES, **RUN_FILES}.items() if f.endswith(".csv")}
+    assert {"summary", "repeats", "kernels", "forwards", "backwards"} <= csv_tables
+    assert sorted(csv_tables - set(TABLES)) == []
