@@ -3,6 +3,7 @@
 # the counts attnprof.model.variants.CONTROL_COUNTS["cuda"] claims: 2 kernels (cuBLAS GEMM + add), 1 memcpy DtoD,
 # 0 memsets per forward. Prints each forward's GPU events and the check's verdict. Usage: bash benchmarks/control_counts_h200.sh
 set -euo pipefail
+source tools/device-env.sh  # msgspec (the trace reader) from .whl/
 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" python3 - <<'PY'
 import json, tempfile, torch
 from torch.profiler import ProfilerActivity, profile, record_function

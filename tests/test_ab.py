@@ -194,6 +194,14 @@ def test_ab_run_with_two_thread_settings(tmp_path):
     assert {r["variant"] for r in pair["rows"]} == {"naive", "sdpa_math"}
     assert all(r["repeats_a"] == r["repeats_b"] == 2 for r in pair["rows"])  # two rounds paired
     assert any(d["key"] == "torch_threads" for d in pair["env_diff"])
+    # the recipe diff is made in an A/B run (its result sets' tables are planned before they exist); one torch
+    # build on both sides: the same ops in the same order, every step of A's recipe.csv kept
+    forward = {r["variant"]: r for r in pair["recipes"] if r["pass"] == "forward"}
+    assert set(forward) == {"naive", "sdpa_math"}
+    for variant, diff in forward.items():
+        table = pd.read_csv(next(sets["one"].glob(f"tables/*/{variant}/r1/recipe.csv")))
+        steps = table.groupby("forward").size()
+        assert diff["same"] and diff["counts"]["kept"] == steps.iloc[0] > 0, variant
 
 
 VENV_B = ROOT / ".venv-b" / "bin" / "python"

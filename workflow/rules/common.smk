@@ -546,7 +546,8 @@ def compare_inputs(wc):
                 variant=variants,
                 repeat=range(1, repeats + 1),
             )
-            if run == RUN or Path(f"results/{run}/captures").exists():
+            # (this config's result sets are captured by this run: an A/B run's too, before their folders exist)
+            if run == RUN or run in AB_RUNS or Path(f"results/{run}/captures").exists():
                 files[f"{run}/{table}"] = paths
         files[f"{run}/ops"] = expand(
             table_file("ops", run),

@@ -8,7 +8,7 @@ import contextlib
 import math
 from collections.abc import Callable
 
-from attnprof.model.variants import COMPILED, CONTROL, CONTROL_SIZE, VARIANTS, Shape
+from attnprof.model.variants import COMPILED, CONTROL, CONTROL_K, CONTROL_SIZE, VARIANTS, Shape
 
 
 def torch_dtype(name: str):
@@ -137,14 +137,16 @@ def _custom_forward(custom: dict, shape: Shape, device: str) -> Callable:
 
 def _control_forward(shape: Shape, device: str) -> Callable:
     """The profiler's control (:data:`attnprof.model.variants.CONTROL`): a forward of known work, whatever
-    q, k and v are (they are ignored): ``torch.mm`` of two [CONTROL_SIZE, CONTROL_SIZE] fp32 matrices (one
-    cuBLAS kernel on a GPU), ``torch.add`` of its result and a third matrix (one elementwise kernel) and
+    q, k and v are (they are ignored): ``torch.mm`` of fp32 [CONTROL_SIZE, CONTROL_K] @ [CONTROL_K, CONTROL_SIZE]
+    (one cuBLAS kernel on a GPU: K short, no split-K), ``torch.add`` of its result and a third matrix (one elementwise kernel) and
     ``dst.copy_(src)`` between two preallocated tensors of the same device and dtype (one memcpy DtoD on
     a GPU). Every tensor is made here, outside the profiled forwards. Returns the add's result."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(0)
-    a, b, c = (torch.randn(CONTROL_SIZE, CONTROL_SIZE, generator=gen).to(device) for _ in range(3))
+    a = torch.randn(CONTROL_SIZE, CONTROL_K, generator=gen).to(device)
+    b = torch.randn(CONTROL_K, CONTROL_SIZE, generator=gen).to(device)
+    c = torch.randn(CONTROL_SIZE, CONTROL_SIZE, generator=gen).to(device)
     src, dst = torch.randn(CONTROL_SIZE, CONTROL_SIZE, generator=gen).to(device), torch.empty(CONTROL_SIZE, CONTROL_SIZE, device=device)
 
     def forward(q, k, v):
@@ -216,7 +218,7 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
         builder = _BUILDERS.get(variant, _sdpa_forward)
         own = [str(VARIANTS.get(variant))] + ([inspect.getsource(_naive_forward)] if variant == "naive_compiled" else [])
         if variant == CONTROL:  # the profiler's control: its matrices' size is in variants.py, not in its builder
-            own.append(f"CONTROL_SIZE={CONTROL_SIZE}")
+            own.append(f"CONTROL_SIZE={CONTROL_SIZE} CONTROL_K={CONTROL_K}")
     parts = [variant, *own] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
                                                                   gradient_relative_errors)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

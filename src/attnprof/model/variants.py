@@ -75,13 +75,17 @@ def runs_on(variant: str, device: str) -> bool:
 DTYPES = ("bf16", "fp16", "fp32")
 
 #: The profiler's control (issue 20): a pseudo-variant with a fixed workload whose counts are known by
-#: construction (attnprof.measure.forwards._control_forward): per forward one torch.mm of two square
-#: fp32 matrices (CONTROL_SIZE), one out-of-place torch.add and one device-to-device ``dst.copy_(src)``.
+#: construction (attnprof.measure.forwards._control_forward): per forward one torch.mm of fp32 matrices
+#: [CONTROL_SIZE, CONTROL_K] @ [CONTROL_K, CONTROL_SIZE], one out-of-place torch.add and one device-to-device
+#: ``dst.copy_(src)``. The GEMM's inner dimension is short and its output large, so that cuBLAS has no reason to
+#: split K: a square 512 x 512 x 512 fp32 GEMM ran as two kernels on an H200 (the GEMM and a split-K reduction,
+#: torch 2.11 + CUDA 13; benchmarks/control_counts_h200.sh), which is the library's choice, not the profiler's.
 #: No memset: no public torch call issues cudaMemsetAsync (``zero_()`` on a CUDA tensor is ``fill_(0)``,
 #: a FillFunctor kernel; aten/src/ATen/native/Fill.cpp). Captured at the first shape of a result set's grid,
 #: every repeat, and left out of every ranking, finding, plot and summary of the attention variants.
 CONTROL = "control"
-CONTROL_SIZE = 512
+CONTROL_SIZE = 2048
+CONTROL_K = 64
 #: Known counts per forward (attnprof.analysis.control checks a capture against them): on a GPU the forward's
 #: kernels (cuBLAS's one GEMM kernel + the add's elementwise kernel), memcpys and memsets; on the CPU the calls
 #: of each aten op per forward, every nesting level (counted by hand in a torch 2.13.0 CPU trace: one
