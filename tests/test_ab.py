@@ -149,7 +149,7 @@ def test_compare_pairs_only_two_environments_of_one_ab_run():
 
 TINY_AB = """
 run: tinyab
-variants: [naive, sdpa_math]
+variants: [naive]
 shapes:
   cpu: {{batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [fp32], causal: [true]}}
   cuda: {{batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}}
@@ -191,13 +191,13 @@ def test_ab_run_with_two_thread_settings(tmp_path):
     _, sets, pair = _ab_run(tmp_path, envs, ["one", "two"])
     threads = {n: json.loads((f / "env.json").read_text())["torch_threads"] for n, f in sets.items()}
     assert threads == {"one": 1, "two": 2}
-    assert {r["variant"] for r in pair["rows"]} == {"naive", "sdpa_math"}
+    assert {r["variant"] for r in pair["rows"]} == {"naive"}
     assert all(r["repeats_a"] == r["repeats_b"] == 2 for r in pair["rows"])  # two rounds paired
     assert any(d["key"] == "torch_threads" for d in pair["env_diff"])
     # the recipe diff is made in an A/B run (its result sets' tables are planned before they exist); one torch
     # build on both sides: the same ops in the same order, every step of A's recipe.csv kept
     forward = {r["variant"]: r for r in pair["recipes"] if r["pass"] == "forward"}
-    assert set(forward) == {"naive", "sdpa_math"}
+    assert set(forward) == {"naive"}
     for variant, diff in forward.items():
         table = pd.read_csv(next(sets["one"].glob(f"tables/*/{variant}/r1/recipe.csv")))
         steps = table.groupby("forward").size()
