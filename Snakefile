@@ -11,6 +11,11 @@ min_version("9.11")
 configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
+# The front page of Snakemake's own report (snakemake --report report.zip; docs/running.md); the figures
+# and the report are marked with report() in workflow/rules/plots.smk and report.smk.
+report: "report/workflow.rst"
+
+
 # --config hands nested values over as text ('plots={dpi: 150}' gives dpi '150'): read them as
 # the schema's types before validating. Every config error is a few lines: the key, the value, what is
 # expected and a fix (attnprof.model.config.schema_message), never the whole schema and config.

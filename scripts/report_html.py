@@ -46,5 +46,14 @@ with script_log(sm.log[0]) as log:
         calibration=load_calibration(sm.input.calibration),
         css=Path(sm.input.css).read_text(),
     )
+    # the interactive timeline of part 1's shape, beside its static figure (attnprof.render.timeline_html)
+    from attnprof.render.timeline_html import load_captures, timeline_html
+
+    if context["study"] is not None:
+        study = context["study"]
+        context["live_timeline"] = timeline_html(
+            load_captures(study["rows"], sm.input.recipes, sm.input.forwards, study["key"]),
+            gpu=bool(context["env"].get("gpu_name")), shape_key=study["key"], trace_name=context["files"]["capture"]["trace"],
+            range_name=(context["config"].get("profiler") or {}).get("range_name", "attn_fwd"))
     Path(sm.output[0]).write_text(render_html(context, Path(sm.input.template).parent, Path(sm.input.template).name))
     print(f"{len(context['shapes'])} shapes rendered", file=log)

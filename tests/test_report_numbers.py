@@ -108,7 +108,13 @@ def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
     html = render_html(compare_context(doc, ""), ROOT / "report", "compare.html.j2")
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html.split("Per variant")[0]))
     det = compare_context(doc, "")["cmp"]["pairs"][0]["detection"]
-    assert "Nothing changed (threshold ±20 %): no time changed beyond the threshold, and no kernel or op was added or removed." in text.replace("&plusmn;", "±").replace("&nbsp;", " ")
+    text = text.replace("&plusmn;", "±").replace("&nbsp;", " ")
+    counts = doc["pairs"][0]["counts"]
+    assert counts["slower"] == counts["faster"] == 0
+    # an inconclusive row is a change not ruled out: the headline then says none was shown, not that none happened
+    head = "No change shown" if counts["inconclusive"] else "Nothing changed"
+    assert f"{head} (threshold ±20 %): no time changed beyond the threshold, and no kernel or op was added or removed." in text
+    assert ("cannot be ruled out" in text) == bool(counts["inconclusive"])
     assert f"a change of {det['pct']:.0f}" in text and "5 / 5 per side" in text
     assert "Environment and config: 2 differences" in text and "config.run cpu-aa-a &rarr; cpu-aa-b" in text
 

@@ -1,5 +1,16 @@
 # Stage 5: matplotlib figures per shape.
 
+# Snakemake's own report (snakemake --report report.zip; docs/running.md): every figure and the report
+# are marked with report(), a caption (report/captions/<name>.rst) and a category. The report's menu
+# sorts the categories by name: the numbers keep them in reading order.
+REPORT_CATEGORIES = {
+    "report": "1. Report",
+    "sweep": "2. Across shapes",
+    "shape": "3. Per shape",
+}
+# The captions, report/captions/<name>.rst: relative to this rules file, as Snakemake reads caption paths
+REPORT_CAPTIONS = "../../report/captions"
+
 
 rule plots:
     input:
@@ -8,7 +19,16 @@ rule plots:
         summary=run_file("summary"),
         kernels=run_file("kernels"),
     output:
-        expand("results/{{run}}/plots/{{shape}}/{name}.png", name=PLOT_NAMES),
+        [
+            report(
+                f"results/{{run}}/plots/{{shape}}/{name}.png",
+                caption=f"{REPORT_CAPTIONS}/{name}.rst",
+                category=REPORT_CATEGORIES["shape"],
+                subcategory="{shape}",
+                labels={"result set": "{run}", "figure": name.replace("_", " ")},
+            )
+            for name in PLOT_NAMES
+        ],
     log:
         "results/{run}/logs/plots/{shape}.log",
     params:
@@ -26,7 +46,16 @@ rule scaling_plots:
         summary=run_file("summary"),
         calibration=run_file("calibration"),
     output:
-        expand("results/{{run}}/plots/{name}.png", name=SCALING_PLOT_NAMES),
+        [
+            report(
+                f"results/{{run}}/plots/{name}.png",
+                caption=f"{REPORT_CAPTIONS}/{name}.rst",
+                category=REPORT_CATEGORIES["sweep"],
+                subcategory="{run}",
+                labels={"result set": "{run}", "figure": name.replace("_", " ")},
+            )
+            for name in SCALING_PLOT_NAMES
+        ],
     log:
         "results/{run}/logs/plots/scaling.log",
     params:
@@ -55,7 +84,13 @@ rule timeline:
             repeat=1,
         ),
     output:
-        f"results/{{run}}/plots/{{shape}}/{TIMELINE}.png",
+        report(
+            f"results/{{run}}/plots/{{shape}}/{TIMELINE}.png",
+            caption=f"{REPORT_CAPTIONS}/{TIMELINE}.rst",
+            category=REPORT_CATEGORIES["shape"],
+            subcategory="{shape}",
+            labels={"result set": "{run}", "figure": TIMELINE},
+        ),
     log:
         "results/{run}/logs/plots/{shape}_timeline.log",
     params:

@@ -17,6 +17,9 @@ rule report_html:
         plots=plot_files,
         calibration=run_file("calibration"),
         launches=per_capture(table_file("launches")),
+        # the interactive timeline (attnprof.render.timeline_html): each capture's recipe and forwards, repeat 1
+        recipes=per_capture(table_file("recipe")),
+        forwards=per_capture(table_file("forwards")),
         # the optional hardware counters (rule measure_counters), where they were measured
         counters=lambda wc: sorted(glob.glob(f"results/{wc.run}/counters/*/*.json")),
         # the profiler's self-check (control.csv); none in a result set made before the control (common.smk)
@@ -24,7 +27,12 @@ rule report_html:
             [run_file("control", wc.run)] if control_shapes(wc.run) else []
         ),
     output:
-        run_file("html"),
+        report(
+            run_file("html"),
+            caption=f"{REPORT_CAPTIONS}/report_html.rst",
+            category=REPORT_CATEGORIES["report"],
+            labels={"result set": "{run}", "format": "HTML"},
+        ),
     log:
         "results/{run}/logs/report_html.log",
     run:
@@ -38,7 +46,12 @@ rule report_pdf:
         script=script_file("report_pdf"),
         html=run_file("html"),
     output:
-        run_file("pdf"),
+        report(
+            run_file("pdf"),
+            caption=f"{REPORT_CAPTIONS}/report_pdf.rst",
+            category=REPORT_CATEGORIES["report"],
+            labels={"result set": "{run}", "format": "PDF"},
+        ),
     log:
         "results/{run}/logs/report_pdf.log",
     run:

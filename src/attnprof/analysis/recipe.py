@@ -37,7 +37,7 @@ from attnprof.analysis.stats import CONFIDENCE, compare_ratio
 from attnprof.analysis.trace import kernel_label
 
 RECIPE_COLUMNS = ["variant", "shape_key", "forward", "step", "category", "name", "label", "grid", "block", "dur_us",
-                  "time_ok"]
+                  "time_ok", "start_us", "launch_api", "launch_us", "launch_dur_us"]
 #: The kinds of a diff row, in the order a diff's ``counts`` lists them.
 DIFF_KINDS = ("kept", "replaced", "moved", "removed", "added")
 #: Architecture written into a kernel's own name: ``sm90_xmma_...``, ``..._sm80``, ``cutlass_80_...``.
@@ -71,7 +71,12 @@ def recipe_table(frames: dict, variant: str, shape_key: str, gpu: bool) -> pd.Da
     their start (category kernel/memcpy/memset, grid and block from the launch metadata), else its
     top-level aten ops ordered by their start (category ``op``). dur_us: the step's duration (us;
     device time on a GPU, inclusive host time of the op on a CPU); time_ok: the trace's times of
-    that step are valid (always True for ops)."""
+    that step are valid (always True for ops). start_us: the step's start, in us after the start of
+    its forward's range (``frames["ranges"]``); on a GPU run launch_api, launch_us and launch_dur_us:
+    the API call that launched it (by correlation id, as :func:`attnprof.analysis.trace.gpu_events`
+    joins them), its start in us after the range's start and its host duration in us (``frames["api"]``;
+    NaN where the trace has no such call); empty on a CPU run. Raises KeyError when ``frames`` lacks
+    ``ranges`` (or, on a GPU run, ``api``)."""
     comp = frames["completeness"]
     counted = set(comp.index[comp["complete"].astype(bool)])
     if gpu:
@@ -83,8 +88,16 @@ def recipe_table(frames: dict, variant: str, shape_key: str, gpu: bool) -> pd.Da
         ops = ops[ops["forward"].isin(counted)]
         rows = _top_level(ops).copy() if len(ops) else ops.copy()
         rows["category"], rows["grid"], rows["block"], rows["time_ok"] = "op", None, None, True
+        rows["launch_api"], rows["launch_ts"], rows["launch_dur_us"] = None, float("nan"), float("nan")
     if rows.empty:
         return pd.DataFrame(columns=RECIPE_COLUMNS)
+    if gpu:  # the launch call's host duration: the API call of the same correlation id that gpu_events joined
+        calls = frames["api"].dropna(subset=["correlation", "ts"])[["correlation", "ts", "dur"]]
+        calls = calls.drop_duplicates(["correlation", "ts"]).rename(columns={"ts": "launch_ts", "dur": "launch_dur_us"})
+        rows = rows.merge(calls, on=["correlation", "launch_ts"], how="left", validate="many_to_one")
+    range_start = rows["forward"].map(frames["ranges"].set_index("forward")["ts"])
+    # trace times are us with ns resolution: the offsets too, without the float noise of subtracting large numbers
+    rows["start_us"], rows["launch_us"] = (rows["ts"] - range_start).round(3), (rows["launch_ts"] - range_start).round(3)
     rows = rows.sort_values(["forward", "ts"], kind="stable")
     rows["step"] = rows.groupby("forward").cumcount()
     rows["label"] = rows["name"].map(kernel_label) if gpu else rows["name"]

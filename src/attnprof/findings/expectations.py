@@ -59,7 +59,7 @@ def verdict(observed: dict, expected, how: str, tol: float | None) -> tuple[str,
                               "recorded, so this run cannot tell it from noise")
     same = _compare(observed["value"], expected, how, tol)
     if tied is not None and expected in tied and len(tied) > 1:
-        return WITHIN_NOISE, (f"{', '.join(tied)}: their per-forward min-max ranges overlap (or one is not recorded), "
+        return WITHIN_NOISE, (f"{', '.join(tied)}: their {observed.get('ranges', 'per-forward ranges')} overlap (or one is not recorded), "
                               "so this run cannot rank them")
     if spread and how in ("gt", "approx", "within"):
         lo, hi = spread["low"]["value"], spread["high"]["value"]
@@ -71,8 +71,8 @@ def verdict(observed: dict, expected, how: str, tol: float | None) -> tuple[str,
             of = f" ({op.join(names)})" if len(names) == 2 else ""
             how_ends = ("the range reaches both sides of the expected value" if at_lo == at_hi
                         else "the claim holds at one end and not at the other")
-            return WITHIN_NOISE, (f"observed {observed['value']:.4g}{of}, but {lo:.4g} to {hi:.4g} over the per-forward "
-                                  f"min-max ranges: {how_ends}")
+            return WITHIN_NOISE, (f"observed {observed['value']:.4g}{of}, but {lo:.4g} to {hi:.4g} over the "
+                                  f"{spread.get('ranges', 'per-forward ranges')}: {how_ends}")
         same = at_lo
     return ("same" if same else "different"), ""
 

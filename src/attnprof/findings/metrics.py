@@ -54,10 +54,13 @@ def metric_safe_softmax(d, vs):
     return ref_op(d, vs[0], "aten::_safe_softmax")
 
 
-def _spread(low: dict, high: dict) -> dict | None:
-    """A metric's ``spread``: its lowest and highest value over the per-forward min-max ranges
-    of its inputs (references or formulas); None where either has no value."""
-    return {"low": low, "high": high} if None not in (low["value"], high["value"]) else None
+def _spread(d, low: dict, high: dict) -> dict | None:
+    """A metric's ``spread``: its lowest and highest value over the spreads of its inputs (references or
+    formulas): their between-run intervals when the run has repeats, else their per-forward min-max ranges
+    (RunData.spread_columns), named in ``ranges`` (RunData.spread_words); None where either has no value."""
+    if None in (low["value"], high["value"]):
+        return None
+    return {"low": low, "high": high, "ranges": d.spread_words()["ranges"]}
 
 
 def metric_device_ratio(d, vs):
@@ -65,7 +68,7 @@ def metric_device_ratio(d, vs):
     on a CPU; spread: min(vs[0]) / max(vs[1]) to max(vs[0]) / min(vs[1]) over the profiled forwards."""
     col, lo, hi, _ = d.time_columns()
     out = derived("ratio", [ref_summary(d, vs[0], col, "ms"), ref_summary(d, vs[1], col, "ms")])
-    out["spread"] = _spread(derived("ratio", [ref_summary(d, vs[0], lo, "ms"), ref_summary(d, vs[1], hi, "ms")]),
+    out["spread"] = _spread(d, derived("ratio", [ref_summary(d, vs[0], lo, "ms"), ref_summary(d, vs[1], hi, "ms")]),
                             derived("ratio", [ref_summary(d, vs[0], hi, "ms"), ref_summary(d, vs[1], lo, "ms")]))
     return out
 
@@ -84,7 +87,7 @@ def metric_fastest_fused(d, vs):
     tied = [v for v in ok if v == best or None in (b_lo, b_hi, spreads[v][0]["value"], spreads[v][1]["value"])
             or (spreads[v][0]["value"] <= b_hi and b_lo <= spreads[v][1]["value"])]
     return {"value": best, "unit": "", "formula": "argmin", "inputs": [ref_summary(d, v, col, "ms") for v in ok],
-            "tied": tied, "spread_inputs": [r for v in ok for r in spreads[v]]}
+            "tied": tied, "ranges": d.spread_words()["ranges"], "spread_inputs": [r for v in ok for r in spreads[v]]}
 
 
 def metric_main_occupancy(d, vs):
@@ -111,7 +114,7 @@ def metric_cpu_excess(d, vs):
     if any(ref_summary(d, v, c)["value"] is None for v in others for c in (lo, hi)):
         out["spread"] = None  # an other variant without its range: the ends are unknown
         return out
-    out["spread"] = _spread(derived("difference", [ref_summary(d, vs[0], lo, "ms"), largest(hi)], "ms"),
+    out["spread"] = _spread(d, derived("difference", [ref_summary(d, vs[0], lo, "ms"), largest(hi)], "ms"),
                             derived("difference", [ref_summary(d, vs[0], hi, "ms"), largest(lo)], "ms"))
     return out
 

@@ -315,6 +315,12 @@ declare(("recipe", "recipe_backward"), "label", "", "short readable name (the re
 declare(("recipe", "recipe_backward"), "grid block", "", "launch metadata from the trace, `XxYxZ` (GPU run)")
 declare(("recipe", "recipe_backward"), "dur_us", "µs", "the step's duration: device time on a GPU run, inclusive host time of the op on a CPU run")
 declare(("recipe", "recipe_backward"), "time_ok", "", "the trace's times of the step are valid (always true for ops)")
+declare(("recipe", "recipe_backward"), "start_us", "µs",
+        "the step's start after the start of its forward's (backward's) range: on the device on a GPU run, on the host "
+        "on a CPU run (the report's interactive timeline draws it)")
+declare(("recipe", "recipe_backward"), "launch_api", "", "the API call that launched the step (GPU run; empty on a CPU run)")
+declare(("recipe", "recipe_backward"), "launch_us launch_dur_us", "µs",
+        "that call's start after the start of the range, and its host duration (GPU run; empty on a CPU run)")
 
 declare("control", "reason", "", "why the capture failed, else empty")
 declare("control", "forwards_complete", "count", "complete forwards of the capture")

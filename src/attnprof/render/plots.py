@@ -32,7 +32,7 @@ CPU_PLOTS = ("device_time", TIMELINE)
 FULL_WIDTH = {"kernel_split", "timeline", "scaling_time", "scaling_tflops", "scaling_memory"}
 #: One sentence per figure, for the report's captions.
 CAPTIONS = {
-    "device_time": "Device time per forward of each variant: median over the timed forwards, whiskers from the fastest to the slowest forward.",
+    "device_time": "Device time per forward of each variant: the median of the repeats, whiskers the 95 % interval a rerun's median will hold (with one repeat: median over the timed forwards, whiskers from the fastest to the slowest forward).",
     "kernels_per_forward": "Kernels, memcpys and memsets each variant launches per forward, counted in the trace.",
     "kernel_split": "Where each variant's device time goes, by kind of kernel, as a share of its own device time (total per forward at the right).",
     "cpu_vs_device": "Host time to issue a forward against the device time it launches (log scale): a longer CPU bar means launch-bound.",

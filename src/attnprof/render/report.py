@@ -288,10 +288,11 @@ def compare_context(doc: dict, css: str) -> dict:
 
 def recipe_context(recipes: list[dict]) -> dict:
     """The compare template's recipe section from a pair's ``recipes`` (attnprof.analysis.compare.recipe_changes):
-    ``recipes_changed`` (the (variant, shape, pass) entries whose recipe differs, each group's rows without the
-    kept steps whose time verdict is not slower/faster, so that a table shows only what differs; ``kept_hidden``
-    counts the rows left out), ``recipes_same`` (how many entries have the same recipe) and ``recipe_counts``
-    (rows of each kind over every entry)."""
+    ``recipes_changed`` (the (variant, shape, pass) entries whose recipe differs or one of whose kept steps changed
+    its time, each group's rows without the kept steps whose time verdict is not slower/faster, so that a table shows
+    only what differs; ``kept_hidden`` counts the rows left out), of which ``recipes_differ`` (steps added, removed,
+    replaced or moved) and ``recipes_retimed`` (the same steps, some slower or faster), ``recipes_same`` (how many
+    entries have the same steps in the same order) and ``recipe_counts`` (rows of each kind over every entry)."""
     changed, totals = [], {}
     for r in recipes:
         for k, n in (r.get("counts") or {}).items():
@@ -302,8 +303,10 @@ def recipe_context(recipes: list[dict]) -> dict:
             groups = [{**g, "rows": [x for x in g["rows"] if x in shown]} for g in r.get("groups") or []]
             changed.append({**r, "groups": groups,
                             "kept_hidden": sum(len(g["rows"]) for g in r.get("groups") or []) - len(shown)})
-    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(changed), "recipe_counts": totals,
-            "recipes_total": len(recipes)}
+    differ = [r for r in changed if not r.get("same")]
+    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(differ), "recipe_counts": totals,
+            "recipes_total": len(recipes), "recipes_differ": differ,
+            "recipes_retimed": [r for r in changed if r.get("same")]}
 
 
 def detection_limit(rows: list[dict], threshold: float) -> dict | None:
@@ -554,10 +557,13 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
                          and _ok(by.get((target, k), {}).get("cpu_ms_per_forward"))
                          and by[(disp, k)]["cpu_ms_per_forward"] > by[(target, k)]["cpu_ms_per_forward"])
             apart = _apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")
-            text += (f", and {'costs' if apart else 'by median costs'} {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} "
-                     f"host time per forward at {skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
-                     + ("" if apart else f"; the {spans} overlap, so this run does not say which costs more")
-                     + (f"; more at {higher} of {len(keys)} shapes" if many else ""))
+            if apart:
+                text += (f", and costs {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at "
+                         f"{skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
+                         + (f"; by median more at {higher} of {len(keys)} shapes" if many else ""))
+            else:  # a difference inside the intervals is no finding: say so, without the numbers of a non-result
+                text += (f"; its host time per forward is not told apart from {target}'s by this run (at {skey} the "
+                         f"{spans} overlap: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')})")
         out.append({"text": text + ".", "href": f"#v-{skey}-{disp}"})
 
     # 4. hidden copies and FP32 GEMMs at the study's shape, as the findings state them
