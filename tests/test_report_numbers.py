@@ -3,6 +3,7 @@ templates only format them."""
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -138,3 +139,26 @@ def test_the_detection_limit_of_a_cpu_run_uses_the_host_threshold():
     text = repeats_text({"repeats": 5, "compare": {"noise_floor": 0.02, "noise_floor_host": 0.2}}, gpu)
     limits = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|&ndash;)", text.split("% power)")[1].split("Calibrated")[0])]
     assert all(2.0 <= x < 20.0 for x in limits), limits
+
+
+def test_page_1_states_the_backward_and_the_compile_of_the_beyond_example():
+    """The beyond example profiles the backward and two compiled variants: page 1 names the fastest backward among the
+    variants whose gradients passed (counted here from summary.csv, dispatchers left out), how many gradient checks
+    ran, and each compiled variant's kernels against the variant it compiles, with its first call."""
+    from attnprof.render.report import in_brief
+
+    ex = ROOT / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56-beyond"
+    s, k = pd.read_csv(ex / "summary.csv"), pd.read_csv(ex / "kernels.csv")
+    study = "b8_h16_s1024_d64_bf16_causal"
+    texts = [b["text"] for b in in_brief({"key": study, "findings": []}, [], s, k)]
+    at = s[(s["shape_key"] == study) & (s["backward_status"] == "ok") & (s["variant"] != "sdpa_auto")]
+    fastest = at.sort_values("device_ms_per_backward").iloc[0]
+    bwd = next(t for t in texts if t.startswith("Backward:"))
+    assert bwd.startswith(f"Backward: {fastest['variant']} is fastest at {study}")
+    checked = s["grad_rel_error_ok"].notna().sum()
+    assert f"checked against float64 in {checked} captures: {(s['grad_rel_error_ok'] == True).sum()} within" in bwd  # noqa: E712
+    row = s[(s["shape_key"] == study) & (s["variant"] == "naive_compiled")].iloc[0]
+    naive = s[(s["shape_key"] == study) & (s["variant"] == "naive")].iloc[0]
+    comp = next(t for t in texts if t.startswith("torch.compile: naive_compiled"))
+    assert f"launches {int(row['kernels_per_forward'])} kernels" in comp and f"naive's {int(naive['kernels_per_forward'])} kernels" in comp
+    assert "kept out of these numbers" in comp

@@ -25,6 +25,8 @@ TRIM = ["--config", "variants=[sdpa_math,sdpa_cudnn]", "repeats=1"]
 #: What the rules mark (workflow/rules/plots.smk, report.smk), written out here by hand: per-shape figures,
 #: run-wide figures, the report in two formats
 PER_SHAPE = [*SHAPE_PLOTS, TIMELINE]
+#: The tests of the one trimmed run: in one xdist worker, which makes the run once
+ONE_RUN = pytest.mark.xdist_group("snakemake_report")
 
 
 def test_every_marked_file_has_its_caption():
@@ -109,12 +111,14 @@ def trimmed_run(tmp_path_factory):
 
 
 @pytest.mark.workflow
+@ONE_RUN
 def test_the_report_zip_holds_the_figures_captions_categories_and_the_report(trimmed_run, tmp_path):
     rep = report_zip(trimmed_run, tmp_path / "report.zip", *TRIM)
     check_report(rep, trimmed_run, "tiny", "report")
 
 
 @pytest.mark.workflow
+@ONE_RUN
 def test_a_result_set_from_elsewhere_is_reported_through_the_render_profile(trimmed_run, tmp_path):
     """A copied result set (as a committed example is): its own name, not this config's; the render profile and its
     report.pdf as the target restrict the report to it."""

@@ -23,7 +23,7 @@ from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.model.fmt import format_number
 from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
-from attnprof.model.variants import REGISTRY
+from attnprof.model.variants import COMPILED, REGISTRY
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 from attnprof.analysis.trace import kernel_label
 
@@ -498,7 +498,10 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
         nxt = next((r for r in cands[1:] if not own or _kernel_set(kernels, r["variant"], key) != own), None)
         per_shape[key] = (best, nxt)
     if per_shape:
-        winners = list(dict.fromkeys(b["variant"] for b, _ in per_shape.values()))
+        # a shape names a winner only where it is ahead outside the spans; elsewhere there is no clear fastest
+        clear_at = {k: n is None or _apart(b, n, prefix) for k, (b, n) in per_shape.items()}
+        unclear = [k for k, c in clear_at.items() if not c]
+        winners = list(dict.fromkeys(b["variant"] for k, (b, _) in per_shape.items() if clear_at[k]))
         best, nxt = per_shape.get(skey) or next(iter(per_shape.values()))
         at_key = best["shape_key"]
         kname = _main_kernel(kernels, best["variant"], at_key) if gpu else ""
@@ -509,11 +512,16 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
         thing = "kernel" if gpu else "variant"  # on a CPU there are no kernels to tell apart
         clear = nxt is None or _apart(best, nxt, prefix)
         fastest = f"The fastest {thing}" if clear else f"By median, the fastest {thing}"
-        if len(winners) == 1:
+        def n_shapes(n):
+            return f"{n} shape{'' if n == 1 else 's'}"
+        if winners == [best["variant"]] and not unclear:
             lead = f"{fastest} is {what}, at {'all ' + str(len(per_shape)) + ' shapes' if many else at_key}"
         else:
-            lead = f"{fastest} at {at_key} is {what}; elsewhere " + "; ".join(
-                f"{w} at {sum(b['variant'] == w for b, _ in per_shape.values())} shapes" for w in winners if w != best["variant"])
+            others = [f"{w} at {n_shapes(sum(b['variant'] == w and clear_at[k] for k, (b, _) in per_shape.items()))}"
+                      for w in winners if w != best["variant"]]
+            if unclear:
+                others.append(f"no clear fastest at {n_shapes(len(unclear))} (the {spans} overlap)")
+            lead = f"{fastest} at {at_key} is {what}" + (("; elsewhere " + "; ".join(others)) if others else "")
         text = lead + f": {_time(best, prefix)} {where} time per forward at {at_key}"
         if nxt is not None and not clear:  # no ranking to state: say so first, then the medians
             text = (f"No {thing} is fastest outside the {spans} at {at_key}: by median {best['variant']}, "
@@ -526,9 +534,11 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
             text += (f", {_fmt(ratio)}\u00d7 faster than the next {'distinct kernel' if gpu else 'variant'}, {nxt['variant']}"
                      + (f" ({nlabel})" if nlabel and len(nlabel) <= 40 else "")
                      + f", at {_time(nxt, prefix)}" + ("" if holds else f"; the {spans} overlap, so this run does not rank them"))
-            margins = [n[f"{prefix}_per_forward"] / b[f"{prefix}_per_forward"] for b, n in per_shape.values() if n is not None]
+            margins = [n[f"{prefix}_per_forward"] / b[f"{prefix}_per_forward"] for k, (b, n) in per_shape.items()
+                       if n is not None and clear_at[k] and b["variant"] == best["variant"]]
             if many and len(margins) > 1:
-                text += f"; over the sweep its margin is {_fmt(min(margins))}\u00d7 to {_fmt(max(margins))}\u00d7"
+                text += (f"; where it is ahead outside the {spans} ({n_shapes(len(margins))}), its margin is "
+                         f"{_fmt(min(margins))}\u00d7 to {_fmt(max(margins))}\u00d7")
         if wrong_variants:
             text += f" (wrong results left out: {', '.join(sorted(wrong_variants))})"
         out.append({"text": text + ".", "href": sweep_href})
@@ -588,7 +598,10 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
                 text += f", {_fmt(r[f'{prefix}_per_forward'] / best[f'{prefix}_per_forward'])}\u00d7 {best['variant']}'s time"
             out.append({"text": text + ".", "href": f"#{f['anchor']}"})
 
-    # 5. captures that published nothing
+    # 5. the backward pass and torch.compile, where the run profiled them (config passes, compiled variants)
+    out += _backward_and_compile_brief(rows, by, skey, spans, prefix, gpu)
+
+    # 6. captures that published nothing
     failed = summary[summary["status"] != "ok"]
     for (variant, status), fr in failed.groupby(["variant", "status"], sort=False):
         recs = _records(fr)
@@ -599,6 +612,49 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
         out.append({"text": f"{variant} {_STATUS_WORDS.get(status, status)} at {at}{why}"
                             + (f", asking for up to {_fmt(max(gib))} GiB" if gib else "") + "; it has no numbers there.",
                     "href": f"#v-{recs[0]['shape_key']}-{variant}" if not many else "#sweep"})
+    return out
+
+
+def _backward_and_compile_brief(rows: list[dict], by: dict, skey: str, spans: str, prefix: str, gpu: bool) -> list[dict]:
+    """Page 1's sentences on the backward pass (the fastest backward kernel among variants whose gradients passed
+    the float64 check, its time with rerun interval and TFLOP/s, and how many gradients were checked) and on
+    torch.compile (each compiled variant's kernels and time per forward against the variant it compiles, and its
+    first call, kept out of those numbers), at the study's shape ``skey``. [] for a forward-only run."""
+    out = []
+    bwd = f"{prefix.split('_')[0]}_ms_backward"  # device_ms_backward / cpu_ms_backward
+    ok = [r for r in rows if r["shape_key"] == skey and r.get("backward_status") == "ok"
+          and _ok(r.get(f"{prefix}_per_backward")) and r.get("grad_rel_error_ok") is not False
+          and r["variant"] not in DISPATCHERS]
+    if len(ok) >= 2:
+        ranked = sorted(ok, key=lambda r: r[f"{prefix}_per_backward"])
+        best, nxt = ranked[0], ranked[1]
+
+        def when(r):
+            return f"{_fmt(r[f'{prefix}_per_backward'])} ms{_interval(r, bwd)}"
+        checked = [r for r in rows if r.get("grad_rel_error_ok") in (True, False)]
+        text = (f"Backward: {best['variant']} is fastest at {skey}, {when(best)} per backward"
+                + (f", {_fmt(best['backward_tflops'])} TFLOP/s (2.5× the forward's FLOPs)" if gpu and _ok(best.get("backward_tflops")) else "")
+                + f"; next {nxt['variant']}, {when(nxt)}"
+                + ("" if _apart(best, nxt, bwd) else f" (the {spans} overlap)"))
+        if checked:
+            passed = sum(1 for r in checked if r["grad_rel_error_ok"] is True)
+            text += f". Gradients dq, dk, dv checked against float64 in {len(checked)} captures: {passed} within tolerance"
+        out.append({"text": text + ".", "href": f"#backward-{skey}"})
+    for r in rows:
+        if r["shape_key"] != skey or r["variant"] not in COMPILED or r.get("status") != "ok":
+            continue
+        base = by.get((r["variant"].removesuffix("_compiled"), skey)) if r["variant"].endswith("_compiled") else None
+        n = r.get("kernels_per_forward")
+        text = (f"torch.compile: {r['variant']} launches {_fmt(n)} kernel{'' if n == 1 else 's'} per forward, "
+                f"{_time(r, prefix)}")
+        if base is not None and base.get("status") == "ok" and _ok(base.get(f"{prefix}_per_forward")):
+            text += (f", against {base['variant']}'s {_fmt(base.get('kernels_per_forward'))} kernels and {_time(base, prefix)}"
+                     + ("" if _apart(r, base, prefix) else f" (the {spans} overlap)"))
+        if _ok(r.get("compile_first_call_s")):
+            text += (f"; its first call (compile) took {_fmt(r['compile_first_call_s'])} s"
+                     + (f", its first backward {_fmt(r['compile_backward_first_call_s'])} s" if _ok(r.get("compile_backward_first_call_s")) else "")
+                     + ", kept out of these numbers")
+        out.append({"text": text + ".", "href": f"#v-{skey}-{r['variant']}"})
     return out
 
 
