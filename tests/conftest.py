@@ -125,7 +125,7 @@ SHARED_MODULES = {"test_worker.py": "captures"}
 #: an xdist worker takes these before the many quick ones, so that no long test starts last while
 #: the other worker has nothing left to do. Other modules follow in their own order.
 SLOW_MODULES = ("test_travel.py", "test_user_variant.py", "test_workflow.py", "test_worker.py", "test_worker_abuse.py",
-                "test_capture.py", "test_trust.py", "test_pdf.py", "test_report.py")
+                "test_capture.py", "test_trust.py", "test_pdf.py", "test_report.py", "test_snakemake_report.py", "test_ab.py")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -42,7 +42,7 @@ def report_zip(workdir: Path, zip_path: Path, *args: str) -> dict:
     """``snakemake --report zip_path *args`` in ``workdir`` -> {members: names in the zip, results, categories,
     workflow_desc: the JSON the zip's report.html holds, data: member name -> bytes}."""
     # --cores: the Snakefile reads the run's cores at parse time (common.smk, CAPTURE_THREADS), a report included
-    snakemake(workdir, "--report", str(zip_path), "--cores", "1", *args)
+    snakemake(workdir, "--report", str(zip_path), *args)  # no --cores: a report runs no job
     with zipfile.ZipFile(zip_path) as zf:
         members = zf.namelist()
         page = zf.read(f"{zip_path.stem}/report.html").decode()

@@ -60,12 +60,12 @@ rule environment:
         run_file("env", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/environment.log",
+    group:
+        AB_GROUP
     # the threads of a capture: the job's environment has OMP_NUM_THREADS and friends from them (as a
     # script: job's, attnprof.runtime.jobs.script_environment), so the recorded torch_threads are the captures'
     # own (and the same capture worker serves both)
     threads: CAPTURE_THREADS
-    group:
-        AB_GROUP
     resources:
         worker_idle_s=WORKER_IDLE_S,
     params:
@@ -90,9 +90,9 @@ rule calibrate:
         run_file("calibration", run=f"{{run,{THIS_RUN}}}"),
     log:
         "results/{run}/logs/calibrate.log",
-    threads: CAPTURE_THREADS  # as a capture's: the same worker serves it
     group:
         AB_GROUP
+    threads: CAPTURE_THREADS  # as a capture's: the same worker serves it
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,

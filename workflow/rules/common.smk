@@ -335,11 +335,25 @@ def capture_priority(wc):
 AB_GROUP = "ab_gpu" if AB_RUNS else None
 # the capture worker's idle timeout, whole seconds (a job resource: Snakemake's resources are integers)
 WORKER_IDLE_S = max(1, round(config["capture_worker_idle_s"]))
+
+
 # The threads of a capture (and of the environment record and the calibration, which the same capture worker
 # serves): every core on a CPU run, so that no other job disturbs its timings. Also a param of the capture and
 # environment rules: torch's intra-op threads are part of what a CPU capture measures, so a run with another
 # --cores recaptures instead of mixing thread counts in one result set.
-CAPTURE_THREADS = workflow.cores if DEVICE == "cpu" else 1
+def _capture_threads():
+    """workflow.cores on a CPU run, else 1; 1 where Snakemake was given no core count (--report, --lint and other
+    invocations that run no job: Snakemake refuses to run a job without --cores, so no capture sees that value).
+    """
+    if DEVICE != "cpu":
+        return 1
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return 1
+
+
+CAPTURE_THREADS = _capture_threads()
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)
