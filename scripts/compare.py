@@ -7,6 +7,7 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.analysis.compare import compare_runs
+    from attnprof.analysis.recipe import recipe_table_problem
     from attnprof.analysis.records import load_record
     from attnprof.analysis.tables import concat_tables
     from attnprof.findings.kernel_names import kernel_class
@@ -16,15 +17,27 @@ with script_log(sm.log[0]) as log:
         """{(variant, shape_key, pass): [recipe table per repeat, repeat 1 first]} of result set ``name``; {} when
         its recipe tables are not inputs (a result set copied without its traces and tables)."""
         out: dict = {}
+        damaged: dict = {}
         for table, pass_ in (("recipe", "forward"), ("recipe_backward", "backward")):
             if f"{name}/{table}" not in sm.input.keys():
                 continue
             for p in sm.input[f"{name}/{table}"]:
                 *_, shape, variant, rep, _file = Path(p).parts  # .../tables/<shape>/<variant>/r<k>/<table>.csv
-                out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = pd.read_csv(p)
-        return {k: [v[r] for r in sorted(v)] for k, v in out.items() if any(len(t) for t in v.values())}
+                try:
+                    frame = pd.read_csv(p)
+                except pd.errors.EmptyDataError:
+                    frame, why = None, "empty file"
+                else:
+                    why = recipe_table_problem(frame)
+                if why:  # never diff a damaged table: its (variant, shape, pass) gets no recipe diff, and the pair says so
+                    damaged[(variant, shape, pass_)] = f"{p}: {why}"
+                out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = frame
+        problems[name] = [f"recipe table damaged, {w}: no recipe diff of {k[0]} {k[2]} at {k[1]}" for k, w in damaged.items()]
+        return {k: [v[r] for r in sorted(v)] for k, v in out.items()
+                if k not in damaged and any(t is not None and len(t) for t in v.values())}
 
     runs = []
+    problems: dict[str, list[str]] = {}
     for name in sm.params.runs:
         ops = [pd.read_csv(p) for p in sm.input[f"{name}/ops"]]
         runs.append({
@@ -41,6 +54,9 @@ with script_log(sm.log[0]) as log:
             # each forward's work in order, per repeat (attnprof.analysis.recipe): the recipe diff
             "recipes": recipes(name),
         })
+        runs[-1]["recipe_problems"] = problems.get(name, [])
+        for line in runs[-1]["recipe_problems"]:
+            print(f"{name}: {line}", file=log)
         if not runs[-1]["recipes"]:
             print(f"{name}: no recipe tables (result set copied without its traces and tables, or made before "
                   "recipe.csv existed): no recipe diff", file=log)

@@ -26,6 +26,7 @@ with script_log(sm.log[0]) as log:
         env_path = env_path if env_path.exists() else None
     env = load_env(env_path, ENV_CHECK_KEYS) if env_path else None
     per_pair: dict[tuple[str, str], list[dict]] = {}
+    started: dict[tuple[str, str, int], float | None] = {}
     for status_path, forwards_path, backwards_path in zip(sm.input.status, sm.input.forwards, sm.input.backwards):
         status = load_record(status_path, STATUS_KEYS)
         check_capture_record(status, status_path, None, env, env_path=env_path)
@@ -36,7 +37,9 @@ with script_log(sm.log[0]) as log:
         # the repeat is the capture's folder (r<k>); its record says it too (1 for a record made before repeats)
         row["repeat"] = int(Path(status_path).parent.name.removeprefix("r"))
         per_pair.setdefault((row["variant"], row["shape_key"]), []).append(row)
-    repeats = [r for rows in per_pair.values() for r in rows]
+        # when the capture began (Unix s): what tells an A/B run's rounds were captured interleaved (compare)
+        started[(row["variant"], row["shape_key"], row["repeat"])] = status.get("capture_started_at") or status.get("started_at")
+    repeats = [{**r, "started_at": started[(r["variant"], r["shape_key"], r["repeat"])]} for rows in per_pair.values() for r in rows]
     pd.DataFrame(repeats, columns=REPEAT_COLUMNS).to_csv(sm.output.repeats, index=False)
     summary = [combine_repeats(rows, sm.params.confidence) for rows in per_pair.values()]
     pd.DataFrame(summary).to_csv(sm.output.summary, index=False)

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 import snakemake_cli
-from attnprof.analysis.compare import ab_pairing, compare_runs, paired_repeat_medians
+from attnprof.analysis.compare import ab_pairing, ab_unpaired_reason, compare_runs, paired_repeat_medians
 from attnprof.analysis.stats import compare_paired, compare_ratio
 from attnprof.model.config import ab_order, ab_priority, config_problems
 from conftest import copy_workflow
@@ -117,9 +117,11 @@ def test_one_environment_is_a_config_problem():
 
 # --- compare's pairing hook -----------------------------------------------------------------------------
 
-def _result_set(name, env, medians):
-    rows = [{"variant": "v", "shape_key": "s", "status": "ok", "repeat": k + 1, "cpu_ms_per_forward": m}
-            for k, m in enumerate(medians)]
+def _result_set(name, env, medians, start=0.0, side=0):
+    """One (variant, shape) with one repeat per median; round k's capture starts at start + 100 k (+ 10 on side B:
+    the two sides of a round back to back, as an A/B run interleaves them)."""
+    rows = [{"variant": "v", "shape_key": "s", "status": "ok", "repeat": k + 1, "cpu_ms_per_forward": m,
+             "started_at": start + 100 * k + 10 * side} for k, m in enumerate(medians)]
     summary = pd.DataFrame([{"variant": "v", "shape_key": "s", "status": "ok", "kernels_per_forward": 0,
                              "device_ms_per_forward": float("nan"), "cpu_ms_per_forward": float(np.median(medians))}])
     return {"name": name, "summary": summary, "kernels": pd.DataFrame(columns=["variant", "shape_key", "kernel"]),
@@ -132,7 +134,7 @@ def test_compare_pairs_only_two_environments_of_one_ab_run():
     a_m = [10 * f for f in drift]
     b_m = [10 * 1.3 * f for f in drift]  # 30 % slower in every round: beyond the 20 % host threshold
     a = _result_set("x@A", {"run": "x", "environment": "A"}, a_m)
-    b = _result_set("x@B", {"run": "x", "environment": "B"}, b_m)
+    b = _result_set("x@B", {"run": "x", "environment": "B"}, b_m, side=1)
     assert ab_pairing(a, b)
     assert not ab_pairing(a, _result_set("y@B", {"run": "y", "environment": "B"}, b_m))  # another A/B run
     assert not ab_pairing(a, _result_set("plain", None, b_m))
@@ -141,6 +143,16 @@ def test_compare_pairs_only_two_environments_of_one_ab_run():
     assert pair["paired"] and row["paired"] and row["verdict"] == "slower" and row["ratio"] == pytest.approx(1.3)
     unpaired = compare_runs([_result_set("a", None, a_m), _result_set("b", None, b_m)])["pairs"][0]
     assert not unpaired["paired"] and unpaired["rows"][0]["verdict"] == "inconclusive"  # the drift hides it
+    # B recaptured an hour later (its result set deleted, or an environment renamed): same A/B run id, but its rounds
+    # share no moment with A's, so they are not paired, and the pair says why
+    later = _result_set("x@B", {"run": "x", "environment": "B"}, b_m, start=3600.0, side=1)
+    assert not ab_pairing(a, later) and "not captured interleaved" in ab_unpaired_reason(a, later)
+    late = compare_runs([a, later])["pairs"][0]
+    assert not late["paired"] and any("not captured interleaved" in n for n in late["notes"])
+    # a result set made before captures were timed: no pairing either, said so
+    untimed = _result_set("x@B", {"run": "x", "environment": "B"}, b_m, side=1)
+    untimed["repeats"] = untimed["repeats"].drop(columns="started_at")
+    assert not ab_pairing(a, untimed) and "do not record when each capture started" in ab_unpaired_reason(a, untimed)
     ra, rb = paired_repeat_medians(a["repeats"], b["repeats"].iloc[[0, 1, 3]], "v", "s", "cpu_ms_per_forward")
     assert ra == a_m and rb == [b_m[0], b_m[1], None, b_m[3]]  # round 3 missing on B: a gap, not a shift
 

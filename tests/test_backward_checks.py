@@ -186,3 +186,16 @@ def test_a_compiled_backward_is_timed_apart_and_kept_out_of_the_steady_state(tmp
     assert backwards["cpu_us"].max() / 1e6 < comp["first_backward_s"]
     row = backward_summary(rec, backwards)
     assert row["compile_backward_first_call_s"] == comp["first_backward_s"] and row["compile_backward_cache"] == comp["cache"]
+
+
+@pytest.mark.parametrize("dk", [float("nan"), float("inf"), "abc"])
+def test_a_gradient_error_that_is_no_finite_number_is_the_one_named(dk):
+    """A NaN or inf dk (a NaN gradient gives a NaN error) or a garbled record: the finding names dk, not the finite dq,
+    which would pass on its own (2.7e-07 here)."""
+    row = {"variant": "g", "shape_key": "s", "status": "ok", "dtype": "fp32", "grad_rel_error_ok": False,
+           "grad_rel_error_dq": 2.7e-7, "grad_rel_error_dk": dk, "grad_rel_error_dv": 3.1e-7}
+    d = RunData(shape_key="s", summary=pd.DataFrame([row]), kernels=pd.DataFrame(), launches=pd.DataFrame(),
+                ops=pd.DataFrame(), status={})
+    (f,) = rule_grad_correctness(d)
+    assert f["headline"].startswith("wrong gradient: dk not finite") and "dk not finite" in f["statement"]
+    assert "grad_rel_error_dk" not in f["numbers"] and set(f["numbers"]) == {"grad_rel_error_dq", "grad_rel_error_dv"}

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from attnprof.analysis.recipe import align, arch_of, diff_recipes, recipe_groups
+from attnprof.analysis.trace import kernel_label
 
 # kernel names with the shape of real ones (C++ templates), classes by hand
 GEMM80 = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(Params)"
@@ -171,3 +172,41 @@ def test_the_compare_report_escapes_kernel_names_and_opens_with_what_changed():
     assert "0 of 1 same recipe" in html and "1 kept steps with no time change are not shown" in html
     body = html[html.index("<section>"):]
     assert body.index("What changed") < body.index("Recipe: each forward")
+
+
+def test_another_instantiation_of_the_same_kernel_is_a_replacement_not_kept():
+    """Two FlashAttention forward kernels that differ only in a template argument (the tile): the same short label,
+    another kernel -- replaced, and the recipe is not the same."""
+    f128 = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>, true>(Flash_fwd_params)"
+    f64 = f128.replace("<64, 128, 128, 4", "<64, 128, 64, 4")
+    def table(name):
+        return pd.DataFrame([{"variant": "v", "shape_key": "s", "forward": f, "step": 0, "category": "kernel", "name": name,
+                              "label": kernel_label(name), "grid": "1x1x1", "block": "128x1x1", "dur_us": 1.0,
+                              "time_ok": True} for f in (0, 1)])
+    a, b = table(f128), table(f64)
+    assert a["label"].iloc[0] == b["label"].iloc[0]  # the labels alone cannot tell them apart
+    d = diff_recipes([a], [b], lambda name, category: "fused attention")
+    assert d["counts"]["replaced"] == 1 and d["counts"]["kept"] == 0 and not d["same"]
+
+
+def test_a_header_only_first_repeat_falls_back_to_the_next_one():
+    """A failed pass writes recipe.csv with its header only: repeat 2's table is diffed instead of no diff at all."""
+    names = [GEMM80, SOFTMAX]
+    empty = recipe(names, [[1.0, 1.0]]).iloc[0:0]
+    d = diff_recipes([empty, recipe(names, [[1.0, 1.0]])], [recipe(names, [[1.0, 1.0]])], classify)
+    assert d["same"] and d["counts"]["kept"] == 2
+
+
+def test_damaged_recipe_tables_are_named_not_diffed():
+    """A table cut short mid-row (its last step without a label), a table whose steps skip a number, one without a
+    column: each gets its reason; an intact table and a header-only one get none."""
+    from attnprof.analysis.recipe import recipe_table_problem
+
+    whole = recipe([GEMM80, SOFTMAX, COPY], [[1.0, 1.0, 1.0]])
+    cut = whole.copy()
+    cut.loc[2, ["label", "category"]] = None
+    skipped = whole.drop(index=1)
+    assert recipe_table_problem(whole) is None and recipe_table_problem(whole.iloc[0:0]) is None
+    assert "cut short" in recipe_table_problem(cut)
+    assert "not numbered 0 to 1" in recipe_table_problem(skipped)
+    assert "['label'] missing" in recipe_table_problem(whole.drop(columns="label"))

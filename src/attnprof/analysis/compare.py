@@ -233,6 +233,9 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         notes.append(f"{a['name'] if 'backward' in pa else b['name']} profiled the backward too: its forwards ran with "
                      "grad (saving what the backward needs; flash and efficient also write their log-sum-exp), the other's "
                      "under no_grad, so forward ratios compare slightly different work")
+    if unpaired := ab_unpaired_reason(a, b):
+        notes.append(unpaired)
+    notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
     return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
             "notes": notes, "accounting": accounting, "paired": ab_pairing(a, b), "support": support_changes(sa, sb),
             "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
@@ -300,10 +303,32 @@ def ab_pairing(a: dict, b: dict) -> bool:
     """True when result sets ``a`` and ``b`` (:func:`compare_pair`'s dicts) are two environments of one A/B run:
     both env.json carry ``ab`` with the same ``run`` and different ``environment``s, and both have a
     repeats.csv with its ``repeat`` column (the rounds to pair)."""
+    return ab_unpaired_reason(a, b) is None
+
+
+def ab_unpaired_reason(a: dict, b: dict) -> str | None:
+    """None when ``a`` and ``b`` may be paired round by round (:func:`ab_pairing`), else why not: '' for result
+    sets that are not two environments of one A/B run (no note needed), else the words for an A/B pair whose rounds
+    were not captured interleaved. Interleaved: both repeats.csv give each capture's start (``started_at``, Unix s)
+    and every capture of round k, on either side, started before every capture of round k + 1 -- a round recaptured
+    on one side later (a deleted result set, a renamed environment, another A/B run of the same name) breaks it, and
+    its rounds then share no moment to cancel."""
     ea, eb = (x["env"].get("ab") or {} for x in (a, b))
     if not (ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment")):
-        return False
-    return all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b))
+        return ""
+    if not all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b)):
+        return ""
+    both = pd.concat([x["repeats"] for x in (a, b)], ignore_index=True)
+    if "started_at" not in both or both["started_at"].isna().any():
+        return ("the two result sets name one A/B run, but their repeats.csv do not record when each capture started, "
+                "so that the rounds were captured interleaved cannot be checked: compared unpaired")
+    spans = both.groupby("repeat")["started_at"].agg(["min", "max"]).sort_index()
+    late = [int(k) for k, nxt in zip(spans.index[:-1], spans["min"].iloc[1:]) if spans.loc[k, "max"] >= nxt]
+    if late:
+        return (f"the two result sets name one A/B run, but round {late[0]} of one side started after round "
+                f"{late[0] + 1} began (a side recaptured later, or another A/B run of the same name): its rounds "
+                "were not captured interleaved, so they are compared unpaired")
+    return None
 
 
 def paired_repeat_medians(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, variant: str, shape_key: str,

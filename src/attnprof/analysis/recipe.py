@@ -214,6 +214,21 @@ def align(a: Sequence[dict], b: Sequence[dict], classify: Callable[[str, str], s
     return [r for r in rows if r["kind"] != "drop"]
 
 
+def recipe_table_problem(table: pd.DataFrame) -> str | None:
+    """Why a recipe table read back from recipe.csv cannot be diffed, or None: a column the diff reads missing, a step without its label or category (a row cut short), or a forward whose steps are not numbered
+    0, 1, ... n - 1 (a file cut short or edited). A header-only table (a pass that did not run) is no problem."""
+    missing = [c for c in ("forward", "step", "category", "name", "label", "grid", "block", "dur_us")
+               if c not in table.columns]
+    if missing:
+        return f"columns {missing} missing"
+    if table[["label", "category"]].isna().any().any():
+        return "a step without its label or category (a row cut short?)"
+    for forward, steps in table.groupby("forward"):
+        if sorted(steps["step"].tolist()) != list(range(len(steps))):
+            return f"the steps of forward {forward} are not numbered 0 to {len(steps) - 1} (a file cut short or edited?)"
+    return None
+
+
 def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.DataFrame | None],
                  classify: Callable[[str, str], str] | None = None, threshold: float = 0.02,
                  confidence: float = CONFIDENCE) -> dict:
@@ -229,7 +244,10 @@ def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.
     class, library, arch; None where absent), ratio, ratio_lo, ratio_hi, verdict (None with fewer
     than 2 repeats on a side), repeats_a, repeats_b, launch_changed (grid or block differ)."""
     classify = classify or (lambda name, category: category)
-    ga, gb = recipe_groups(a_tables[0] if a_tables else None), recipe_groups(b_tables[0] if b_tables else None)
+
+    def first(tables):  # repeat 1's table, or the first repeat that has one (a failed pass writes a header only)
+        return next((x for x in tables or [] if x is not None and len(x)), None)
+    ga, gb = recipe_groups(first(a_tables)), recipe_groups(first(b_tables))
     out = {"same": True, "counts": dict.fromkeys(DIFF_KINDS, 0), "groups": [], "note": ""}
     if not ga or not gb:
         out.update(same=None, note="no recipe in " + " and ".join(n for n, g in (("A", ga), ("B", gb)) if not g))
@@ -241,6 +259,10 @@ def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.
         for r in align(x["steps"], y["steps"], classify):
             sa = _step_view(x["steps"][r["a"]], classify) if r["a"] is not None else None
             sb = _step_view(y["steps"][r["b"]], classify) if r["b"] is not None else None
+            if r["kind"] == "kept" and sa["name"] != sb["name"]:
+                # the same kernel by its short name, another instantiation by its template arguments (a tile, a
+                # head_dim, a dtype): the same role, another kernel
+                r = {**r, "kind": "replaced"}
             row = {"kind": r["kind"], "a": sa, "b": sb, "ratio": None, "ratio_lo": None, "ratio_hi": None, "verdict": None,
                    "repeats_a": None, "repeats_b": None,
                    "launch_changed": bool(sa and sb and (sa["grid"], sa["block"]) != (sb["grid"], sb["block"]))}

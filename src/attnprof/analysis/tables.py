@@ -94,7 +94,7 @@ def has_run_interval(summary: pd.DataFrame, prefixes: tuple[str, ...] = ("device
 REPEAT_COLUMNS = ["variant", "shape_key", "repeat", "status", "reason", "kernels_per_forward", "memcpy_per_forward",
                   "memset_per_forward", "device_ms_per_forward", "cpu_ms_per_forward", "kernels_per_backward",
                   "device_ms_per_backward", "cpu_ms_per_backward", "backward_status", "forwards_complete",
-                  "host_load_1m"]
+                  "host_load_1m", "started_at"]
 #: Fewest complete forwards a capture must have for its numbers to be published (the study
 #: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
 DEFAULT_MIN_COMPLETE_FORWARDS = 3

@@ -242,6 +242,9 @@ declare(_S, "compile_backward_first_call_s", "s",
 declare(_S, "compile_backward_cache", "", "inductor's FX-graph cache verdict over that first backward call")
 
 # --- repeats.csv ------------------------------------------------------------------------------------------------
+declare("repeats", "started_at", "s",
+        "when the capture began (Unix time, the capture record's `capture_started_at`): compare pairs an A/B run's rounds "
+        "only where every capture of round k began before every capture of round k + 1 (both sides interleaved)")
 declare(("repeats", "control"), "repeat", "", "the repeat, 1 .. `config.repeats` (`r<k>` of the capture's folder)")
 declare("repeats", "kernels_per_forward memcpy_per_forward memset_per_forward", "count",
         "this capture's own counts per complete forward (as in summary.csv)")

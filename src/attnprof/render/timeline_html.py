@@ -29,7 +29,7 @@ from attnprof.render.plots import CLASS_COLORS, COLORS, LAUNCH_COLOR, pick_forwa
 
 #: Geometry of the outer SVG, in its user units (it scales to the page's width): the width, the gutter for the
 #: variant names on the left, the plot's width, the height of one variant's lane and the axis below the lanes.
-WIDTH, LEFT, RIGHT, LANE, AXIS = 1000, 150, 12, 46, 30
+WIDTH, LEFT, RIGHT, LANE, AXIS = 1000, 150, 12, 46, 36
 PLOT = WIDTH - LEFT - RIGHT
 #: Inside a lane (y from the lane's top): the forward's range, the launch calls, the GPU events (top, height).
 RANGE_ROW, LAUNCH_ROW, GPU_ROW = (1, 4), (6, 13), (24, 16)
@@ -206,7 +206,7 @@ def timeline_html(captures: list[dict], gpu: bool, shape_key: str, trace_name: s
            f'preserveAspectRatio="none"><rect x="0" y="0" width="{_num(span)}" height="{height}" fill="transparent"></rect>'
            f'{"".join(bars)}</svg>'
            f'<g class="itl-axis" data-y="{height + 4}" font-size="10" fill="#444">{ticks}</g>'
-           f'<text x="{LEFT + PLOT}" y="{height + AXIS - 1}" text-anchor="end" font-size="10" fill="#444">µs from the start '
+           f'<text x="{LEFT + PLOT}" y="{height + AXIS - 5}" text-anchor="end" font-size="10" fill="#444">µs from the start '
            f'of the forward&#8217;s {esc(range_name)} range</text></svg>')
     controls = ('<div class="itl-controls"><label>zoom <input type="range" class="itl-zoom" min="0" max="100" value="0">'
                 '</label> <label>position <input type="range" class="itl-pan" min="0" max="1000" value="0"></label> '

@@ -7,6 +7,9 @@ forward's output's and the backward's gradients' (dq, dk, dv; config ``passes`` 
 from __future__ import annotations
 
 import json
+import math
+
+import pandas as pd
 
 from attnprof.findings.data import RunData
 from attnprof.findings.refs import clean, fmt_ref, finding, ref_summary
@@ -87,14 +90,19 @@ def rule_grad_correctness(d: RunData) -> list[dict]:
         ok = None if row is None or row["status"] != "ok" else clean(row.get("grad_rel_error_ok"))
         if ok is None or str(ok).lower() == "true":  # a bool, or its text in a table read back as strings
             continue
-        nums = {f"grad_rel_error_{g}": ref_summary(d, variant, f"grad_rel_error_{g}") for g in GRADIENTS
-                if clean(row.get(f"grad_rel_error_{g}")) is not None}
+        # an error that is no finite number (a NaN or inf gradient, a value the record lost or garbled) is the worst
+        # there is: named first, never passed over for a finite one that may well be within tolerance
+        values = {g: pd.to_numeric(pd.Series([row.get(f"grad_rel_error_{g}")]), errors="coerce").iloc[0] for g in GRADIENTS}
+        bad = [g for g, v in values.items() if not math.isfinite(v)]
+        nums = {f"grad_rel_error_{g}": ref_summary(d, variant, f"grad_rel_error_{g}") for g in GRADIENTS if g not in bad}
         worst = max(nums, key=lambda n: nums[n]["value"]) if nums else None
-        listing = ", ".join(f"{n.removeprefix('grad_rel_error_')} {fmt_ref(r)}" for n, r in nums.items())
+        listing = ", ".join([f"{g} not finite" for g in bad]
+                            + [f"{n.removeprefix('grad_rel_error_')} {fmt_ref(r)}" for n, r in nums.items()])
+        headline = (f"wrong gradient: {', '.join(bad)} not finite (NaN or inf, or no error recorded)" if bad
+                    else f"wrong gradient: {worst.removeprefix('grad_rel_error_')} relative error {fmt_ref(nums[worst])}"
+                    if worst else "wrong gradient")
         out.append(finding("grad_correctness", d, [variant],
                            f"{variant}: its backward's gradients fail the float64 check ({listing}; {row['dtype']} tolerance "
                            "as for the forward); its backward times are shown, marked, and are not those of a correct backward",
-                           nums, [{"kind": "metric", "name": worst}] if worst else [], kind="failure",
-                           headline=(f"wrong gradient: {worst.removeprefix('grad_rel_error_')} relative error "
-                                     f"{fmt_ref(nums[worst])}") if worst else "wrong gradient"))
+                           nums, [{"kind": "metric", "name": worst}] if worst else [], kind="failure", headline=headline))
     return out
