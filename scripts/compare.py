@@ -6,7 +6,8 @@ with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
     import pandas as pd
-    from attnprof.analysis.compare import compare_runs
+    from attnprof.analysis.compare import compare_runs, device_of
+    from attnprof.analysis.control import read_control_table
     from attnprof.analysis.recipe import recipe_table_problem
     from attnprof.analysis.records import load_record
     from attnprof.analysis.tables import concat_tables
@@ -46,7 +47,7 @@ with script_log(sm.log[0]) as log:
             "kernels": pd.read_csv(sm.input[f"{name}/kernels"]),
             "ops": concat_tables(ops),
             # the profiler's self-check (attnprof.analysis.control): absent in a result set made before the control
-            "control": pd.read_csv(sm.input[f"{name}/control"]) if f"{name}/control" in sm.input.keys() else None,
+            "control": None,
             "env": load_record(sm.input[f"{name}/env"]),
             "findings": load_record(sm.input[f"{name}/findings"], ("shapes",)),
             # each repeat's medians (the between-run spread the verdicts use); absent in a result set made before repeats
@@ -55,6 +56,8 @@ with script_log(sm.log[0]) as log:
             "recipes": recipes(name),
         })
         runs[-1]["recipe_problems"] = problems.get(name, [])
+        if f"{name}/control" in sm.input.keys():  # its self-check, read without raising (a damaged file is named)
+            runs[-1]["control_check"] = read_control_table(sm.input[f"{name}/control"], device_of(runs[-1]))
         for line in runs[-1]["recipe_problems"]:
             print(f"{name}: {line}", file=log)
         if not runs[-1]["recipes"]:

@@ -27,10 +27,10 @@ with script_log(sm.log[0]) as log:
     counters = {shape: load_counter_findings(run_dir, shape, list(dict.fromkeys(summary["variant"])))
                 for shape in {Path(p).parent.name for p in sm.input.counters}}
     # the profiler's self-check: control.csv where the result set has a control capture (attnprof.analysis.control)
-    from attnprof.analysis.control import check_control_table
+    from attnprof.analysis.control import read_control_table
 
     device = load_env(sm.input.env, ("device",))["device"]
-    control = check_control_table(pd.read_csv(sm.input.control[0]), device) if sm.input.control else None
+    control = read_control_table(sm.input.control[0], device) if sm.input.control else None
     context = build_context(
         control=control,
         counters=counters,

@@ -232,3 +232,16 @@ def test_ab_run_of_two_torch_builds(tmp_path):
     import torch as torch_a
 
     assert torch == {"a": torch_a.__version__, "b": want_b} and torch["a"] != torch["b"]
+
+
+@pytest.mark.parametrize("environments,expected", [
+    ({"a": {"python": "x"}, 1: {"python": "x"}}, "the name 1 is a number"),
+    ({"a": {"python": "x", "env": {1: "x"}}, "b": {"python": "x"}}, "environments.a.env: the variable name 1 is a number"),
+])
+def test_numbers_as_environment_or_variable_names_are_config_problems(environments, expected):
+    """YAML reads an unquoted 1 as a number, which the schema's name patterns never see: named at parse time, not a
+    TypeError after the captures."""
+    problems = config_problems({"shapes": {"cpu": {"batch": [1], "heads": [1], "seq_len": [8], "head_dim": [8],
+                                                   "dtype": ["fp32"], "causal": [True]}, "cuda": []},
+                                "environments": environments})
+    assert any(expected in p for p in problems), problems

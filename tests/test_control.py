@@ -188,3 +188,23 @@ def test_compare_reads_the_self_check_from_control_csv(control_trace):
     assert changed["changed"] is True and changed["why"].startswith(ACCOUNTING_CHANGED) and changed["b"]["ok"] is False
     unchecked = compare_pair(old, a)["accounting"]
     assert unchecked["changed"] is False and "captured before the self-check existed" in unchecked["why"]
+
+
+def test_a_damaged_control_table_is_named_never_a_traceback_nor_called_never_captured(tmp_path):
+    """An empty control.csv, one without a column, and a header-only one beside real control captures: the self-check
+    says it could not use the file (naming it and the cause); a header-only table with no control capture is a result
+    set from before the self-check."""
+    from attnprof.analysis.control import CONTROL_COLUMNS, NO_CONTROL, read_control_table, self_check_line
+
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "control.csv"
+    path.write_text("")
+    assert "control.csv" in read_control_table(path, "cpu")["problem"]
+    path.write_text(",".join(c for c in CONTROL_COLUMNS if c != "aten::copy_") + "\n")
+    assert "aten::copy_" in self_check_line(read_control_table(path, "cpu"))
+    path.write_text(",".join(CONTROL_COLUMNS) + "\n")
+    assert NO_CONTROL in self_check_line(read_control_table(path, "cpu"))  # made before the control
+    (run / "captures" / "s" / "control").mkdir(parents=True)
+    line = self_check_line(read_control_table(path, "cpu"))
+    assert "could not be used" in line and "captures/s/control" in line and NO_CONTROL not in line

@@ -136,7 +136,8 @@ def support_changes(sa: pd.DataFrame, sb: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _device(run: dict) -> str:
+def device_of(run: dict) -> str:
+    """"cuda" or "cpu": the device a result set (compare_pair's dict, its env.json) was captured on."""
     return "cuda" if (run.get("env") or {}).get("device") == "cuda" else "cpu"
 
 
@@ -223,8 +224,9 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     for d in dispatch:
         d["changed"] = d["a"] != d["b"]
     # the self-check: control.csv where the result set has one, else a control row among its summary/ops tables
-    checks = {side: check_control_table(x["control"], _device(x)) if x.get("control") is not None
-              else check_control(control_counts(x["summary"], x.get("ops"), _device(x)), _device(x))
+    checks = {side: x["control_check"] if x.get("control_check") is not None
+              else check_control_table(x["control"], device_of(x)) if x.get("control") is not None
+              else check_control(control_counts(x["summary"], x.get("ops"), device_of(x)), device_of(x))
               for side, x in (("a", a), ("b", b))}
     accounting = {**compare_controls(checks["a"], checks["b"]), "a": checks["a"], "b": checks["b"]}
     notes = []

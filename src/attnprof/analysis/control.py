@@ -107,11 +107,11 @@ def check_control_table(table: pd.DataFrame | None, device: str) -> dict:
     Returns :func:`check_control`'s dict for repeat 1, or for the first repeat that fails (its why then
     naming the repeat), with ``repeats`` (the repeats checked) and ``shape_key`` added. Raises ValueError
     naming the missing columns when ``table`` is not a control.csv."""
-    if table is None or not len(table):
-        return {**check_control(None, device), "repeats": [], "shape_key": None}
-    missing = [c for c in CONTROL_COLUMNS if c not in table.columns]
+    missing = [] if table is None else [c for c in CONTROL_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"not a control table: columns {missing} missing (expected {list(CONTROL_COLUMNS)})")
+    if table is None or not len(table):
+        return {**check_control(None, device), "repeats": [], "shape_key": None}
     keys = CONTROL_COUNTS["cuda" if device == "cuda" else "cpu"]
     checks = []
     for r in table.sort_values("repeat").to_dict("records"):
@@ -123,10 +123,35 @@ def check_control_table(table: pd.DataFrame | None, device: str) -> dict:
     return {**chosen, "repeats": [k for k, _, _ in checks], "shape_key": shape_key}
 
 
+def read_control_table(path, device: str) -> dict:
+    """:func:`check_control_table` of the control.csv at ``path`` (a result set's, attnprof.model.names
+    RUN_FILES["control"]), never raising: a file that cannot be read (empty, not CSV, columns missing), or one
+    that lists no capture although the result set holds control captures (``captures/<shape>/control``), gives
+    the check of a result set without a control with ``problem`` naming the file and the cause, so that the
+    report says the self-check could not be read rather than that the control was never captured."""
+    from pathlib import Path
+
+    path = Path(path)
+    problem = None
+    try:
+        table = pd.read_csv(path)
+        check = check_control_table(table, device)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, ValueError) as exc:
+        problem, check = f"{path}: {exc}", check_control_table(None, device)
+    else:
+        captured = sorted(p.parent.name for p in path.parent.glob("captures/*/control"))
+        if not len(table) and captured:
+            problem = (f"{path} lists no control capture, but the result set holds captures/{captured[0]}/control: "
+                       "the table is damaged (delete it and run again to remake it)")
+    return {**check, "problem": problem} if problem else check
+
+
 def self_check_line(check: dict) -> str:
     """The report's self-check sentence (methods section) of :func:`check_control_table`'s result:
     "Profiler self-check: the control workload (...) counted 2 kernels, 1 memcpy, 0 memset per forward, as
     constructed", the differences when it failed, or :data:`NO_CONTROL`."""
+    if check.get("problem"):
+        return f"Profiler self-check: control.csv could not be used ({check['problem']}); the profiler's accounting is not checked."
     if check["observed"] is None:
         return f"Profiler self-check: {NO_CONTROL}; the profiler's accounting is not checked."
     counted = ", ".join(f"{'not published' if v is None else v} {k}" for k, v in check["observed"].items())

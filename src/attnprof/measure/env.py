@@ -100,8 +100,14 @@ def torch_build_of(python: str, overrides: dict | None = None) -> dict:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"cannot run the Python executable {python!r}: {exc}") from None
     if out.returncode != 0:
-        raise RuntimeError(f"{python} could not read its torch build (exit {out.returncode}): {out.stderr.strip()[-600:]}")
-    build = json.loads(out.stdout.strip().splitlines()[-1])
+        hint = " (an A/B environment needs Python 3.11 or later)" if "SyntaxError" in out.stderr else ""
+        raise RuntimeError(f"{python} could not read its torch build (exit {out.returncode}){hint}: "
+                           f"{out.stderr.strip()[-600:]}")
+    try:
+        build = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"{python} did not answer as a Python interpreter with attnprof on its path (it printed "
+                           f"{out.stdout.strip()[-200:]!r}): is it a Python executable?") from None
     if not build.get("torch"):
         raise RuntimeError(f"{python} has no torch installed (install it there, e.g. {python} -m pip install torch)")
     return build

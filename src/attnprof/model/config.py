@@ -149,6 +149,16 @@ def config_problems(config: dict) -> list[str]:
         problems.append(f"counters.variants {unknown} are neither built in nor under custom_variants "
                         "(those not in this run's variants are left out; an unknown name would be too, silently)")
     environments = config.get("environments")
+    # YAML reads an unquoted 1 as a number, and the schema's name patterns apply to text keys only
+    for name, spec in (environments or {}).items() if isinstance(environments, dict) else ():
+        if not isinstance(name, str):
+            problems.append(f"environments: the name {name!r} is a number; quote it ('{name}') or use a word, "
+                            "e.g. environments: {torch2.13: {python: .venv/bin/python}, ...}")
+        env = spec.get("env") if isinstance(spec, dict) else None
+        for var in env or {} if isinstance(env, dict) else ():
+            if not isinstance(var, str):
+                problems.append(f"environments.{name}.env: the variable name {var!r} is a number; a variable name is "
+                                "text starting with a letter or _, e.g. env: {OMP_NUM_THREADS: '1'}")
     if isinstance(environments, dict) and len(environments) == 1:
         problems.append(f"environments {sorted(environments)}: an A/B run needs two or more environments "
                         "(leave environments out, {}, for one run in Snakemake's own Python)")
