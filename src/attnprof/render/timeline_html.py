@@ -99,7 +99,7 @@ def lane(capture: dict, gpu: bool) -> dict:
         launch_meta = " · ".join(f"{k} {v}" for k, v in (("grid", _cell(s.grid)), ("block", _cell(s.block))) if v)
         out["bars"].append({"row": "gpu", "x": float(s.start_us), "w": float(s.dur_us), "color": CLASS_COLORS[cls],
                             "cls": cls, "title": "\n".join(t for t in (
-                                label, f"{s.category} ({cls})" + (f" · {launch_meta}" if launch_meta else ""),
+                                label, (s.category if cls == s.category else f"{s.category} ({cls})") + (f" · {launch_meta}" if launch_meta else ""),
                                 f"{_us(s.dur_us)} on the device, from {_us(s.start_us)}", launched) if t)})
     return out
 
@@ -175,7 +175,8 @@ def timeline_html(captures: list[dict], gpu: bool, shape_key: str, trace_name: s
         y0 = i * LANE
         href = f"captures/{shape_key}/{ln['variant']}/r1/{trace_name}"
         gpu_bars = [b for b in ln["bars"] if b["row"] == "gpu"]
-        about = (f"forward {ln['forward']}: {len(gpu_bars)} {'GPU events' if gpu else 'top-level aten ops'}, "
+        what = ("GPU event" if gpu else "top-level aten op") + ("" if len(gpu_bars) == 1 else "s")
+        about = (f"forward {ln['forward']}: {len(gpu_bars)} {what}, "
                  f"{_us(sum(b['w'] for b in gpu_bars))} {'on the device' if gpu else 'in ops'} "
                  f"of a {_us(ln['range_us'])} range; click: its trace") if ln["why"] is None else f"not drawn: {ln['why']}"
         labels.append(f'<a href="{esc(href)}"><text x="{LEFT - 44}" y="{y0 + 25}" text-anchor="end" font-weight="bold">'
