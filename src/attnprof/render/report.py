@@ -640,21 +640,27 @@ def _backward_and_compile_brief(rows: list[dict], by: dict, skey: str, spans: st
             passed = sum(1 for r in checked if r["grad_rel_error_ok"] is True)
             text += f". Gradients dq, dk, dv checked against float64 in {len(checked)} captures: {passed} within tolerance"
         out.append({"text": text + ".", "href": f"#backward-{skey}"})
+    parts, first_calls, href = [], [], None
     for r in rows:
         if r["shape_key"] != skey or r["variant"] not in COMPILED or r.get("status") != "ok":
             continue
+        href = href or f"#v-{skey}-{r['variant']}"
         base = by.get((r["variant"].removesuffix("_compiled"), skey)) if r["variant"].endswith("_compiled") else None
         n = r.get("kernels_per_forward")
-        text = (f"torch.compile: {r['variant']} launches {_fmt(n)} kernel{'' if n == 1 else 's'} per forward, "
-                f"{_time(r, prefix)}")
+        part = f"{r['variant']} launches {_fmt(n)} kernel{'' if n == 1 else 's'} per forward, {_time(r, prefix)}"
         if base is not None and base.get("status") == "ok" and _ok(base.get(f"{prefix}_per_forward")):
-            text += (f", against {base['variant']}'s {_fmt(base.get('kernels_per_forward'))} kernels and {_time(base, prefix)}"
+            part += (f", against {base['variant']}'s {_fmt(base.get('kernels_per_forward'))} kernels and {_time(base, prefix)}"
                      + ("" if _apart(r, base, prefix) else f" (the {spans} overlap)"))
+        parts.append(part)
         if _ok(r.get("compile_first_call_s")):
-            text += (f"; its first call (compile) took {_fmt(r['compile_first_call_s'])} s"
-                     + (f", its first backward {_fmt(r['compile_backward_first_call_s'])} s" if _ok(r.get("compile_backward_first_call_s")) else "")
-                     + ", kept out of these numbers")
-        out.append({"text": text + ".", "href": f"#v-{skey}-{r['variant']}"})
+            first_calls.append(f"{r['variant']} {_fmt(r['compile_first_call_s'])} s"
+                               + (f" (first backward {_fmt(r['compile_backward_first_call_s'])} s)"
+                                  if _ok(r.get("compile_backward_first_call_s")) else ""))
+    if parts:  # one sentence for every compiled variant: page 1 keeps its table of contents
+        text = "torch.compile: " + "; ".join(parts)
+        if first_calls:
+            text += "; first calls (the compile), kept out of these numbers: " + ", ".join(first_calls)
+        out.append({"text": text + ".", "href": href})
     return out
 
 
