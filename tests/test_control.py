@@ -208,3 +208,19 @@ def test_a_damaged_control_table_is_named_never_a_traceback_nor_called_never_cap
     (run / "captures" / "s" / "control").mkdir(parents=True)
     line = self_check_line(read_control_table(path, "cpu"))
     assert "could not be used" in line and "captures/s/control" in line and NO_CONTROL not in line
+
+
+def test_a_control_repeat_that_did_not_complete_is_not_counted_as_constructed():
+    """control.csv with repeat 1 incomplete_trace (its counts not to be trusted) and repeat 2 ok: the check uses
+    repeat 2 and says repeat 1 was not checked; with no repeat ok, the self-check says no control capture completed."""
+    from attnprof.analysis.control import CONTROL_COLUMNS, check_control_table, self_check_line
+
+    rows = [{"variant": "control", "shape_key": "s", "repeat": k, "status": st, "reason": "", "forwards_complete": 2,
+             "kernels": None, "memcpy": None, "memset": None, "aten::mm": 1, "aten::add": 1, "aten::copy_": 1}
+            for k, st in ((1, "incomplete_trace"), (2, "ok"))]
+    table = pd.DataFrame(rows, columns=list(CONTROL_COLUMNS))
+    check = check_control_table(table, "cpu")
+    assert check["ok"] and check["repeats"] == [2]
+    assert "not checked: repeat 1 (incomplete_trace)" in self_check_line(check)
+    none_ok = check_control_table(table.assign(status="failed"), "cpu")
+    assert not none_ok.get("ok") and "no capture of the control completed" in self_check_line(none_ok)

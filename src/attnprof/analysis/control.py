@@ -113,14 +113,20 @@ def check_control_table(table: pd.DataFrame | None, device: str) -> dict:
     if table is None or not len(table):
         return {**check_control(None, device), "repeats": [], "shape_key": None}
     keys = CONTROL_COUNTS["cuda" if device == "cuda" else "cpu"]
-    checks = []
+    checks, unchecked = [], []
     for r in table.sort_values("repeat").to_dict("records"):
+        if r.get("status") != "ok":  # a capture that failed or whose trace was incomplete published no counts to trust
+            unchecked.append(f"repeat {int(r['repeat'])} ({r.get('status')})")
+            continue
         observed = {k: None if pd.isna(r[k]) else int(r[k]) for k in keys}
         checks.append((int(r["repeat"]), r["shape_key"], check_control(observed, device)))
+    if not checks:
+        return {**check_control(None, device), "repeats": [], "shape_key": None, "unchecked": unchecked,
+                "problem": f"no capture of the control completed: {', '.join(unchecked)}"}
     repeat, shape_key, chosen = next(((k, s, c) for k, s, c in checks if not c["ok"]), checks[0])
     if not chosen["ok"]:
         chosen = {**chosen, "why": chosen["why"].replace(f"{ACCOUNTING_CHANGED}: ", f"{ACCOUNTING_CHANGED}: in repeat {repeat}, ", 1)}
-    return {**chosen, "repeats": [k for k, _, _ in checks], "shape_key": shape_key}
+    return {**chosen, "repeats": [k for k, _, _ in checks], "shape_key": shape_key, "unchecked": unchecked}
 
 
 def read_control_table(path, device: str) -> dict:
@@ -158,6 +164,8 @@ def self_check_line(check: dict) -> str:
     work = CONTROL_WORK["cuda" if "kernels" in check["observed"] else "cpu"]
     n = len(check.get("repeats") or [])
     where = f" at {check['shape_key']}, {n} repeat{'s' if n != 1 else ''}" if n else ""
+    if check.get("unchecked"):
+        where += f" (not checked: {', '.join(check['unchecked'])})"
     if check["ok"]:
         return f"Profiler self-check: the control workload ({work}) counted {counted} per forward{where}, as constructed."
     return (f"Profiler self-check FAILED: the control workload ({work}) counted {counted} per forward{where}; "
