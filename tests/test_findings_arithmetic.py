@@ -422,7 +422,7 @@ def test_math_breakdown_by_kernel_group_from_the_json(h200_data):
     values = [n["value"] for n in nums.values()]
     assert values == sorted(values, reverse=True) and values[0] == nums["FP32 GEMM_us_per_forward"]["value"]
     assert sum(values) == pytest.approx(sum(total.values()) / 10, rel=1e-6)
-    assert "FP32 GEMM 963 us (2 kernels)" in found[0]["statement"]
+    assert "FP32 GEMM 963 µs (2 kernels)" in found[0]["statement"]
 
 
 # --- the backward: attribution at the windows' edges, the summary's statistics ----------------------
@@ -554,9 +554,9 @@ def test_breakdown_groups_ordered_by_their_summed_time():
         ("mask_us_per_forward", 0.5, "us")]
     assert [(i["kernel"], i["unit"]) for i in f["numbers"]["other_us_per_forward"]["inputs"]] == [
         ("foo_kernel", "us"), ("bar_kernel", "us")]
-    assert f["statement"] == ("sdpa_math: device time per forward by kernel group: other 9 us (2 kernels), "
-                              "FP32 GEMM 7 us (2 kernels), softmax 1 us (1 kernel), mask 0.5 us (1 kernel)")
-    assert f["headline"] == "time by kernel group: other 9 us, FP32 GEMM 7 us, softmax 1 us"
+    assert f["statement"] == ("sdpa_math: device time per forward by kernel group: other 9 µs (2 kernels), "
+                              "FP32 GEMM 7 µs (2 kernels), softmax 1 µs (1 kernel), mask 0.5 µs (1 kernel)")
+    assert f["headline"] == "time by kernel group: other 9 µs, FP32 GEMM 7 µs, softmax 1 µs"
 
 
 # --- rule_backward: the main kernel, the named ones, the rest summed --------------------------------

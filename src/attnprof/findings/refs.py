@@ -95,7 +95,7 @@ def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:
 
 
 def fmt_ref(ref: dict, digits: int = 3) -> str:
-    """A reference's value for a statement: ``digits`` significant digits and its unit (not
+    """A reference's value for a statement: ``digits`` significant digits and its unit (µs for us; not
     'calls/forward', which the sentence says); 'n/a' when there is no value."""
     v = ref["value"]
     if v is None:
@@ -105,7 +105,9 @@ def fmt_ref(ref: dict, digits: int = 3) -> str:
     else:
         text = str(v)
     unit = ref.get("unit", "")
-    return f"{text} {unit}".strip() if unit not in ("calls/forward",) else text
+    # the data's unit name stays "us" (findings.json); a reader sees the symbol the rest of the report uses
+    shown = {"us": "\u00b5s"}.get(unit, unit)
+    return f"{text} {shown}".strip() if unit not in ("calls/forward",) else text
 
 
 def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers: dict, evidence: list[dict],
