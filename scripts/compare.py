@@ -14,9 +14,10 @@ with script_log(sm.log[0]) as log:
     from attnprof.findings.kernel_names import kernel_class
     from attnprof.model.names import REPEAT_PREFIX
 
-    def recipes(name: str) -> dict:
-        """{(variant, shape_key, pass): [recipe table per repeat, repeat 1 first]} of result set ``name``; {} when
-        its recipe tables are not inputs (a result set copied without its traces and tables)."""
+    def recipes(name: str) -> tuple[dict, list[str]]:
+        """({(variant, shape_key, pass): [recipe table per repeat, repeat 1 first]}, problems) of result set ``name``:
+        {} when its recipe tables are not inputs (a result set copied without its traces and tables); a damaged
+        table's (variant, shape, pass) is left out, and problems names it."""
         out: dict = {}
         damaged: dict = {}
         for table, pass_ in (("recipe", "forward"), ("recipe_backward", "backward")):
@@ -33,12 +34,11 @@ with script_log(sm.log[0]) as log:
                 if why:  # never diff a damaged table: its (variant, shape, pass) gets no recipe diff, and the pair says so
                     damaged[(variant, shape, pass_)] = f"{p}: {why}"
                 out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = frame
-        problems[name] = [f"recipe table damaged, {w}: no recipe diff of {k[0]} {k[2]} at {k[1]}" for k, w in damaged.items()]
+        problems = [f"recipe table damaged, {w}: no recipe diff of {k[0]} {k[2]} at {k[1]}" for k, w in damaged.items()]
         return {k: [v[r] for r in sorted(v)] for k, v in out.items()
-                if k not in damaged and any(t is not None and len(t) for t in v.values())}
+                if k not in damaged and any(t is not None and len(t) for t in v.values())}, problems
 
     runs = []
-    problems: dict[str, list[str]] = {}
     for name in sm.params.runs:
         ops = [pd.read_csv(p) for p in sm.input[f"{name}/ops"]]
         runs.append({
@@ -46,17 +46,16 @@ with script_log(sm.log[0]) as log:
             "summary": pd.read_csv(sm.input[f"{name}/summary"]),
             "kernels": pd.read_csv(sm.input[f"{name}/kernels"]),
             "ops": concat_tables(ops),
-            # the profiler's self-check (attnprof.analysis.control): absent in a result set made before the control
-            "control": None,
             "env": load_record(sm.input[f"{name}/env"]),
             "findings": load_record(sm.input[f"{name}/findings"], ("shapes",)),
             # each repeat's medians (the between-run spread the verdicts use); absent in a result set made before repeats
             "repeats": pd.read_csv(sm.input[f"{name}/repeats"]) if Path(sm.input[f"{name}/repeats"]).exists() else None,
-            # each forward's work in order, per repeat (attnprof.analysis.recipe): the recipe diff
-            "recipes": recipes(name),
         })
-        runs[-1]["recipe_problems"] = problems.get(name, [])
-        if f"{name}/control" in sm.input.keys():  # its self-check, read without raising (a damaged file is named)
+        # each forward's work in order, per repeat (attnprof.analysis.recipe): the recipe diff
+        runs[-1]["recipes"], runs[-1]["recipe_problems"] = recipes(name)
+        # the profiler's self-check (attnprof.analysis.control), read without raising (a damaged file is named);
+        # absent in a result set made before the control
+        if f"{name}/control" in sm.input.keys():
             runs[-1]["control_check"] = read_control_table(sm.input[f"{name}/control"], device_of(runs[-1]))
         for line in runs[-1]["recipe_problems"]:
             print(f"{name}: {line}", file=log)

@@ -25,17 +25,22 @@ with script_log(sm.log[0]) as log:
         env_path = Path(sm.input.status[0]).parents[4] / "env.json"
         env_path = env_path if env_path.exists() else None
     env = load_env(env_path, ENV_CHECK_KEYS) if env_path else None
+    def capture_row(status_path, forwards_path) -> tuple[dict, dict]:
+        """(record, summary row with its repeat) of one capture: the record read and checked against its folder
+        and env.json; the repeat is the capture's folder (r<k>; its record says it too, 1 for one made before
+        repeats)."""
+        status = load_record(status_path, STATUS_KEYS)
+        check_capture_record(status, status_path, None, env, env_path=env_path)
+        row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
+        row["repeat"] = int(Path(status_path).parent.name.removeprefix("r"))
+        return status, row
+
     per_pair: dict[tuple[str, str], list[dict]] = {}
     started: dict[tuple[str, str, int], float | None] = {}
     for status_path, forwards_path, backwards_path in zip(sm.input.status, sm.input.forwards, sm.input.backwards):
-        status = load_record(status_path, STATUS_KEYS)
-        check_capture_record(status, status_path, None, env, env_path=env_path)
-        trace_path = str(Path(status_path).with_name(CAPTURE_FILES["trace"]))
-        row = summary_row(status, pd.read_csv(forwards_path), trace_path)
+        status, row = capture_row(status_path, forwards_path)
         # the backward's columns (config passes), empty when it was not profiled
         row.update(backward_summary(status, pd.read_csv(backwards_path)))
-        # the repeat is the capture's folder (r<k>); its record says it too (1 for a record made before repeats)
-        row["repeat"] = int(Path(status_path).parent.name.removeprefix("r"))
         per_pair.setdefault((row["variant"], row["shape_key"]), []).append(row)
         # when the capture began (Unix s): what tells an A/B run's rounds were captured interleaved (compare)
         started[(row["variant"], row["shape_key"], row["repeat"])] = status.get("capture_started_at") or status.get("started_at")
@@ -54,10 +59,7 @@ with script_log(sm.log[0]) as log:
     controls = []
     for status_path, forwards_path, ops_path in zip(sm.input.control_status, sm.input.control_forwards,
                                                     sm.input.control_ops, strict=True):
-        status = load_record(status_path, STATUS_KEYS)
-        check_capture_record(status, status_path, None, env, env_path=env_path)
-        row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
-        row["repeat"] = int(Path(status_path).parent.name.removeprefix("r"))
+        _, row = capture_row(status_path, forwards_path)
         controls.append(control_row(row, pd.read_csv(ops_path)))
     control_table(controls).to_csv(sm.output.control, index=False)
     record_checksums(Path(sm.output.summary).parent, [sm.output.summary, sm.output.repeats, sm.output.kernels,

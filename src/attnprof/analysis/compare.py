@@ -180,6 +180,9 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     med, label = _time_columns(sa)
     # the practical threshold of the time compared: device times, or host times on a CPU run
     noise_floor = noise_floor if med.startswith("device") else noise_floor_host
+    # an A/B run's rounds are paired when they were captured interleaved: decided once for the pair
+    unpaired = ab_unpaired_reason(a, b)
+    paired = unpaired is None
     rows = []
     keys = sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
     for variant, shape_key in keys:
@@ -204,14 +207,14 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
         row["timed_ratio"] = ib / ia if ia and ib else None
         if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
-            row.update(_time_verdict(a, b, ra, rb, variant, shape_key, med, noise_floor, confidence))  # A/B: paired
+            row.update(_time_verdict(a, b, ra, rb, variant, shape_key, med, noise_floor, confidence, paired))
         else:
             row.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                        repeats_needed=None, why="no time in one of the result sets")
         back = _backward_change(ra, rb, med)
         if back["bwd_a_ms"] and back["bwd_b_ms"]:
             col = med.replace("per_forward", "per_backward")
-            v = _time_verdict(a, b, ra, rb, variant, shape_key, col, noise_floor, confidence)  # A/B: paired
+            v = _time_verdict(a, b, ra, rb, variant, shape_key, col, noise_floor, confidence, paired)
             back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
                         bwd_repeats_needed=v["repeats_needed"])
         row.update(back)
@@ -235,11 +238,11 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         notes.append(f"{a['name'] if 'backward' in pa else b['name']} profiled the backward too: its forwards ran with "
                      "grad (saving what the backward needs; flash and efficient also write their log-sum-exp), the other's "
                      "under no_grad, so forward ratios compare slightly different work")
-    if unpaired := ab_unpaired_reason(a, b):
+    if unpaired:
         notes.append(unpaired)
     notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
     return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
-            "notes": notes, "accounting": accounting, "paired": ab_pairing(a, b), "support": support_changes(sa, sb),
+            "notes": notes, "accounting": accounting, "paired": paired, "support": support_changes(sa, sb),
             "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
             "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
             "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
@@ -349,11 +352,11 @@ def paired_repeat_medians(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, vari
 
 
 def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str, col: str,
-                  noise_floor: float, confidence: float) -> dict:
-    """The verdict of time column ``col`` for one row: paired over the rounds (compare_paired) for two result sets
-    of one A/B run (:func:`ab_pairing`), else :func:`_verdict` (compare_ratio) on the repeat medians. Keys of
-    :func:`_verdict`, plus ``paired``."""
-    if ab_pairing(a, b):
+                  noise_floor: float, confidence: float, paired: bool) -> dict:
+    """The verdict of time column ``col`` for one row: paired over the rounds (compare_paired) when ``paired``
+    (two result sets of one A/B run whose rounds were interleaved, :func:`ab_pairing`), else :func:`_verdict`
+    (compare_ratio) on the repeat medians. Keys of :func:`_verdict`, plus ``paired``."""
+    if paired:
         xa, xb = paired_repeat_medians(a["repeats"], b["repeats"], variant, shape_key, col)
         c = compare_paired(xa, xb, noise_floor, confidence)
         return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],

@@ -41,8 +41,7 @@ def control_counts(summary: pd.DataFrame | None, ops: pd.DataFrame | None, devic
         if summary is None or not len(summary) or CONTROL not in set(summary["variant"]):
             return None
         row = summary[summary["variant"] == CONTROL].iloc[0]
-        cols = {"kernels": "kernels_per_forward", "memcpy": "memcpy_per_forward", "memset": "memset_per_forward"}
-        return {k: (None if pd.isna(row.get(cols[k])) else int(row[cols[k]])) for k in known}
+        return {k: (None if pd.isna(row.get(_GPU_COLUMNS[k])) else int(row[_GPU_COLUMNS[k]])) for k in known}
     if ops is None or not len(ops) or CONTROL not in set(ops["variant"]):
         return None
     own = ops[ops["variant"] == CONTROL].drop_duplicates("op").set_index("op")["calls_per_forward"]
