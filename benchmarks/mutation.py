@@ -46,19 +46,19 @@ ROOT = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
 
 FUNCTIONS = {
-    "trace": ["_finish_frame", "events_frame", "integer_ids", "is_launch_api", "forward_ranges", "assign_forward",
+    "analysis.trace": ["_finish_frame", "events_frame", "integer_ids", "is_launch_api", "forward_ranges", "assign_forward",
               "launches", "cpu_ops", "gpu_events"],
-    "tables": ["concat_tables", "completeness", "analyse_trace", "_counted_forwards", "_timed_forwards",
+    "analysis.tables": ["concat_tables", "completeness", "analyse_trace", "_counted_forwards", "_timed_forwards",
                "per_forward_counts", "kernel_table", "forward_table", "_calls_table", "launch_api_table", "op_table",
                "_ranges_text", "forward_groups", "assess_forwards", "per_forward_stats", "summary_row"],
-    "compare": ["_time_columns", "_spread", "_judge", "compare_pair", "_num", "compare_runs"],
+    "analysis.compare": ["_time_columns", "_spread", "_judge", "compare_pair", "_num", "compare_runs"],
 }
 LEFT_OUT = {
-    "trace": "the readers (load_trace, _read_file, _load_reference, _is_utf8, _decode_fast, _event_columns, "
+    "analysis.trace": "the readers (load_trace, _read_file, _load_reference, _is_utf8, _decode_fast, _event_columns, "
              "_frame_from_columns, _frame_from_dicts, the Trace dict: test_trace checks them against json.loads), "
              "kernel-name parsing (short_kernel_name, kernel_label), device lookup (device_properties, properties_of)",
-    "tables": "text only: describe_groups, incomplete_reason",
-    "compare": "names and environment: normalise_kernel, _flatten, env_diff, _dispatch",
+    "analysis.tables": "text only: describe_groups, incomplete_reason",
+    "analysis.compare": "names and environment: normalise_kernel, _flatten, env_diff, _dispatch",
 }
 
 #: ``--group findings``: the findings package's arithmetic (shares, ratios, thresholds, sums, rankings, the
@@ -72,7 +72,8 @@ FINDINGS_FUNCTIONS = {
     "findings.kernel_names": ["matches", "kernel_group", "kernel_class", "fused_ops"],
     "findings.rules.timing": ["rule_speed", "_breakdown"],
     "findings.rules.beyond": ["rule_backward"],
-    "backward": ["_cross_thread", "assign_backward", "ambiguous_launches", "backward_summary", "_stats"],
+    "analysis.backward": ["backward_threads", "_cross_thread", "assign_backward", "_unattributed_launches",
+                          "ambiguous_launches", "other_thread_launches", "backward_summary", "_stats"],
 }
 FINDINGS_LEFT_OUT = {
     "findings.metrics": "single cells passed through (metric_memcpy, metric_safe_softmax, metric_main_occupancy) and "
@@ -88,7 +89,7 @@ FINDINGS_LEFT_OUT = {
     "findings.rules.timing": "rule_fidelity (288) and rule_cpu_cost (139): mostly statement text; "
                              "not run for the 40-minute budget (see docs/mutations.md)",
     "findings.rules.beyond": "rule_compile (163 mutants: the first call's time and cache passed through, text)",
-    "backward": "analyse_passes (186, frame plumbing; test_beyond_fixtures counts it against the JSON), backward_table, "
+    "analysis.backward": "analyse_passes (186, frame plumbing; test_beyond_fixtures counts it against the JSON), backward_table, "
                 "backward_kernels_finding (text), renaming and headers (_per_backward, backward_tables, "
                 "empty_backward_tables), _as_backward (text)",
 }
@@ -100,10 +101,10 @@ FINDINGS_NOT_RUN = ["findings/rules/status.py", "findings/rules/work.py", "findi
 SPREAD_FUNCTIONS = {
     "findings.expectations": ["verdict"],
     "findings.metrics": ["_spread", "metric_device_ratio", "metric_fastest_fused", "metric_cpu_excess"],
-    "tables": ["_memory_columns"],
+    "analysis.tables": ["_memory_columns"],
 }
 SPREAD_LEFT_OUT = {"findings.expectations": "check_expectations (see the findings group)",
-                   "findings.metrics": "the other metrics (the findings group)", "tables": "the rest (the arithmetic group)"}
+                   "findings.metrics": "the other metrics (the findings group)", "analysis.tables": "the rest (the arithmetic group)"}
 GROUPS = {"arithmetic": (FUNCTIONS, LEFT_OUT), "findings": (FINDINGS_FUNCTIONS, FINDINGS_LEFT_OUT),
           "spread": (SPREAD_FUNCTIONS, SPREAD_LEFT_OUT)}
 

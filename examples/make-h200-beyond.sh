@@ -32,7 +32,8 @@ import json, sys
 from pathlib import Path
 from attnprof.analysis.backward import analyse_passes, backward_summary, backward_tables
 from attnprof.analysis.trace import load_trace
-from attnprof.measure.capture import DEFAULT_TOLERANCE, run_isolated
+from attnprof.measure.capture import DEFAULT_TOLERANCE
+from attnprof.runtime.isolation import run_isolated
 from attnprof.model.variants import Shape
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
 shape = Shape(8, 16, 1024, 64, "bf16", True)

@@ -1,10 +1,11 @@
-"""Snakemake script: one capture (rule capture). Logic: attnprof.measure.capture, attnprof.runtime.worker."""
+"""Snakemake script: one capture (rule capture). Logic: attnprof.measure.capture, attnprof.runtime.isolation,
+attnprof.runtime.worker."""
 from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with script_log(sm.log[0]) as log:
     from pathlib import Path
-    from attnprof.measure.capture import CaptureInterrupted, run_isolated
+    from attnprof.runtime.isolation import CaptureInterrupted, run_isolated
     from attnprof.model.variants import Shape
 
     p = sm.params

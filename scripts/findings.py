@@ -23,10 +23,14 @@ with script_log(sm.log[0]) as log:
     # every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
     devices = list({p["id"]: p for f in sm.input.device for p in json.loads(Path(f).read_text()) or [] if "id" in p}.values())
     expectations = load_expectations(sm.input.expectations, variants=summary["variant"])
+    # the optional hardware counters (rule measure_counters, Nsight Compute) beside the trace's estimates
+    from attnprof.findings.counters import load_counter_findings
+
+    counters = load_counter_findings(sm.input.counters, kernels, devices, list(dict.fromkeys(summary["variant"])))
     shapes = []
     for shape_key in dict.fromkeys(summary["shape_key"]):
         data = load_run_data(shape_key, summary, kernels, launches, ops, statuses, devices, backward_kernels)
-        shapes.append(compute(data, expectations))
+        shapes.append({**compute(data, expectations), "counters": counters.get(shape_key, [])})
     doc = json.loads(json.dumps({"schema_version": 1, "run": sm.wildcards.run, "shapes": shapes}, default=str))
     jsonschema.validate(doc, json.loads(Path(sm.input.schema).read_text()))
     with open(sm.output[0], "w") as fh:
@@ -35,4 +39,5 @@ with script_log(sm.log[0]) as log:
 
     record_checksums(Path(sm.output[0]).parent, [sm.output[0]])  # an edit is noticed at the next run
     for s in shapes:
-        print(f"{s['shape_key']}: {len(s['findings'])} findings, {len(s['expectations'])} expectation checks", file=log)
+        print(f"{s['shape_key']}: {len(s['findings'])} findings, {len(s['expectations'])} expectation checks, "
+              f"{len(s['counters'])} hardware-counter rows", file=log)

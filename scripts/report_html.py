@@ -21,11 +21,9 @@ with script_log(sm.log[0]) as log:
     launches = [pd.read_csv(p) for p in sm.input.launches]
     launches = concat_tables(launches)
     summary = pd.read_csv(sm.input.summary)
-    from attnprof.findings.counters import load_counter_findings
-
-    run_dir = Path(sm.input.summary).parent
-    counters = {shape: load_counter_findings(run_dir, shape, list(dict.fromkeys(summary["variant"])))
-                for shape in {Path(p).parent.name for p in sm.input.counters}}
+    findings = json.loads(Path(sm.input.findings).read_text())
+    # the hardware counters' rows (rule findings put them in findings.json, where measure_counters ran)
+    counters = {s["shape_key"]: s.get("counters", []) for s in findings["shapes"]}
     # the profiler's self-check: control.csv where the result set has a control capture (attnprof.analysis.control)
     from attnprof.analysis.control import read_control_table
 
@@ -38,7 +36,7 @@ with script_log(sm.log[0]) as log:
         summary=summary,
         kernels=pd.read_csv(sm.input.kernels),
         launches=launches,
-        findings=json.loads(Path(sm.input.findings).read_text()),
+        findings=findings,
         env=load_env(sm.input.env),  # every key the report states, or an error naming the file and the key
         expectations=load_expectations(sm.input.expectations, variants=summary["variant"]),
         plots=plots,

@@ -15,7 +15,7 @@ from attnprof.findings import load_run_data
 from attnprof.analysis.tables import analyse_trace, concat_tables, forward_table, kernel_table, launch_api_table, op_table, summary_row
 from attnprof.analysis.trace import device_properties, load_trace
 
-# Each test process (an xdist worker) has its own capture lock (attnprof.measure.capture.capture_lock_path): the
+# Each test process (an xdist worker) has its own capture lock (attnprof.measure.lock.capture_lock_path): the
 # tests' captures measure nothing that another test's capture could disturb, and the tests that hold
 # a capture for seconds (kills, timeouts) would otherwise hold up the other worker's.
 # (set in every process that imports this file: an xdist worker would otherwise inherit the controller's)
@@ -97,7 +97,7 @@ def fresh_capture(tmp_path_factory):
     ``run_isolated(test_capture.spec(variant))``, run once per variant and session for the tests
     that only read a capture (each run is a Python + torch start, 2-4 s); every call gets its own
     copy of the record."""
-    from attnprof.measure.capture import run_isolated
+    from attnprof.runtime.isolation import run_isolated
     from test_capture import spec
 
     done = {}
@@ -113,13 +113,30 @@ def fresh_capture(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory):
+    """The whole workflow run once on the tiny CPU config (test_workflow.TINY): a copy of the repository
+    with results/tiny made by ``snakemake report --cores 2``. Shared by test_workflow and
+    test_snakemake_report (one xdist group, so one worker makes it once)."""
+    from test_workflow import copy_repo, snakemake
+
+    work = copy_repo(tmp_path_factory.mktemp("wf") / "repo")
+    snakemake(work, "report", "--cores", "2")
+    return work
+
+
 # --- pytest-xdist (addopts: -n 2 --dist loadgroup) ------------------------------------------------
 
 #: Module or session fixtures that are slow to build (a whole workflow run, a parsed 68-page PDF,
 #: fresh-process captures) -> xdist group: the tests that use one run in one worker, which builds
 #: it once. test_worker.py's tests share the session's warm capture worker (ATTNPROF_WORKER_TAG)
 #: and the fresh captures, so they join that group. Every other test is handed out on its own.
-SHARED_FIXTURES = {"run_dir": "run_dir", "workspace": "workspace", "h200_pdf": "h200_pdf", "fresh_capture": "captures"}
+SHARED_FIXTURES = {"run_dir": "run_dir", "workspace": "workspace", "h200_pdf": "h200_pdf", "fresh_capture": "captures",
+                   # a rendered H200 report, CPU captures with a backward, parsed fixtures and rendered contexts: each
+                   # module-scoped fixture is built once, in the one worker that runs its tests
+                   "rendered_h200": "rendered_h200", "cpu_backward": "cpu_backward", "captured": "backward_captures",
+                   "study_beyond": "study_beyond", "control_trace": "control_trace", "report_of": "control_report",
+                   "result": "findings_result", "html": "report_html", "context": "report_context", "work": "target_scope"}
 SHARED_MODULES = {"test_worker.py": "captures"}
 #: Modules of slow tests (Snakemake runs, fresh Python + torch processes, waits), slowest first:
 #: an xdist worker takes these before the many quick ones, so that no long test starts last while

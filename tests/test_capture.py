@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 import attnprof.measure.capture as capture_mod
-from attnprof.measure.capture import (DEFAULT_TOLERANCE, PHASES, CaptureInterrupted, capture, classify_exception, run_isolated,
-                              unsupported_reasons)
+from attnprof.measure.capture import DEFAULT_TOLERANCE, PHASES, capture, classify_exception, unsupported_reasons
+from attnprof.runtime.isolation import CaptureInterrupted, run_isolated
 from attnprof.analysis.trace import load_trace
 from attnprof.model.variants import COMPILED, VARIANTS, Shape, runs_on
 from attnprof.measure.forwards import make_forward, reference_attention, relative_error
@@ -254,7 +254,7 @@ def wait_gone(pid: int, timeout: float = 2.0) -> bool:
     return not alive(pid)
 
 
-RUN_ISOLATED = ("import json, sys; from attnprof.measure.capture import run_isolated; "
+RUN_ISOLATED = ("import json, sys; from attnprof.runtime.isolation import run_isolated; "
                 "run_isolated(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], timeout_s=600)")
 
 
@@ -282,8 +282,8 @@ def test_capture_process_dies_with_its_parent(tmp_path, sig):
         parent.wait()
 
 
-DIE_WITH_PARENT = ("import os, sys, time; sys.platform = sys.argv[1]; from attnprof.measure.capture import _die_with_parent; "
-                   "_die_with_parent(int(sys.argv[2])); open(sys.argv[3], 'w').write(str(os.getpid())); time.sleep(60)")
+DIE_WITH_PARENT = ("import os, sys, time; sys.platform = sys.argv[1]; from attnprof.runtime.isolation import die_with_parent; "
+                   "die_with_parent(int(sys.argv[2])); open(sys.argv[3], 'w').write(str(os.getpid())); time.sleep(60)")
 MIDDLE = ("import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2], str(os.getpid()), "
           "sys.argv[3]]); time.sleep(60)")
 
@@ -341,7 +341,7 @@ def test_a_capture_waits_for_the_device_lock_and_says_how_long(tmp_path):
     lock is free (held here by the test for 1 s), and its record says how long it waited."""
     import fcntl
 
-    from attnprof.measure.capture import capture_lock_path
+    from attnprof.measure.lock import capture_lock_path
 
     released = {}
     with open(capture_lock_path("cpu"), "a") as fh:
@@ -364,7 +364,7 @@ def test_a_capture_waits_for_the_device_lock_and_says_how_long(tmp_path):
 
 def test_the_capture_lock_is_one_file_per_machine_whatever_tmpdir_says(monkeypatch, tmp_path):
     """A job's TMPDIR follows its Snakemake tmpdir resource: two runs must still lock one file."""
-    from attnprof.measure.capture import LOCK_DIR, capture_lock_path, device_lock
+    from attnprof.measure.lock import LOCK_DIR, capture_lock_path, device_lock
 
     monkeypatch.delenv("ATTNPROF_CAPTURE_LOCK_DIR")
     before = capture_lock_path("cuda")

@@ -3,9 +3,10 @@ capture, compile time kept apart, and a missing compiler recorded as unsupported
 import pytest
 import torch
 
-from attnprof.measure.capture import DEFAULT_TOLERANCE, cache_verdict, run_isolated
+from attnprof.measure.capture import DEFAULT_TOLERANCE, cache_verdict
 from attnprof.model.variants import COMPILED, Shape
 from attnprof.measure.forwards import make_forward, relative_error
+from attnprof.runtime.isolation import run_isolated
 from attnprof.runtime.worker import reusable
 
 SHAPE = Shape(1, 4, 64, 16, "fp32", True, kv_heads=2, q_len=16)  # grouped-query, lower-right causal

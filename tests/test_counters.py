@@ -213,16 +213,32 @@ def test_finding_when_not_measured_says_why():
 
 
 def test_load_counter_findings_reads_the_result_set(tmp_path):
+    """Each status file's own (shape, variant) rows of the run's kernel table are matched: the same
+    kernels at another shape (another estimate) and another variant's rows are not used."""
     c = tmp_path / "counters" / "k"
     c.mkdir(parents=True)
     hand_counters().to_csv(c / "naive.csv", index=False)
     (c / "naive.json").write_text(json.dumps({"status": "ok", "reason": ""}))
-    t = tmp_path / "tables" / "k" / "naive"
-    t.mkdir(parents=True)
-    hand_kernels().to_csv(t / "kernels.csv", index=False)
-    (t / "device.json").write_text(json.dumps(H200_PROPS))
-    found = load_counter_findings(tmp_path, "k", ["naive", "sdpa_flash"])  # sdpa_flash: not measured, left out
-    assert len(found) == 3 and found[0]["artefact"] and found[1]["launch_limit_pct"] == 62.5
+    (c / "sdpa_flash.json").write_text(json.dumps({"status": "skipped", "reason": "ncu not found"}))
+    mine = hand_kernels().assign(shape_key="k")
+    other_shape = mine.assign(shape_key="k2", est_occupancy_pct=[11.0, 22.0, None])
+    other_variant = mine.assign(variant="sdpa_math", est_occupancy_pct=[33.0, 44.0, None])
+    kernels = pd.concat([other_shape, other_variant, mine], ignore_index=True)
+    found = load_counter_findings([c / "sdpa_flash.json", c / "naive.json"], kernels, H200_PROPS, ["naive", "sdpa_flash"])
+    assert list(found) == ["k"]
+    naive, flash = found["k"][:3], found["k"][3:]  # the order of the variants given, not of the paths
+    # counters rows: nvjet (trace 0 %, ncu 18.6 %: the artefact), softmax (trace 63 %), one not in the trace
+    assert [f["trace_est_occupancy_pct"] for f in naive] == [0.0, 63.0, None]
+    assert naive[0]["artefact"] and not naive[1]["artefact"] and naive[1]["launch_limit_pct"] == 62.5
+    assert len(flash) == 1 and "skipped: ncu not found" in flash[0]["text"]
+
+
+def test_a_damaged_counters_status_names_its_file(tmp_path):
+    c = tmp_path / "counters" / "k"
+    c.mkdir(parents=True)
+    (c / "naive.json").write_text('{"status": "ok", "rea')
+    with pytest.raises(ValueError, match=r"naive\.json: not JSON"):
+        load_counter_findings([c / "naive.json"], hand_kernels(), H200_PROPS, ["naive"])
 
 
 def test_flex_kernel_zero_estimate_is_contradicted_by_ncu():

@@ -2,9 +2,9 @@
 captions, categories and labels, attnprof's report.html and report.pdf inside, and the workflow's description
 (report/workflow.rst) on its front page.
 
-Made on a trimmed tiny CPU run (two variants, two shapes, one repeat: the report is about which files are marked and
-how, not about the measurements), then on a copy of that result set under another name, reported as a result set
-from elsewhere is: with the render profile and its report.pdf as the target."""
+Made on test_workflow's tiny CPU run (the session's ``run_dir``, tests/conftest.py: the report is about which files are
+marked and how, not about the measurements), then on a copy of that result set under another name, reported as a
+result set from elsewhere is: with the render profile and its report.pdf as the target."""
 import html
 import json
 import re
@@ -16,17 +16,13 @@ import pytest
 from jinja2 import Template
 
 from attnprof.model.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
-from test_workflow import SHAPES, copy_repo, snakemake
+from test_workflow import SHAPES, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTIONS = ROOT / "report" / "captions"
-#: Two variants (one that runs, one unsupported on a CPU: an empty bar with its status), one repeat, no user variant
-TRIM = ["--config", "variants=[sdpa_math,sdpa_cudnn]", "repeats=1"]
 #: What the rules mark (workflow/rules/plots.smk, report.smk), written out here by hand: per-shape figures,
 #: run-wide figures, the report in two formats
 PER_SHAPE = [*SHAPE_PLOTS, TIMELINE]
-#: The tests of the one trimmed run: in one xdist worker, which makes the run once
-ONE_RUN = pytest.mark.xdist_group("snakemake_report")
 
 
 def test_every_marked_file_has_its_caption():
@@ -103,29 +99,20 @@ def check_report(rep: dict, workdir: Path, run: str, zip_stem: str):
     assert "attnprof: where the time of PyTorch attention goes" in desc and "3. Per shape: the figures of each shape" in desc
 
 
-@pytest.fixture(scope="module")
-def trimmed_run(tmp_path_factory):
-    work = copy_repo(tmp_path_factory.mktemp("snakemake_report") / "repo")
-    snakemake(work, "report", "--cores", "2", *TRIM)
-    return work
+@pytest.mark.workflow
+def test_the_report_zip_holds_the_figures_captions_categories_and_the_report(run_dir, tmp_path):
+    rep = report_zip(run_dir, tmp_path / "report.zip")
+    check_report(rep, run_dir, "tiny", "report")
 
 
 @pytest.mark.workflow
-@ONE_RUN
-def test_the_report_zip_holds_the_figures_captions_categories_and_the_report(trimmed_run, tmp_path):
-    rep = report_zip(trimmed_run, tmp_path / "report.zip", *TRIM)
-    check_report(rep, trimmed_run, "tiny", "report")
-
-
-@pytest.mark.workflow
-@ONE_RUN
-def test_a_result_set_from_elsewhere_is_reported_through_the_render_profile(trimmed_run, tmp_path):
+def test_a_result_set_from_elsewhere_is_reported_through_the_render_profile(run_dir, tmp_path):
     """A copied result set (as a committed example is): its own name, not this config's; the render profile and its
     report.pdf as the target restrict the report to it."""
-    shutil.copytree(trimmed_run / "results" / "tiny", trimmed_run / "results" / "copied")
+    shutil.copytree(run_dir / "results" / "tiny", run_dir / "results" / "copied")
     try:
-        profile = str(trimmed_run / "workflow" / "profiles" / "render")
-        rep = report_zip(trimmed_run, tmp_path / "copied.zip", "--profile", profile, "results/copied/report.pdf")
-        check_report(rep, trimmed_run, "copied", "copied")
+        profile = str(run_dir / "workflow" / "profiles" / "render")
+        rep = report_zip(run_dir, tmp_path / "copied.zip", "--profile", profile, "results/copied/report.pdf")
+        check_report(rep, run_dir, "copied", "copied")
     finally:
-        shutil.rmtree(trimmed_run / "results" / "copied")
+        shutil.rmtree(run_dir / "results" / "copied")

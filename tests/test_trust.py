@@ -368,7 +368,7 @@ def test_capture_self_check_on_a_trace_that_lost_gpu_events(tmp_path):
 
 def test_capture_with_too_few_complete_forwards_is_incomplete_trace(tmp_path):
     """A real CPU capture: 2 forwards profiled, 3 required."""
-    from attnprof.measure.capture import run_isolated
+    from attnprof.runtime.isolation import run_isolated
     from attnprof.model.variants import Shape
 
     spec = {"variant": "naive_inplace", "shape": Shape(1, 2, 64, 32, "fp32", True).as_dict(), "device": "cpu",

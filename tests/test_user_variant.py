@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.measure.capture import run_isolated
 from attnprof.measure.forwards import variant_fingerprint
+from attnprof.runtime.isolation import run_isolated
 from test_capture import spec
 
 USER_DIR = Path(__file__).resolve().parent / "user_variants"

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from attnprof.measure.capture import CaptureInterrupted
 from attnprof.analysis.tables import analyse_trace, kernel_table, op_table
 from attnprof.analysis.trace import load_trace
+from attnprof.runtime.isolation import CaptureInterrupted
 from attnprof.runtime.worker import reusable, run_in_worker
 from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 

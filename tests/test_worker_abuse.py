@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import attnprof.runtime.worker as worker
-from attnprof.measure.capture import CaptureInterrupted
+from attnprof.runtime.isolation import CaptureInterrupted
 from attnprof.runtime.worker import address, run_in_worker, worker_key
 from test_capture import alive, spec, wait_for_pid, wait_gone
 

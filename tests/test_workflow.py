@@ -76,11 +76,7 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    work = copy_repo(tmp_path_factory.mktemp("wf") / "repo")
-    snakemake(work, "report", "--cores", "2")
-    return work
+# run_dir (tests/conftest.py): one tiny workflow run (TINY, REPEATS) shared by this module and test_snakemake_report
 
 
 def edited(path: Path, old: str, new: str):

@@ -1,4 +1,7 @@
-# Stage 4: findings.json -- rules over the tables, and the study's expectations checked.
+# Stage 4: findings.json -- rules over the tables, the study's expectations checked, and the
+# hardware counters (where measured) beside the trace's occupancy estimates.
+
+import glob
 
 
 rule findings:
@@ -16,6 +19,12 @@ rule findings:
         ops=per_capture(table_file("ops")),
         kernels_backward=per_capture(table_file("kernels_backward")),
         device=per_capture(table_file("device")),
+        # the optional hardware counters (rule measure_counters), where they were measured: each
+        # status .json and its table
+        counters=lambda wc: sorted(glob.glob(f"results/{wc.run}/counters/*/*.json")),
+        counter_tables=lambda wc: sorted(
+            glob.glob(f"results/{wc.run}/counters/*/*.csv")
+        ),
     output:
         run_file("findings"),
     log:

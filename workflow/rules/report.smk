@@ -1,7 +1,5 @@
 # Stage 6: report.html (self-contained, jinja2) and report.pdf (WeasyPrint, from the HTML).
 
-import glob
-
 
 rule report_html:
     input:
@@ -20,8 +18,6 @@ rule report_html:
         # the interactive timeline (attnprof.render.timeline_html): each capture's recipe and forwards, repeat 1
         recipes=per_capture(table_file("recipe")),
         forwards=per_capture(table_file("forwards")),
-        # the optional hardware counters (rule measure_counters), where they were measured
-        counters=lambda wc: sorted(glob.glob(f"results/{wc.run}/counters/*/*.json")),
         # the profiler's self-check (control.csv); none in a result set made before the control (common.smk)
         control=lambda wc: (
             [run_file("control", wc.run)] if control_shapes(wc.run) else []

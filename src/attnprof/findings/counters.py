@@ -141,21 +141,31 @@ def _text(f: dict, unmatched: bool) -> str:
     return text
 
 
-def load_counter_findings(run_dir: Path, shape_key: str, variants: list[str]) -> list[dict]:
-    """:func:`counter_findings` for each variant with a counters status under ``run_dir``
-    (``counters/<shape>/<variant>.json``); its kernel table and device properties from
-    ``tables/<shape>/<variant>/`` where they exist (else the measured values alone)."""
-    run_dir = Path(run_dir)
-    out = []
-    for v in variants:
-        status_path = run_dir / "counters" / shape_key / f"{v}.json"
-        if not status_path.exists():
-            continue
-        status = json.loads(status_path.read_text())
-        counters = pd.read_csv(status_path.with_suffix(".csv"), dtype={"grid": str, "block": str})
-        tables = run_dir / "tables" / shape_key / v
-        kernels = (pd.read_csv(tables / "kernels.csv", dtype={"grid": str, "block": str}) if (tables / "kernels.csv").exists()
-                   else pd.DataFrame(columns=["kernel", "category", "grid", "block"]))
-        devices = json.loads((tables / "device.json").read_text()) if (tables / "device.json").exists() else []
-        out += counter_findings(v, counters, kernels, devices, status)
+def load_counter_findings(status_paths: list, kernels: pd.DataFrame, devices: list[dict],
+                          variants: list[str]) -> dict[str, list[dict]]:
+    """Shape key -> :func:`counter_findings` of each variant measured there, in the order of
+    ``variants``. ``status_paths`` are the counters status files of a result set
+    (``counters/<shape>/<variant>.json``, each beside its ``.csv``); ``kernels`` is the result set's
+    kernel table (kernels.csv: columns variant, shape_key, kernel, category, grid, block, ...; a
+    variant without rows there gets the measured values alone); ``devices`` the traces'
+    deviceProperties (the tables' device.json files). Raises ValueError naming the file for a
+    status file that is not a JSON object."""
+    rank = {v: i for i, v in enumerate(variants)}
+    paths = sorted((Path(p) for p in status_paths), key=lambda p: (p.parent.name, rank.get(p.stem, len(rank)), p.stem))
+    out: dict[str, list[dict]] = {}
+    for path in paths:
+        shape, variant = path.parent.name, path.stem
+        try:
+            status = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not JSON ({err}); rerun the counters: snakemake --forcerun measure_counters") from None
+        if not isinstance(status, dict):
+            raise ValueError(f"{path}: not a JSON object; rerun the counters: snakemake --forcerun measure_counters")
+        table = path.with_suffix(".csv")
+        counters = (pd.read_csv(table, dtype={"grid": str, "block": str}) if table.exists() and table.stat().st_size
+                    else pd.DataFrame(columns=["kernel", "grid", "block"]))
+        mine = (kernels[(kernels["variant"] == variant) & (kernels["shape_key"] == shape)]
+                if {"variant", "shape_key"} <= set(kernels.columns) else kernels.iloc[:0])
+        mine = mine.astype({c: str for c in ("grid", "block") if c in mine})
+        out.setdefault(shape, []).extend(counter_findings(variant, counters, mine.reset_index(drop=True), devices, status))
     return out

@@ -1,1 +1,1 @@
-"""The measure layer: forward builders, the float64 reference, capture phases, the environment record, calibration and hardware counters. Imports attnprof.model and attnprof.analysis."""
+"""The measure layer: forward builders, the float64 reference, capture phases, the device's capture lock, the environment record, calibration and hardware counters. Imports attnprof.model and attnprof.analysis."""

@@ -51,7 +51,7 @@ def calibrate(device: str, n: int = 8192, copy_bytes: int = 2 << 30, repeats: in
 
     if not torch.cuda.is_available():
         return {"device": device, "skipped": "torch.cuda.is_available() is False"}
-    from attnprof.measure.capture import device_lock
+    from attnprof.measure.lock import device_lock
 
     with device_lock(device) as waited_s:  # never beside a capture: each would slow the other
         out = _measure(n, copy_bytes, repeats)

@@ -1,9 +1,11 @@
 """Capture one variant at one shape: warm-up, torch.profiler trace, correctness, timing.
 
-The work runs in a child process (``python -m attnprof.measure.capture SPEC.json``) so that
-one variant's CUDA context, caches, allocator state or a hard crash cannot touch
-another. :func:`run_isolated` starts it and leaves a status record behind for every
-capture that ran to an end of its own (see "Killed captures" for the exception).
+This module is the measurement that runs inside a capture process: :func:`capture` (under the
+device's capture lock, :mod:`attnprof.measure.lock`) runs :func:`run_capture` in this process and
+returns the status record. Starting that process and reading how it ended is the runtime layer's
+work: a fresh child per capture (:func:`attnprof.runtime.isolation.run_isolated`) or the warm capture
+worker (:mod:`attnprof.runtime.worker`); a crash or a kill of the process is classified there
+(:mod:`attnprof.runtime.isolation`, "Killed captures").
 
 Phases. :func:`capture` runs five phases, each in its own ``try``, and records each
 outcome in ``record["phases"][name] = {"status", "reason", "seconds"}`` (plus
@@ -49,7 +51,8 @@ Status values (``status.json``, and each phase's ``status``):
   emitted about why each backend could not run (``unsupported_reasons``);
 * ``out_of_memory`` -- the allocator failed; ``reason`` holds its message with the
   bytes it asked for;
-* ``failed`` -- anything else, including a crash of the child (exit code or signal), or
+* ``failed`` -- anything else, including a crash of the capture process (exit code or signal;
+  recorded by :mod:`attnprof.runtime.isolation`), or
   a trace the profiler wrote that cannot be read back (``TraceError``);
 * ``incomplete_trace`` -- the profile ran, but its own trace, read back before ``ok`` is
   written, has fewer complete forwards than ``min_complete_forwards`` (the completeness
@@ -57,23 +60,6 @@ Status values (``status.json``, and each phase's ``status``):
   on a GPU every forward must record GPU activity); ``reason`` names the trace file and
   both counts; the trace is kept for diagnosis, the later phases are skipped;
 * ``skipped`` -- phases only: not run, ``reason`` says why.
-
-Killed captures. The child dies with its parent (Linux ``prctl(PR_SET_PDEATHSIG,
-SIGKILL)``; elsewhere a thread that exits when the parent pid changes), and a parent
-that gets SIGTERM or SIGINT kills the child before it exits: two captures never
-overlap on the GPU. How :func:`run_isolated` reads the end of the child:
-
-* exit code 0 with a status record: that record;
-* killed by SIGKILL, SIGTERM, SIGINT, SIGHUP or SIGQUIT -- signals sent from outside
-  (a user, Snakemake, a batch scheduler): an *interrupted* capture, not a result.
-  :class:`CaptureInterrupted` is raised, no status is written and the trace is removed,
-  so the Snakemake job fails and the next run captures again. Caveat: the host's OOM
-  killer also sends SIGKILL, so a capture killed for host memory counts as interrupted
-  (GPU out-of-memory is an exception inside the child, recorded as ``out_of_memory``);
-* killed by any other signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL: the variant's own
-  reproducible crash) or a non-zero exit code: ``failed``, with a reason naming the
-  signal or code and the end of the child's stderr (``stderr_tail``);
-* killed by :func:`run_isolated` itself at ``timeout_s``: ``failed`` ("timed out").
 
 Test-only spec keys (never set by the pipeline; they let tests kill, crash or break a
 capture): ``_test_pid_file`` (the capture process writes its pid there),
@@ -84,21 +70,15 @@ capture): ``_test_pid_file`` (the capture process writes its pid there),
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import ctypes
 import gc
-import gzip
 import json
 import os
 import platform
 import re
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import traceback
 import types
@@ -106,6 +86,7 @@ import warnings
 from pathlib import Path
 
 from attnprof.measure.env import host_load
+from attnprof.measure.lock import device_lock
 from attnprof.model.names import backward_range_name
 from attnprof.model.variants import COMPILED, CONTROL, Shape, runs_on
 from attnprof.measure.forwards import gradient_relative_errors, make_forward, relative_error, torch_dtype
@@ -140,21 +121,6 @@ _UNSUPPORTED_MARKERS = (
     "No working C++ compiler",
     "Cannot find a working triton installation",
 )
-
-#: Signals that end a capture from outside (a user, Snakemake, a scheduler, the host OOM
-#: killer): the child's death is an interruption, not a result of the variant.
-INTERRUPT_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
-
-#: Environment variable through which run_isolated tells the child its parent's pid.
-PARENT_PID_ENV = "ATTNPROF_PARENT_PID"
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-class CaptureInterrupted(RuntimeError):
-    """The capture process was killed from outside (a signal in :data:`INTERRUPT_SIGNALS`):
-    no result exists, no status was written, and the capture must run again."""
-
 
 def log(msg: str) -> None:
     """Progress line on stderr (Snakemake shows it, or sends it to the rule's log)."""
@@ -627,50 +593,8 @@ def _grad_correctness_phase(spec: dict, shape: Shape, st) -> dict:
             "grad_rel_error_ok": all(e <= tol for e in errors.values())}
 
 
-#: Where the capture lock files are: one directory for the whole machine, not TMPDIR (a job's TMPDIR follows
-#: its Snakemake ``tmpdir`` resource, so two runs could lock two files).
-LOCK_DIR = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
-
-
-def capture_lock_path(device: str) -> Path:
-    """The file whose exclusive lock (flock) each capture on ``device`` ('cuda' | 'cpu') holds
-    for its whole length: one per user and device kind, in :data:`LOCK_DIR` (or in the directory
-    the environment variable ATTNPROF_CAPTURE_LOCK_DIR names: the tests give each test process
-    its own)."""
-    folder = os.environ.get("ATTNPROF_CAPTURE_LOCK_DIR") or LOCK_DIR
-    return Path(folder) / f"attnprof-capture-{os.getuid()}-{device}.lock"
-
-
-@contextlib.contextmanager
-def device_lock(device: str):
-    """Hold :func:`capture_lock_path`'s lock; yields the seconds spent waiting for it. Captures on
-    one machine never overlap, whichever process runs them: a capture worker serves one capture
-    at a time, but a run with another environment or package (another ``--cores``, an edit to
-    the package during the run, a second run beside it) has a worker of its own, and
-    ``capture_mode: process`` has none. The lock goes with the process that holds it."""
-    import fcntl
-
-    t0 = time.perf_counter()
-    path = capture_lock_path(device)
-    try:
-        fh = open(path, "a")
-    except OSError as exc:
-        raise RuntimeError(f"the capture lock {path} cannot be opened ({exc.strerror}); it lives in /tmp, or in the "
-                           "directory ATTNPROF_CAPTURE_LOCK_DIR names, which must exist and be writable") from exc
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another capture on {device} to end (lock {path})")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield round(time.perf_counter() - t0, 3)
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def capture(spec: dict, trace_path: Path) -> dict:
-    """:func:`run_capture` under the device's capture lock (:func:`device_lock`); the record
+    """:func:`run_capture` under the device's capture lock (:func:`attnprof.measure.lock.device_lock`); the record
     says how long the capture waited for it (``lock_wait_s``)."""
     with device_lock(spec["device"]) as waited_s:
         record = run_capture(spec, trace_path)
@@ -851,187 +775,3 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
         log(f"trace check: {bv['forwards_complete']} of {bv['forwards_expected']} backwards complete"
             + (f" ({_as_backward(bv['note'])})" if bv["note"] else ""))
     return out
-
-
-def write_placeholder_trace(trace_path: Path, status: str) -> None:
-    """A capture that did not run still yields its declared output: an empty Chrome
-    trace (no events) that names the status, so downstream stages see 'no data' rather
-    than a missing file."""
-    with gzip.open(trace_path, "wt") as fh:
-        json.dump({"traceEvents": [], "attnprof": {"placeholder": True, "status": status}}, fh)
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-@contextlib.contextmanager
-def _signals_raise_exit(signums=(signal.SIGTERM, signal.SIGINT)):
-    """While inside, SIGTERM and SIGINT raise SystemExit(128 + signal number) in this thread,
-    so that the caller can kill its child before exiting. Off the main thread (where Python
-    cannot set handlers) it does nothing: there the child still dies with the process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = {s: signal.signal(s, handler) for s in signums}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
-
-
-def _pump(stream, tail: collections.deque) -> None:
-    """Copy the child's stderr to ours line by line (progress reaches the log as it happens)
-    and keep its last lines in ``tail``."""
-    for line in stream:
-        sys.stderr.write(line)
-        sys.stderr.flush()
-        tail.append(line)
-
-
-def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, log_path: Path | None = None,
-                 python: str | None = None, env: dict | None = None) -> dict:
-    """Run :func:`capture` in a fresh Python process and write ``status_path`` (JSON)
-    and ``trace_path`` (gzipped Chrome trace, a placeholder when the capture did not
-    succeed). ``timeout_s``: seconds before the child is killed. A crash (a signal other
-    than the interrupting ones), a timeout or a non-zero exit becomes status ``failed``
-    with the signal or exit code and the end of the child's stderr. Returns the status
-    record. Call it from a thread that lives until it returns (the child's death signal is
-    tied to the thread that started it). ``python``, ``env``: another Python environment to capture in
-    (config ``environments``: that executable, those variables over this process's, this checkout's src/ on
-    its PYTHONPATH; attnprof.measure.env.interpreter_environ); default this interpreter and environment.
-
-    Raises :class:`CaptureInterrupted` when the child was killed from outside (SIGKILL,
-    SIGTERM, SIGINT, SIGHUP, SIGQUIT; module docstring), and SystemExit(128 + signal) when
-    this process gets SIGTERM or SIGINT meanwhile (main thread only); in both cases the
-    child is dead, and no status and no trace are left behind."""
-    trace_path, status_path = Path(trace_path), Path(status_path)
-    trace_path.parent.mkdir(parents=True, exist_ok=True)
-    status_path.parent.mkdir(parents=True, exist_ok=True)
-    spec_path = status_path.with_suffix(".spec.json")
-    spec_path.write_text(json.dumps(spec))
-    tmp_status = status_path.with_suffix(".child.json")
-    tmp_status.unlink(missing_ok=True)
-    cmd = [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.measure.capture", str(spec_path),
-           str(trace_path), str(tmp_status)]
-    from attnprof.measure.env import interpreter_environ
-
-    base = os.environ if python is None and not env else interpreter_environ(env)
-    env = {**base, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
-    tail: collections.deque = collections.deque(maxlen=200)
-    started = time.time()
-    proc = None
-
-    def discard() -> None:
-        for path in (trace_path, tmp_status, spec_path):
-            path.unlink(missing_ok=True)
-
-    try:
-        with _signals_raise_exit():
-            proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
-            pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
-            pump.start()
-            try:
-                returncode = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                returncode = None  # ours: a result ("timed out"), not an interruption
-                proc.kill()
-                proc.wait()
-            pump.join()
-    except BaseException as exc:  # SIGTERM/SIGINT here (SystemExit, KeyboardInterrupt) or an error: no result
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        discard()
-        log(f"{spec['variant']} {Shape(**spec['shape']).key}: aborted ({type(exc).__name__}), capture process ended, no status written")
-        raise
-    stderr_tail = "".join(tail)[-4000:]
-    if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
-        discard()
-        raise CaptureInterrupted(interrupted_message(spec, -returncode))
-    record = json.loads(tmp_status.read_text()) if tmp_status.exists() and returncode == 0 else None
-    tmp_status.unlink(missing_ok=True)
-    spec_path.unlink(missing_ok=True)
-    if record is None:
-        record = crash_record(spec, returncode, timeout_s, stderr_tail)
-    return finish_capture(record, trace_path, status_path, started)
-
-
-def interrupted_message(spec: dict, signum: int) -> str:
-    """The CaptureInterrupted text for a capture process killed by ``signum`` from outside."""
-    return (f"capture of {spec['variant']} at {Shape(**spec['shape']).key} interrupted: its process was killed by "
-            f"{_signal_name(signum)} from outside (a user, Snakemake, a scheduler or the host OOM killer); "
-            "no status written, the next run captures it again")
-
-
-def crash_record(spec: dict, returncode: int | None, timeout_s: float, stderr_tail: str) -> dict:
-    """The ``failed`` status record of a capture process that ended without a record of its
-    own: ``returncode`` None (killed at ``timeout_s``), negative (killed by that signal, one
-    not in :data:`INTERRUPT_SIGNALS`) or a non-zero exit code; ``stderr_tail``: its last output."""
-    if returncode is None:
-        why = f"capture timed out after {timeout_s} s"
-    elif returncode < 0:
-        why = f"capture process killed by {_signal_name(-returncode)}"
-    elif returncode:
-        why = f"capture process exited with code {returncode}"
-    else:
-        why = "capture process exited with code 0 but wrote no status"
-    return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, **spec["shape"], "device": spec["device"],
-            "status": "failed", "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
-            "stderr_tail": stderr_tail}
-
-
-def finish_capture(record: dict, trace_path: Path, status_path: Path, started: float) -> dict:
-    """Write a finished capture's outputs: ``status_path`` (the record, with ``started_at`` and
-    ``finished_at``, epoch seconds) and, when the capture left no usable trace, a placeholder
-    trace naming the status (:func:`write_placeholder_trace`). Returns the record."""
-    trace_path, status_path = Path(trace_path), Path(status_path)
-    record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
-    if record["status"] not in ("ok", "incomplete_trace") or not trace_path.exists():
-        if record["status"] in ("ok", "incomplete_trace"):
-            record.update(status="failed", reason="profiler wrote no trace")
-        write_placeholder_trace(trace_path, record["status"])
-    status_path.write_text(json.dumps(record, indent=2, sort_keys=True))
-    log(f"{record['variant']} {record['shape_key']}: {record['status']}{(' - ' + record['reason'][:200]) if record['reason'] else ''}")
-    return record
-
-
-def _watch_parent(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
-        time.sleep(0.2)
-    os._exit(1)
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Make this process die when its parent ``parent_pid`` does: on Linux,
-    prctl(PR_SET_PDEATHSIG, SIGKILL) (the kernel sends SIGKILL when the parent's thread
-    exits), then a check of os.getppid() for a parent that died before that call; elsewhere,
-    or if prctl fails, a daemon thread that exits the process once the parent pid changes."""
-    armed = False
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    if os.getppid() != parent_pid:  # reparented already: the parent is gone
-        os._exit(1)
-    if not armed:
-        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="attnprof-parent-watch").start()
-
-
-def main(argv: list[str]) -> int:
-    _die_with_parent(int(os.environ.get(PARENT_PID_ENV) or os.getppid()))
-    spec_path, trace_path, status_path = (Path(a) for a in argv[1:4])
-    record = capture(json.loads(spec_path.read_text()), trace_path)
-    status_path.write_text(json.dumps(record))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

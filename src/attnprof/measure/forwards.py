@@ -1,4 +1,4 @@
-"""How each variant's forward is built and checked: the builders behind attnprof.model.variants.VARIANTS,
+"""How each variant's forward is built and checked: the builders behind attnprof.model.variants.REGISTRY,
 user variants (``custom_variants``), the source fingerprint that reruns a variant's captures, and the float64
 reference every output is checked against. Imports torch inside functions only."""
 
@@ -8,7 +8,8 @@ import contextlib
 import math
 from collections.abc import Callable
 
-from attnprof.model.variants import COMPILED, CONTROL, CONTROL_K, CONTROL_SIZE, VARIANTS, Shape
+from attnprof.model import variants as registry
+from attnprof.model.variants import CONTROL, CONTROL_K, CONTROL_SIZE, REGISTRY, Shape
 
 
 def torch_dtype(name: str):
@@ -18,7 +19,7 @@ def torch_dtype(name: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
-def _naive_forward(shape: Shape, device: str, inplace: bool) -> Callable:
+def _naive_forward(shape: Shape, device: str, inplace: bool = False) -> Callable:
     """The study's 04_a/04_b: matmul, scale, masked_fill(_), softmax, matmul; the causal mask
     (upper-left or lower-right: :attr:`Shape.causal_offset`) is built once, here, outside the
     profiled forwards. Grouped-query attention repeats each key/value head heads/kv_heads
@@ -44,7 +45,7 @@ def _naive_forward(shape: Shape, device: str, inplace: bool) -> Callable:
     return forward
 
 
-def _sdpa_forward(shape: Shape) -> Callable:
+def _sdpa_forward(shape: Shape, device: str) -> Callable:
     """The study's 04_c: one scaled_dot_product_attention call, no mask tensor
     (``is_causal``); ``enable_gqa=True`` for grouped-query shapes; a lower-right causal mask
     on a non-square shape passes ``attn_mask=causal_lower_right(q_len, kv_len)`` instead,
@@ -157,10 +158,17 @@ def _control_forward(shape: Shape, device: str) -> Callable:
     return forward
 
 
-#: The forward builders of the variants that are not plain SDPA calls (for make_forward and
-#: variant_fingerprint).
-_BUILDERS = {"naive": _naive_forward, "naive_inplace": _naive_forward,
-             "naive_compiled": _compiled_naive_forward, "flex_attention": _flex_forward, CONTROL: _control_forward}
+#: The forward builders, one per kind of forward (attnprof.model.variants.BUILDERS, :attr:`Variant.builder`):
+#: ``builder(shape, device, **options) -> forward(q, k, v)``.
+BUILDERS = {"sdpa": _sdpa_forward, "naive": _naive_forward, "naive_compiled": _compiled_naive_forward, "flex": _flex_forward}
+if set(BUILDERS) != set(registry.BUILDERS):  # the two halves of one registration (model names, measure builds)
+    raise ImportError(f"attnprof.measure.forwards.BUILDERS {sorted(BUILDERS)} != attnprof.model.variants.BUILDERS "
+                      f"{sorted(registry.BUILDERS)}")
+
+
+def _builder(variant: str) -> Callable:
+    """The builder function of a built-in ``variant``, or of the control (KeyError for another name)."""
+    return _control_forward if variant == CONTROL else BUILDERS[REGISTRY[variant].builder]
 
 
 def make_forward(variant: str, shape: Shape, device: str,
@@ -169,22 +177,38 @@ def make_forward(variant: str, shape: Shape, device: str,
     context to hold around every call -- ``sdpa_kernel(<backend>)`` for the pinned SDPA
     variants, a null context otherwise. The context is entered once, outside the profiled
     forwards, so that a forward's CPU time is the attention call alone (as in sdpa_auto).
+    The registration (:data:`attnprof.model.variants.REGISTRY`) says everything: the builder
+    (:data:`BUILDERS`), its options and the pinned backend; no variant is named here.
     ``custom``: a user variant's {"function", "setup"} (:func:`_custom_forward`). Raises
     KeyError for an unknown variant."""
     if custom:
         return _custom_forward(custom, shape, device), contextlib.nullcontext()
     if variant == CONTROL:
         return _control_forward(shape, device), contextlib.nullcontext()
-    backend = VARIANTS[variant]
-    if variant in ("naive", "naive_inplace"):
-        return _naive_forward(shape, device, inplace=variant == "naive_inplace"), contextlib.nullcontext()
-    if variant in COMPILED:
-        return _BUILDERS[variant](shape, device), contextlib.nullcontext()
-    if backend is None:  # sdpa_auto: whatever PyTorch dispatches to
-        return _sdpa_forward(shape), contextlib.nullcontext()
+    v = REGISTRY[variant]
+    forward = _builder(variant)(shape, device, **dict(v.options))
+    if v.backend is None:  # not pinned (naive, compiled, sdpa_auto: whatever PyTorch dispatches to)
+        return forward, contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return _sdpa_forward(shape), sdpa_kernel(getattr(SDPBackend, backend))
+    return forward, sdpa_kernel(getattr(SDPBackend, v.backend))
+
+
+def _called_here(fn: Callable) -> list[Callable]:
+    """``fn`` and the functions of this module it calls, directly or not (by name: inspect.getclosurevars),
+    so that a builder's fingerprint covers the code it runs (naive_compiled runs _naive_forward)."""
+    import inspect
+
+    seen: list[Callable] = []
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.append(f)
+        todo += [g for g in inspect.getclosurevars(f).globals.values()
+                 if inspect.isfunction(g) and g.__module__ == __name__ and g not in seen]
+    return seen
 
 
 def _module_source(target: str) -> str:
@@ -203,7 +227,8 @@ def _module_source(target: str) -> str:
 
 
 def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
-    """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder,
+    """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder (and the
+    functions of this module the builder calls), its registration's backend, builder, options and compiled flag,
     make_forward, Shape and the float64 references (_reference_blocks, relative_error, gradient_relative_errors); for a
     user variant (``custom``: {"function", "setup"}) also the whole source of the modules
     those name, read without importing them. A Snakemake param of the capture rule, so that
@@ -214,11 +239,14 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
     if custom:
         builder = _custom_forward
         own = [repr(sorted(custom.items()))] + [_module_source(custom[k]) for k in ("function", "setup") if custom.get(k)]
-    else:
-        builder = _BUILDERS.get(variant, _sdpa_forward)
-        own = [str(VARIANTS.get(variant))] + ([inspect.getsource(_naive_forward)] if variant == "naive_compiled" else [])
-        if variant == CONTROL:  # the profiler's control: its matrices' size is in variants.py, not in its builder
-            own.append(f"CONTROL_SIZE={CONTROL_SIZE} CONTROL_K={CONTROL_K}")
+    elif variant == CONTROL:  # the profiler's control: its matrices' size is in variants.py, not in its builder
+        builder = _control_forward
+        own = [f"CONTROL_SIZE={CONTROL_SIZE} CONTROL_K={CONTROL_K}"]
+    else:  # what the registration says about how it runs (not its description), and every function its builder calls
+        v = REGISTRY[variant]
+        builder = _builder(variant)
+        own = [repr((v.backend, v.builder, v.options, v.compiled))]
+        own += [inspect.getsource(f) for f in _called_here(builder) if f is not builder]
     parts = [variant, *own] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
                                                                   gradient_relative_errors)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

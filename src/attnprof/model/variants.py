@@ -32,32 +32,54 @@ class Variant:
       a process that serves no other capture.
     * ``devices``: the devices (:data:`DEVICES`) PyTorch has a kernel for it on; on another one its capture
       is still attempted (PyTorch's refusal is the record's reason) and the reason says why.
+    * ``builder``: the kind of forward, a key of :data:`BUILDERS` (the function of that name in
+      attnprof.measure.forwards builds it: torch lives in the measure layer), and ``options``: that builder's
+      keyword arguments, as (name, value) pairs. attnprof.measure.forwards.make_forward calls
+      ``builder(shape, device, **options)`` and holds ``sdpa_kernel(backend)`` around the calls when a
+      backend is pinned; it names no variant.
 
-    Its forward is built by attnprof.measure.forwards.make_forward (torch lives in the measure layer)."""
+    A variant of an existing kind is this one registration; a new kind is a builder in
+    attnprof.measure.forwards plus its name in :data:`BUILDERS` (docs/contributing.md)."""
 
     backend: str | None
     description: str
     compiled: bool = False
     devices: tuple[str, ...] = DEVICES
+    builder: str = "sdpa"
+    options: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self):
         unknown = [d for d in self.devices if d not in DEVICES]
         if unknown or not self.devices:
             raise ValueError(f"devices {self.devices!r}: expected some of {DEVICES}")
+        if self.builder not in BUILDERS:
+            raise ValueError(f"builder {self.builder!r}: expected one of {', '.join(BUILDERS)}")
+
+
+#: The kinds of forward (:attr:`Variant.builder`) -> what each builds; the builder of the same name in
+#: attnprof.measure.forwards (``BUILDERS`` there) makes it.
+BUILDERS = {
+    "sdpa": "one scaled_dot_product_attention call (the study's 04_c)",
+    "naive": "matmul, scale, masked_fill, softmax, matmul (the study's 04_a/04_b; option inplace)",
+    "naive_compiled": "the naive forward under torch.compile",
+    "flex": "flex_attention under torch.compile with a causal block mask",
+}
 
 
 #: The built-in variants, in the report's order: the one place each is declared.
 REGISTRY: dict[str, Variant] = {
-    "naive": Variant(None, "matmul, scale, masked_fill (out of place), softmax, matmul"),
-    "naive_inplace": Variant(None, "as naive, with masked_fill_ (in place)"),
+    "naive": Variant(None, "matmul, scale, masked_fill (out of place), softmax, matmul", builder="naive"),
+    "naive_inplace": Variant(None, "as naive, with masked_fill_ (in place)", builder="naive", options=(("inplace", True),)),
     "sdpa_math": Variant("MATH", "SDPA, backend pinned to MATH"),
     # PyTorch's CPU SDPA dispatcher (sdp_utils_cpp) offers only the FLASH_ATTENTION and MATH backends
     "sdpa_efficient": Variant("EFFICIENT_ATTENTION", "SDPA, backend pinned to EFFICIENT_ATTENTION", devices=("cuda",)),
     "sdpa_flash": Variant("FLASH_ATTENTION", "SDPA, backend pinned to FLASH_ATTENTION"),
     "sdpa_cudnn": Variant("CUDNN_ATTENTION", "SDPA, backend pinned to CUDNN_ATTENTION", devices=("cuda",)),
     "sdpa_auto": Variant(None, "SDPA, no backend pinned (PyTorch chooses)"),
-    "naive_compiled": Variant(None, "naive under torch.compile (inductor fuses the elementwise work)", compiled=True),
-    "flex_attention": Variant(None, "flex_attention under torch.compile, causal block mask built once", compiled=True),
+    "naive_compiled": Variant(None, "naive under torch.compile (inductor fuses the elementwise work)", compiled=True,
+                              builder="naive_compiled"),
+    "flex_attention": Variant(None, "flex_attention under torch.compile, causal block mask built once", compiled=True,
+                              builder="flex"),
 }
 
 #: variant -> SDPA backend it pins (SDPBackend member name), or None: :data:`REGISTRY`'s backends.

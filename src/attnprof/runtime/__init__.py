@@ -1,1 +1,1 @@
-"""The runtime layer: the capture worker, Snakemake job plumbing, logs, derived-file checksums and the import closure behind the rerun triggers. Imports attnprof.model, attnprof.analysis and attnprof.measure."""
+"""The runtime layer: the capture process's isolation and supervision, the capture worker, Snakemake job plumbing, logs, derived-file checksums and the import closure behind the rerun triggers. Imports attnprof.model, attnprof.analysis and attnprof.measure."""

@@ -49,7 +49,7 @@ PRELOAD = [
     "attnprof.render.plots",
     "attnprof.render.report",
     "attnprof.analysis.compare",
-    "attnprof.measure.capture",  # the capture clients (without torch: the capture itself runs in the worker or a fresh process)
+    "attnprof.runtime.isolation",  # the capture clients (without torch: the capture itself runs in the worker or a fresh process)
     "attnprof.runtime.worker",
 ]
 

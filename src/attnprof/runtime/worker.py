@@ -9,11 +9,11 @@ Design (three processes; only the last one imports torch):
 * the **client** -- the Snakemake capture job (:func:`run_in_worker`): connects to the
   supervisor's Unix socket, starting the supervisor if none listens, sends one capture
   request, copies the progress lines it gets back to its log, and writes the status and
-  (placeholder) trace like :func:`attnprof.measure.capture.run_isolated`;
+  (placeholder) trace like :func:`attnprof.runtime.isolation.run_isolated`;
 * the **supervisor** (``python -m attnprof.runtime.worker serve``, detached): serves one request at a
   time, so two captures never overlap, and owns the capture process as its child, so that it
   reads the child's exit exactly (signal or code) and classifies it as
-  :func:`~attnprof.measure.capture.run_isolated` does. It exits after ``idle_s`` seconds without a
+  :func:`~attnprof.runtime.isolation.run_isolated` does. It exits after ``idle_s`` seconds without a
   request, killing the child;
 * the **capture process** (``python -m attnprof.runtime.worker child``): imports torch, creates the
   CUDA context once, then runs :func:`attnprof.measure.capture.capture` for each request it reads.
@@ -28,7 +28,7 @@ Isolation. The capture process is never reused after a capture that did not full
 any check missing): the next request gets a fresh one, so a failure cannot leave state
 behind for another variant. The one exception is a refusal: ``unsupported`` raised by
 PyTorch's dispatcher before any kernel ran leaves nothing behind, so the process serves on.
-A crash (signal other than :data:`~attnprof.measure.capture.INTERRUPT_SIGNALS`) or a timeout is a
+A crash (signal other than :data:`~attnprof.runtime.isolation.INTERRUPT_SIGNALS`) or a timeout is a
 ``failed`` record; a capture process killed from outside, a supervisor killed from outside,
 or a client that disappears (its Snakemake job killed) is an interruption: no status, the
 trace is removed, the job fails and the next run captures again. Between captures the
@@ -70,19 +70,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnprof.measure.capture import (
+from attnprof.measure.capture import log
+from attnprof.measure.env import interpreter_environ, torch_build, torch_build_of
+from attnprof.model.variants import COMPILED, Shape
+from attnprof.runtime.isolation import (
     INTERRUPT_SIGNALS,
     PARENT_PID_ENV,
     CaptureInterrupted,
-    _die_with_parent,
-    _signals_raise_exit,
     crash_record,
+    die_with_parent,
     finish_capture,
     interrupted_message,
-    log,
+    signals_raise_exit,
 )
-from attnprof.measure.env import interpreter_environ, torch_build, torch_build_of
-from attnprof.model.variants import COMPILED, Shape
 
 #: Environment variables left out of a worker's key: the shell's (and pytest's) own bookkeeping, which says
 #: nothing about what a capture measures. Every other variable is in the key (ATEN_CPU_CAPABILITY,
@@ -270,14 +270,14 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
                   worker_log: Path | None = None, python: str | None = None, env: dict | None = None) -> dict:
     """Run one capture in the warm capture process and write ``status_path`` and
-    ``trace_path`` as :func:`attnprof.measure.capture.run_isolated` does (same records, same
+    ``trace_path`` as :func:`attnprof.runtime.isolation.run_isolated` does (same records, same
     statuses, plus ``record["worker"]``: the capture process's pid, how many captures it had
     served before this one and its start-up seconds). ``timeout_s``: seconds before the
     capture process is killed (a ``failed`` record); ``idle_s``: how long a supervisor this
     call starts waits for the next request; ``worker_log``: where that supervisor writes; ``python``, ``env``:
     the Python environment to capture in (:func:`connect_or_start`; default this one).
 
-    Raises :class:`~attnprof.measure.capture.CaptureInterrupted` when the capture process or the
+    Raises :class:`~attnprof.runtime.isolation.CaptureInterrupted` when the capture process or the
     supervisor was killed from outside, and SystemExit(128 + signal) when this process gets
     SIGTERM or SIGINT meanwhile (the supervisor then kills the capture); in these cases no
     status and no trace are left behind."""
@@ -308,7 +308,7 @@ def call_in_worker(device: str, target: str, args: list | None = None, timeout_s
     device as the captures do, and run where they already are (``python``, ``env``: in that Python
     environment's worker, :func:`connect_or_start`). Raises RuntimeError with the
     traceback when the call raised (the capture process is then replaced), and
-    :class:`~attnprof.measure.capture.CaptureInterrupted` when it was killed from outside."""
+    :class:`~attnprof.runtime.isolation.CaptureInterrupted` when it was killed from outside."""
     msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target,
                    timeout_s + ANSWER_GRACE_S, python, env)
     if "error" in msg:
@@ -322,7 +322,7 @@ def _request(device: str, request: dict, idle_s: float, worker_log: Path | None,
     to stderr, and return its final message. Raises CaptureInterrupted when the work was
     killed from outside or the supervisor ended without an answer, and TimeoutError when no
     message came for ``answer_s`` seconds (the job fails; nothing is recorded)."""
-    with _signals_raise_exit():
+    with signals_raise_exit():
         for _attempt in range(3):  # a supervisor exiting for idleness as we connect: start another
             with contextlib.closing(connect_or_start(device, idle_s, worker_log, python, env)) as sock:
                 _send(sock, request)
@@ -581,7 +581,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
     seq = 0
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
     try:
-        with _signals_raise_exit():
+        with signals_raise_exit():
             while True:
                 if not pending:
                     listener.settimeout(idle_s)
@@ -615,7 +615,7 @@ def child_main(device: str) -> int:
     """Capture process main loop: start torch (and CUDA) once, then one capture per request
     line on stdin, one ``{"record": ...}`` line on the protocol stream per capture. Anything
     printed to stdout by a library goes to stderr (the progress stream) instead."""
-    _die_with_parent(int(os.environ.get(PARENT_PID_ENV) or os.getppid()))
+    die_with_parent(int(os.environ.get(PARENT_PID_ENV) or os.getppid()))
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
