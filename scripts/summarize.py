@@ -17,7 +17,7 @@ with script_log(sm.log[0]) as log:
     from attnprof.analysis.backward import backward_summary
     from attnprof.model.names import CAPTURE_FILES
     from attnprof.analysis.records import ENV_CHECK_KEYS, STATUS_KEYS, check_capture_record, load_env, load_record
-    from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, summary_row
+    from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, summary_row
 
     # the run's env.json: an input of the rule where it names one, else results/<run>/env.json when it is there
     env_path = getattr(sm.input, "env", None)
@@ -47,7 +47,7 @@ with script_log(sm.log[0]) as log:
     repeats = [{**r, "started_at": started[(r["variant"], r["shape_key"], r["repeat"])]} for rows in per_pair.values() for r in rows]
     pd.DataFrame(repeats, columns=REPEAT_COLUMNS).to_csv(sm.output.repeats, index=False)
     summary = [combine_repeats(rows, sm.params.confidence) for rows in per_pair.values()]
-    pd.DataFrame(summary).to_csv(sm.output.summary, index=False)
+    derive_columns(pd.DataFrame(summary)).to_csv(sm.output.summary, index=False)  # and the declared formulas (GB/s)
     frames = [pd.read_csv(p) for p in sm.input.kernels]
     concat_tables(frames).to_csv(sm.output.kernels, index=False)
     # what this job wrote, so that an edit or a cut-short file is noticed at the next run (attnprof.runtime.integrity)

@@ -137,3 +137,14 @@ def test_every_csv_table_of_a_result_set_has_its_columns_declared():
     csv_tables = {k for k, f in {**CAPTURE_TABLES, **RUN_FILES}.items() if f.endswith(".csv")}
     assert {"summary", "repeats", "kernels", "forwards", "backwards"} <= csv_tables
     assert sorted(csv_tables - set(TABLES)) == []
+
+
+# --- columns declared with a formula (attnprof.analysis.tables.derive_columns) ---------------------------------
+
+def test_a_formula_over_a_missing_column_names_it():
+    import pandas as pd
+
+    from attnprof.analysis.tables import derive_columns
+
+    with pytest.raises(ValueError, match="column 'x'.*needs a column"):
+        derive_columns(pd.DataFrame({"a": [1.0]}), {"x": "a / nope"})

@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from attnprof.model.columns import formulas
 from attnprof.analysis.trace import (GRAPH_LAUNCH_API, busy_time, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api,
                     kernel_label, launches)
 
@@ -81,6 +82,27 @@ REPEAT_SUMMARY_COLUMNS = ["repeats", "repeats_ok", "repeats_note",
                           *(f"{between}_run_{end}" for _, _, between in REPEAT_TIMES for end in ("lo", "hi")),
                           "device_ms_run_sd_pct", "cpu_ms_run_sd_pct"]
 SUMMARY_COLUMNS += REPEAT_SUMMARY_COLUMNS
+#: summary.csv columns computed from its other columns (declared with a formula in attnprof.model.columns):
+#: :func:`derive_columns` fills them, after every other column.
+SUMMARY_FORMULAS = formulas("summary")
+SUMMARY_COLUMNS += [c for c in SUMMARY_FORMULAS if c not in SUMMARY_COLUMNS]
+
+
+def derive_columns(table: pd.DataFrame, formulas_: dict[str, str] | None = None) -> pd.DataFrame:
+    """``table`` with each column of ``formulas_`` (name -> ``DataFrame.eval`` expression; default
+    :data:`SUMMARY_FORMULAS`, the summary's declared formulas) computed from its other columns, in place of any
+    value it held. A row where an input is missing, or the result is not finite (a zero device time), gets NaN.
+    A copy; the columns keep their order (a new one goes last). Raises ValueError naming the column for a
+    formula over a column the table lacks."""
+    out = table.copy()
+    for name, formula in (SUMMARY_FORMULAS if formulas_ is None else formulas_).items():
+        numeric = out.apply(lambda col: pd.to_numeric(col, errors="coerce"))  # blanks and None: NaN
+        try:
+            values = pd.to_numeric(numeric.eval(formula), errors="coerce")
+        except (pd.errors.UndefinedVariableError, NameError) as err:
+            raise ValueError(f"column {name!r}: formula {formula!r} needs a column the table lacks ({err})") from None
+        out[name] = values.replace([math.inf, -math.inf], math.nan)
+    return out
 
 
 def has_run_interval(summary: pd.DataFrame, prefixes: tuple[str, ...] = ("device_ms", "cpu_ms")) -> bool:

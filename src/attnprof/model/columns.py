@@ -63,6 +63,7 @@ class Column:
     description: str
     report: ReportHeader | None = None
     group: tuple[str, ...] = ()
+    formula: str | None = None
 
 
 #: Every declared column, in declaration order (one entry per column and declaration).
@@ -70,10 +71,12 @@ COLUMNS: list[Column] = []
 
 
 def declare(tables: str | tuple[str, ...], names: str, unit: str, description: str,
-            report: ReportHeader | None = None) -> None:
+            report: ReportHeader | None = None, formula: str | None = None) -> None:
     """Declare the columns ``names`` (space-separated) of ``tables`` with one unit and description (and
-    ``report``, only for a declaration of one column). Raises ValueError for an unknown table, or a column
-    already declared for one of the tables."""
+    ``report``, only for a declaration of one column). ``formula``: a column computed from other columns of
+    its table, a ``pandas.DataFrame.eval`` expression (one column only; attnprof.analysis.tables.derive_columns
+    fills it wherever the table is written, so the declaration is all the code it needs). Raises ValueError for
+    an unknown table, or a column already declared for one of the tables."""
     tables = (tables,) if isinstance(tables, str) else tables
     group = tuple(names.split())
     unknown = [t for t in tables if t not in TABLES]
@@ -81,11 +84,13 @@ def declare(tables: str | tuple[str, ...], names: str, unit: str, description: s
         raise ValueError(f"column {group[0]!r}: unknown table(s) {unknown}; known: {list(TABLES)}")
     if report is not None and len(group) != 1:
         raise ValueError(f"columns {group}: a report header belongs to one column")
+    if formula is not None and len(group) != 1:
+        raise ValueError(f"columns {group}: a formula belongs to one column")
     for name in group:
         twice = [t for t in tables if any(c.name == name and t in c.tables for c in COLUMNS)]
         if twice:
             raise ValueError(f"column {name!r} declared twice for {twice}")
-        COLUMNS.append(Column(name, tables, unit, description, report, group))
+        COLUMNS.append(Column(name, tables, unit, description, report, group, formula))
 
 
 def columns_of(table: str) -> dict[str, Column]:
@@ -94,6 +99,11 @@ def columns_of(table: str) -> dict[str, Column]:
     if table not in TABLES:
         raise KeyError(f"no table {table!r}; known: {list(TABLES)}")
     return {c.name: c for c in COLUMNS if table in c.tables}
+
+
+def formulas(table: str) -> dict[str, str]:
+    """name -> formula of the columns of ``table`` declared with one (:func:`declare`), in declaration order."""
+    return {name: c.formula for name, c in columns_of(table).items() if c.formula}
 
 
 # --- summary.csv ----------------------------------------------------------------------------------------------
@@ -353,6 +363,8 @@ def columns_markdown(table: str) -> str:
             continue
         seen.add(c.group)
         meaning = c.description
+        if c.formula:
+            meaning += f"; computed: `{c.formula}`"
         if c.report is not None:
             meaning += f"; report column \"{c.report.header}\""
         lines.append(f"| {', '.join(f'`{n}`' for n in c.group)} | {c.unit} | {_cell(meaning)} |")
