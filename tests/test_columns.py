@@ -141,6 +141,20 @@ def test_every_csv_table_of_a_result_set_has_its_columns_declared():
 
 # --- columns declared with a formula (attnprof.analysis.tables.derive_columns) ---------------------------------
 
+def test_a_declared_formula_fills_its_column_and_blanks_what_it_cannot_compute():
+    import pandas as pd
+
+    from attnprof.analysis.tables import SUMMARY_COLUMNS, derive_columns
+
+    assert "gbps" in SUMMARY_COLUMNS and registry.formulas("summary")["gbps"]
+    # 2 GFLOP at 4 FLOP/B is 0.5 GB; in 0.5 ms that is 1000 GB/s, in 2 ms 250 GB/s; no time, a zero time: no figure
+    table = pd.DataFrame({"variant": list("abcde"), "forward_gflop": [2, 2, 2, None, 2], "flop_per_byte": [4, 4, 4, 4, 4],
+                          "device_ms_per_forward": [0.5, 2, 0, 1, ""], "gbps": [7, 7, 7, 7, 7]})
+    out = derive_columns(table)
+    assert out["gbps"].tolist()[:2] == [1000.0, 250.0] and out["gbps"].iloc[2:].isna().all()
+    assert list(out.columns) == list(table.columns) and table["gbps"].tolist() == [7] * 5  # a copy, in place of the old
+
+
 def test_a_formula_over_a_missing_column_names_it():
     import pandas as pd
 
@@ -148,3 +162,23 @@ def test_a_formula_over_a_missing_column_names_it():
 
     with pytest.raises(ValueError, match="column 'x'.*needs a column"):
         derive_columns(pd.DataFrame({"a": [1.0]}), {"x": "a / nope"})
+
+
+def test_decode_gbps_is_the_shapes_bytes_over_the_device_time():
+    """The H200 beyond example's decode shape (q_len 1, kv_len 8192, GQA 32/8 heads, d 128, bf16): the bytes counted by
+    hand from the shape (q and the output B*H*1*D each, k and v B*KVH*S*D each, 2 bytes an element) over the committed
+    device time, against the formula over summary.csv's other columns."""
+    import pandas as pd
+
+    from attnprof.analysis.tables import derive_columns
+
+    beyond = ROOT / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56-beyond"
+    summary = pd.read_csv(beyond / "summary.csv")
+    decode = summary[(summary["q_len"] == 1) & summary["device_ms_per_forward"].notna()]
+    assert len(decode) >= 5
+    b, h, kvh, s, d = 8, 32, 8, 8192, 128
+    nbytes = 2 * (2 * b * h * 1 * d + 2 * b * kvh * s * d)
+    by_hand = nbytes / (decode["device_ms_per_forward"] * 1e-3) / 1e9
+    derived = derive_columns(decode)["gbps"]
+    assert ((derived - by_hand).abs() / by_hand).max() < 1e-6
+    assert 100 < derived.max() < 4800  # GB/s, under the H200's datasheet 4.8 TB/s

@@ -216,6 +216,11 @@ declare(_S, "flop_per_byte", "FLOP/B",
         "written once)")
 declare(_S, "tflops tflops_graph", "TFLOP/s",
         "achieved TFLOP/s over the trace device time, and over the CUDA-graph median")
+declare(_S, "gbps", "GB/s",
+        "achieved memory throughput: the minimum traffic of `flop_per_byte` (q, k, v read and the output written once) "
+        "over the trace device time per forward, 10^9 bytes per second; the figure of merit where a forward moves "
+        "more bytes than it computes (decode, q_len 1: the H200's datasheet peak is 4.8 TB/s)",
+        formula="1e3 * forward_gflop / flop_per_byte / device_ms_per_forward")
 declare(_S, "oom_bytes", "B", "for `out_of_memory`: the bytes the allocator asked for (from PyTorch's message)")
 declare((_S, "repeats"), "backward_status", "",
         "the backward's outcome (`passes: [forward, backward]`): as `status`, its own; empty when it was not asked for")

@@ -17,6 +17,7 @@ import pandas as pd
 from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
 from attnprof.analysis.stats import detectable_change
+from attnprof.analysis.tables import derive_columns
 from attnprof.analysis.tables import has_run_interval
 from attnprof.findings.expectations import WITHIN_NOISE
 from attnprof.findings.metrics import KERNEL_COUNT
@@ -112,7 +113,10 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     ``calibration`` is calibration.json; ``counters`` maps shape key -> the hardware-counter rows
     of attnprof.findings.counters (Nsight Compute, where rule measure_counters ran); ``control`` the
     profiler's self-check (attnprof.analysis.control.check_control_table of control.csv; None: a result set
-    without a control capture): its line in the methods, and when it failed the first line of page 1."""
+    without a control capture): its line in the methods, and when it failed the first line of page 1.
+    The summary's declared formulas (attnprof.analysis.tables.derive_columns: GB/s) are computed here too, so
+    that a result set written before a formula was declared shows it."""
+    summary = derive_columns(summary)
     shapes = []
     by_shape = {s["shape_key"]: s for s in findings["shapes"]}
     counts = study_counts(expectations)
