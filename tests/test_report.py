@@ -146,3 +146,33 @@ def test_an_out_of_memory_reason_is_printed_without_pytorchs_closing_advice():
     assert "expandable_segments" not in short and short.endswith("see the capture's status.json)")
     other = "RuntimeError: No viable backend for scaled_dot_product_attention was found."
     assert short_reason(other) == other and short_reason(None) == ""
+
+
+def test_memory_bound_shapes_are_named_with_the_fastest_kernels_gb_per_s():
+    """Ridge 800 TFLOP/s / 4 TB/s = 200 FLOP/B: a shape at 4 FLOP/B is memory-bound, one at 1000 is not. The fastest
+    is the fastest correct non-dispatcher (sdpa_auto and a wrong result are faster here, and skipped); its GB/s
+    rerun interval is the same bytes over the device time's (2000 GB/s x 0.1 ms over 0.125 and 0.08 ms)."""
+    import pandas as pd
+
+    from attnprof.render.report import memory_bound, memory_bound_brief
+
+    base = {"status": "ok", "dtype": "bf16", "rel_error_ok": True}
+    rows = [
+        {**base, "variant": "sdpa_flash", "shape_key": "dec", "flop_per_byte": 4.0, "device_ms_per_forward": 0.1,
+         "device_ms_run_lo": 0.08, "device_ms_run_hi": 0.125, "gbps": 2000.0},
+        {**base, "variant": "sdpa_auto", "shape_key": "dec", "flop_per_byte": 4.0, "device_ms_per_forward": 0.09,
+         "gbps": 2222.0},
+        {**base, "variant": "mine", "shape_key": "dec", "flop_per_byte": 4.0, "device_ms_per_forward": 0.05,
+         "gbps": 4000.0, "rel_error_ok": False},
+        {**base, "variant": "naive", "shape_key": "dec", "flop_per_byte": 4.0, "device_ms_per_forward": 1.0, "gbps": 200.0},
+        {**base, "variant": "sdpa_flash", "shape_key": "big", "flop_per_byte": 1000.0, "device_ms_per_forward": 1.0,
+         "gbps": 10.0},
+    ]
+    summary = pd.DataFrame(rows)
+    calibration = {"copy_tb_per_s": 4.0, "gemm_tflops_bf16": 800.0}
+    assert memory_bound(summary, calibration) == {"dec": 200.0}
+    (b,) = memory_bound_brief(summary, calibration)
+    assert "Memory-bound at dec (4 FLOP/B, under the measured ridge of 200)" in b["text"]
+    assert "the fastest, sdpa_flash, moves 2000 GB/s (rerun 1600\u20132500), 50 % of the measured copy bandwidth" in b["text"]
+    assert b["href"] == "#sweep-sdpa_flash"
+    assert memory_bound_brief(summary, {}) == [] and memory_bound(summary, {"copy_tb_per_s": 4.0}) == {}  # no ridge

@@ -171,6 +171,10 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     if control is None:
         control = check_control(None, "cuda" if gpu else "cpu")
     brief = in_brief(study, shapes, summary, kernels)
+    memory = memory_bound_brief(summary, calibration or {})
+    if memory:  # before the captures that published nothing, which close page 1's findings
+        at = next((i for i, b in enumerate(brief) if b.get("kind") == "missing"), len(brief))
+        brief[at:at] = memory
     if control["ok"] is False:  # page 1 leads with it: every count below may be the profiler's, not the variants'
         brief.insert(0, {"text": "The profiler's accounting differs from the counts known by construction of its control "
                                  f"workload ({control['why']}): the kernel, memcpy, memset and op counts of this result set "
@@ -178,7 +182,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": brief,
             "self_check": control, "self_check_line": self_check_line(control),
-            "brief_notes": brief_notes(study, shapes, summary), "sweep": sweep_table(summary, bool(env.get("gpu_name"))),
+            "brief_notes": brief_notes(study, shapes, summary), "sweep": sweep_table(summary, bool(env.get("gpu_name")), memory_bound(summary, calibration or {})),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names(),
@@ -398,10 +402,12 @@ def _shape_word(shape_key: str, keys: list[str]) -> str:
     return "_".join(p for p in shape_key.split("_") if p not in common) or shape_key
 
 
-def sweep_table(summary: pd.DataFrame, gpu: bool) -> dict:
+def sweep_table(summary: pd.DataFrame, gpu: bool, bound: dict | None = None) -> dict:
     """The cross-shape view of a sweep: one row per variant, one column per shape; each cell the time per forward
-    (device on a GPU, host on a CPU; median of the repeats, rerun interval), TFLOP/s and kernels per forward, or
-    the status of a capture that published no numbers. ``common`` names what every shape shares."""
+    (device on a GPU, host on a CPU; median of the repeats, rerun interval), TFLOP/s -- GB/s at a memory-bound shape
+    (``bound``: :func:`memory_bound`) -- and kernels per forward, or the status of a capture that published no
+    numbers. ``common`` names what every shape shares."""
+    bound = bound or {}
     keys = list(dict.fromkeys(summary["shape_key"]))
     parts = [k.split("_") for k in keys]
     common = [p for p in parts[0] if all(p in q for q in parts)] if len(keys) > 1 else []
@@ -417,6 +423,7 @@ def sweep_table(summary: pd.DataFrame, gpu: bool) -> dict:
             r = _records(match)[0]
             cells.append({"status": r["status"], "ms": r.get(f"{prefix}_per_forward"), "lo": r.get(f"{prefix}_run_lo"),
                           "hi": r.get(f"{prefix}_run_hi"), "tflops": r.get("tflops"), "kernels": r.get("kernels_per_forward"),
+                          "gbps": r.get("gbps") if key in bound else None,
                           "memcpy": r.get("memcpy_per_forward"), "wrong": r.get("rel_error_ok") is False})
         rows.append({"variant": variant, "cells": cells, "dispatcher": variant in DISPATCHERS})
     # shapes beyond square attention (grouped-query, decode, a lower-right mask) described in words under the table
@@ -576,8 +583,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
                          f"{skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
                          + (f"; by median more at {higher} of {len(keys)} shapes" if many else ""))
             else:  # a difference inside the intervals is no finding: say so, without the numbers of a non-result
-                text += (f"; its host time per forward is not told apart from {target}'s by this run (at {skey} the "
-                         f"{spans} overlap: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')})")
+                text += f"; its host time per forward is not told apart from {target}'s by this run (the {spans} overlap)"
         out.append({"text": text + ".", "href": f"#v-{skey}-{disp}"})
 
     # 4. hidden copies and FP32 GEMMs at the study's shape, as the findings state them
@@ -615,7 +621,56 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
         why = " (PyTorch's reasons in its row)" if status == "unsupported" else ""
         out.append({"text": f"{variant} {_STATUS_WORDS.get(status, status)} at {at}{why}"
                             + (f", asking for up to {_fmt(max(gib))} GiB" if gib else "") + "; it has no numbers there.",
-                    "href": f"#v-{recs[0]['shape_key']}-{variant}" if not many else "#sweep"})
+                    "href": f"#v-{recs[0]['shape_key']}-{variant}" if not many else "#sweep", "kind": "missing"})
+    return out
+
+
+def memory_bound(summary: pd.DataFrame, calibration: dict) -> dict[str, float]:
+    """shape key -> the GPU's measured ridge point (FLOP/B) for the shapes whose arithmetic intensity
+    (summary.csv ``flop_per_byte``: forward FLOPs over the minimum traffic) is under it. The ridge is the
+    measured GEMM throughput of the shape's dtype over the measured copy bandwidth (calibration.json
+    ``gemm_tflops_<dtype>`` / ``copy_tb_per_s``: TFLOP/s over TB/s = FLOP per byte; the roofline model, Williams,
+    Waterman and Patterson, CACM 52(4), 2009). {} on a CPU run or without a calibration of that dtype."""
+    copy = calibration.get("copy_tb_per_s")
+    if summary.empty or not _ok(copy) or "flop_per_byte" not in summary:
+        return {}
+    out = {}
+    for key, rows in summary.groupby("shape_key", sort=False):
+        first = _records(rows.head(1))[0]
+        tflops = calibration.get(f"gemm_tflops_{first.get('dtype')}")
+        if _ok(tflops) and _ok(first.get("flop_per_byte")) and first["flop_per_byte"] < tflops / copy:
+            out[key] = tflops / copy
+    return out
+
+
+def memory_bound_brief(summary: pd.DataFrame, calibration: dict) -> list[dict]:
+    """Page 1's sentence for each shape whose arithmetic intensity (``flop_per_byte``: forward FLOPs over the minimum
+    traffic) is under the measured ridge point of the GPU (calibration.json: ``gemm_tflops_<dtype>`` over
+    ``copy_tb_per_s``, in FLOP/B; the roofline model, Williams, Waterman and Patterson, CACM 52(4), 2009): there
+    memory throughput, not TFLOP/s, says how close a kernel is to the hardware. It names the fastest variant by
+    device time (no dispatcher, no wrong result) and its ``gbps`` (summary.csv; derived: the minimum traffic over the
+    device time) with the rerun interval that the device time's gives, as % of the measured copy bandwidth.
+    [] on a CPU run, without a calibration, or where every shape is compute-bound."""
+    if "gbps" not in summary:
+        return []
+    copy = calibration.get("copy_tb_per_s")
+    many = summary["shape_key"].nunique() > 1
+    out = []
+    for key, ridge in memory_bound(summary, calibration).items():
+        rec = _records(summary[summary["shape_key"] == key])
+        ok = [r for r in rec if r.get("status") == "ok" and _ok(r.get("gbps")) and _ok(r.get("device_ms_per_forward"))
+              and r.get("rel_error_ok") is not False and r["variant"] not in DISPATCHERS]
+        if not ok:
+            continue
+        best = min(ok, key=lambda r: r["device_ms_per_forward"])
+        lo, hi = best.get("device_ms_run_lo"), best.get("device_ms_run_hi")
+        scale = best["gbps"] * best["device_ms_per_forward"]  # GB/s x ms: the same bytes over another time
+        rerun = f" (rerun {_fmt(scale / hi)}–{_fmt(scale / lo)})" if _ok(lo) and _ok(hi) and lo > 0 else ""
+        text = (f"Memory-bound at {key} ({_fmt(rec[0]['flop_per_byte'])} FLOP/B, under the measured ridge of {_fmt(ridge)}): "
+                f"the fastest, {best['variant']}, moves {_fmt(best['gbps'])} GB/s{rerun}, "
+                f"{_fmt(100 * best['gbps'] / (copy * 1e3), 2)} % of the measured copy bandwidth")
+        # the sweep table shows GB/s at a memory-bound shape; a one-shape run has it in the timing-fidelity table
+        out.append({"text": text + ".", "href": f"#sweep-{best['variant']}" if many else f"#fidelity-{key}"})
     return out
 
 
