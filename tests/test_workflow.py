@@ -353,6 +353,21 @@ def test_a_hand_edited_summary_is_made_again_not_republished(run_dir):
     assert "summary.csv (changed after it was written)" in proc.stderr
 
 
+def test_a_hand_edited_summary_of_a_result_set_copied_here_is_made_again(run_dir, tmp_path):
+    """A result set that came from elsewhere has no Snakemake record (.snakemake/), so a changed parameter reruns
+    nothing: the rebuild must come by modification time (common.smk current_set_checks), and happen once."""
+    other = tmp_path / "repo"
+    shutil.copytree(run_dir, other, ignore=shutil.ignore_patterns(".snakemake"))
+    summary = other / "results" / "tiny" / "summary.csv"
+    lines = summary.read_text().splitlines()
+    summary.write_text("\n".join([lines[0], lines[1].replace(",ok,", ",ok ,", 1), *lines[2:]]) + "\n")
+    target = "results/tiny/summary.csv"
+    proc = snakemake(other, target, "--cores", "1")
+    assert "summary.csv (changed after it was written)" in proc.stderr
+    assert summary.read_text().splitlines() == lines  # made again from the captures, the edit gone
+    assert snakemake_cli.job_stats(snakemake(other, target, "-n", "--cores", "1").stdout) == {}
+
+
 def test_a_user_modules_edit_reruns_only_its_variants_captures(run_dir):
     """The user variant's fingerprint covers its module's source (next to the Snakefile)."""
     with edited(run_dir / USER_MODULE.name, "def forward(", "# edited\ndef forward("):

@@ -240,18 +240,36 @@ REBUILD_EPOCH = rebuild_epoch(RUN_DIR, bool(LOST_CAPTURES or LOST_DERIVED))
 def current_set_checks(wc):
     """Input function of summarize, which every target inside a current result set goes through: refuses a config
     that would replace result set ``wc.run``'s report with a partial one (SUBSET_PROBLEMS), and says (once) what of
-    the current result set is lost and made again. Adds no input; other result sets' targets never call it.
+    the current result set is lost and made again. When something is, it also makes summarize rerun by modification
+    time, which needs no record of Snakemake's (a result set copied here from elsewhere has none, so the changed
+    rebuild parameter alone would rerun nothing while the report's later rules republished an edited summary):
+    the result set's rebuild-epoch file is written now (DAG time; not in a dry run), newer than summary.csv, and
+    is an input (whenever it exists). Other result sets' targets never call it.
     """
     if wc.run in SUBSET_PROBLEMS:
         raise WorkflowError(SUBSET_PROBLEMS[wc.run])
-    if wc.run != RUN or _SAID:
+    if wc.run != RUN:
         return []
+    from attnprof.runtime.integrity import EPOCH_FILE, write_epoch
+
+    epoch_path = Path(RUN_DIR) / EPOCH_FILE
+    if (LOST_CAPTURES or LOST_DERIVED) and not workflow.dryrun and not _SAID:
+        write_epoch(RUN_DIR, REBUILD_EPOCH)
+    # an input whenever it exists, so that the input list stays the same from one run to the next
+    epoch = [str(epoch_path)] if epoch_path.exists() else []
+    if _SAID:
+        return epoch
     _SAID.append(wc.run)
     if LOST_DERIVED:
         print(
             f"attnprof: {len(LOST_DERIVED)} derived files of {RUN_DIR} are gone or were changed after they were made "
             f"({', '.join(LOST_DERIVED[:10])}{f', and {len(LOST_DERIVED) - 10} more' if len(LOST_DERIVED) > 10 else ''}): "
-            "they are made again",
+            "they are made again"
+            + (
+                " (a dry run does not show it where this result set came from elsewhere)"
+                if workflow.dryrun
+                else ""
+            ),
             file=sys.stderr,
         )
     if LOST_CAPTURES:
@@ -260,7 +278,7 @@ def current_set_checks(wc):
             f"({', '.join(LOST_CAPTURES[:3])}{', ...' if len(LOST_CAPTURES) > 3 else ''}): they are captured again",
             file=sys.stderr,
         )
-    return []
+    return epoch
 
 
 _SAID = []
