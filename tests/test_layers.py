@@ -78,3 +78,21 @@ def test_the_rule_is_checked_on_a_known_violation(tmp_path):
     bad.write_text("def f():\n    from attnprof.render.report import X\n    return X\n")
     reached = {p.relative_to(pkg).parts[0] for p in import_closure(bad, pkg) if p.parent != pkg}
     assert "render" in reached
+
+
+def _private_imports(path: Path) -> list[str]:
+    """``module.name`` for each name starting with an underscore that ``path`` imports from another attnprof module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attnprof"):
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name with a leading underscore belongs to its module: code that another module needs gets a public name
+    (the capture supervision's pieces, the capture's inputs, the backward's note wording)."""
+    offenders = {str(p.relative_to(PKG)): _private_imports(p) for p in _modules() if _private_imports(p)}
+    offenders.update({p.name: _private_imports(p) for p in sorted((PKG.parents[1] / "scripts").glob("*.py"))
+                      if _private_imports(p)})
+    assert offenders == {}

@@ -57,7 +57,7 @@ import pandas as pd
 
 from attnprof.model.names import backward_range_name
 from attnprof.analysis.tables import (BACKWARD_BYTE_RATIO, BACKWARD_FLOP_RATIO, BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS,
-                                     FORWARD_COLUMNS, KERNEL_COLUMNS, _compile_columns, assess_forwards, backward_tflops, completeness,
+                                     FORWARD_COLUMNS, KERNEL_COLUMNS, compile_columns, assess_forwards, backward_tflops, completeness,
                                      forward_table, kernel_table, op_table)
 from attnprof.analysis.trace import assign_forward, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api, launches
 
@@ -273,7 +273,7 @@ def empty_backward_tables() -> dict[str, pd.DataFrame]:
 _FORWARD_WORD = re.compile(r"\bforward(s?)\b")
 
 
-def _as_backward(note: str) -> str:
+def as_backward(note: str) -> str:
     """A note of :func:`attnprof.analysis.tables.assess_forwards` about backward ranges, in their words."""
     return _FORWARD_WORD.sub(r"backward\1", note)
 
@@ -312,14 +312,14 @@ def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
         if status.get("min_bytes"):
             row["backward_flop_per_byte"] = BACKWARD_FLOP_RATIO * status["forward_flops"] / (BACKWARD_BYTE_RATIO * status["min_bytes"])
     comp = status.get("compile_backward") if isinstance(status.get("compile_backward"), dict) else {}
-    first = _compile_columns({"first_call_s": comp.get("first_backward_s"), "cache": comp.get("cache")})
+    first = compile_columns({"first_call_s": comp.get("first_backward_s"), "cache": comp.get("cache")})
     row.update(compile_backward_first_call_s=first["compile_first_call_s"], compile_backward_cache=first["compile_cache"])
     if status.get("status") != "ok" or bwd.get("status") != "ok":
         return row
     fw = backwards.rename(columns={"backward": "forward"})
     minimum = int(status.get("min_complete_forwards") or DEFAULT_MIN_COMPLETE_FORWARDS)
     verdict = assess_forwards(fw, (status.get("schedule") or {}).get("active"), minimum)
-    note = _as_backward(verdict["note"])
+    note = as_backward(verdict["note"])
     row.update(backwards_profiled=verdict["forwards_profiled"], backwards_complete=verdict["forwards_complete"],
                backwards_timed=verdict["forwards_timed"], backward_note=note)
     if not verdict["sufficient"]:

@@ -122,7 +122,7 @@ REPEAT_COLUMNS = ["variant", "shape_key", "repeat", "status", "reason", "kernels
 DEFAULT_MIN_COMPLETE_FORWARDS = 3
 
 
-def _compile_columns(record) -> dict:
+def compile_columns(record) -> dict:
     """summary.csv's compile columns from a status record's ``compile`` entry: the first call's
     seconds when it is a finite number >= 0, the cache verdict when it is text; None otherwise
     (a malformed record publishes nothing rather than a wrong number)."""
@@ -611,7 +611,7 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "reason": status.get("reason", ""),
         "oom_bytes": status.get("oom_bytes"),
         # torch.compile variants: the first call (compile) apart from the steady state, and inductor's cache verdict
-        **_compile_columns(status.get("compile")),
+        **compile_columns(status.get("compile")),
     }
     graph = status.get("graph_timing") or {}
     row.update(graph_ms_median=graph.get("median_ms"), graph_ms_q1=graph.get("q1_ms"), graph_ms_q3=graph.get("q3_ms"),

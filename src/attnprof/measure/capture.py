@@ -177,7 +177,9 @@ def _because(reasons: list[str]) -> str:
     return f" Because: {text}" if text else ""
 
 
-def _inputs(shape: Shape, device: str, n_sets: int, seed: int):
+def make_inputs(shape: Shape, device: str, n_sets: int, seed: int) -> list[tuple]:
+    """``n_sets`` input sets ``(q, k, v)`` of ``shape`` on ``device``, normal random in the shape's dtype, from a
+    generator seeded with ``seed``: q [batch, heads, q_len, head_dim], k and v [batch, kv_heads, kv_len, head_dim]."""
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -383,7 +385,7 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     torch.manual_seed(spec["seed"])
     st.forward, backend_context = make_forward(spec["variant"], shape, device, spec.get("custom"))
     stack.enter_context(backend_context)
-    st.sets = _inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
+    st.sets = make_inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
     q, k, v = st.sets[0]
     produced = {}
     if spec["variant"] in COMPILED and not spec.get("custom"):
@@ -761,17 +763,17 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
     log(f"trace check: {verdict['forwards_complete']} of {verdict['forwards_expected']} forwards complete"
         + (f" ({verdict['note']})" if verdict["note"] else ""))
     if backward:
-        from attnprof.analysis.backward import _as_backward
+        from attnprof.analysis.backward import as_backward
 
         bwd = backward_table(bwd_frames, spec["variant"], "").rename(columns={"backward": "forward"})
         bv = assess_forwards(bwd, spec["schedule"]["active"], _min_complete(spec))
-        out["trace_check"]["backward"] = {k: _as_backward(bv[k]) if k == "note" else bv[k]
+        out["trace_check"]["backward"] = {k: as_backward(bv[k]) if k == "note" else bv[k]
                                           for k in ("forwards_expected", "forwards_profiled", "forwards_complete",
                                                     "forwards_timed", "bad_time_events", "note")}
         if not bv["sufficient"]:
             reason = (f"{trace_path}: {bv['forwards_complete']} complete backwards of {bv['forwards_expected']} profiled, "
-                      f"fewer than the minimum of {bv['minimum']}; {_as_backward(bv['note'])}")
+                      f"fewer than the minimum of {bv['minimum']}; {as_backward(bv['note'])}")
             out["passes"] = {**passes, "backward": {**passes["backward"], "status": "incomplete_trace", "reason": reason}}
         log(f"trace check: {bv['forwards_complete']} of {bv['forwards_expected']} backwards complete"
-            + (f" ({_as_backward(bv['note'])})" if bv["note"] else ""))
+            + (f" ({as_backward(bv['note'])})" if bv["note"] else ""))
     return out

@@ -298,14 +298,14 @@ def child(spec: dict) -> dict:
     (default 1), each in the NVTX range :data:`RANGE`, each followed by a synchronize."""
     import torch
 
-    from attnprof.measure.capture import _inputs
+    from attnprof.measure.capture import make_inputs
     from attnprof.model.variants import Shape
     from attnprof.measure.forwards import make_forward
 
     shape = Shape(**spec["shape"])
     torch.manual_seed(spec.get("seed", 0))
     forward, context = make_forward(spec["variant"], shape, "cuda", spec.get("custom"))
-    q, k, v = _inputs(shape, "cuda", 1, spec.get("seed", 0))[0]
+    q, k, v = make_inputs(shape, "cuda", 1, spec.get("seed", 0))[0]
     with torch.no_grad(), context:
         for _ in range(spec.get("warmup_calls", 3)):
             forward(q, k, v)
