@@ -5,6 +5,7 @@ reference every output is checked against. Imports torch inside functions only."
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 
@@ -226,6 +227,15 @@ def _module_source(target: str) -> str:
     return Path(spec.origin).read_text()
 
 
+@functools.cache
+def _source(obj) -> str:
+    """inspect.getsource, once per object and process: the workflow asks for every capture's fingerprint at parse
+    time, and reading the same sources again cost about 0.4 s of every Snakemake invocation (34 captures)."""
+    import inspect
+
+    return inspect.getsource(obj)
+
+
 def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
     """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder (and the
     functions of this module the builder calls), its registration's backend, builder, options and compiled flag,
@@ -234,7 +244,6 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
     those name, read without importing them. A Snakemake param of the capture rule, so that
     editing one variant's code reruns that variant's captures only."""
     import hashlib
-    import inspect
 
     if custom:
         builder = _custom_forward
@@ -246,9 +255,9 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
         v = REGISTRY[variant]
         builder = _builder(variant)
         own = [repr((v.backend, v.builder, v.options, v.compiled))]
-        own += [inspect.getsource(f) for f in _called_here(builder) if f is not builder]
-    parts = [variant, *own] + [inspect.getsource(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
-                                                                  gradient_relative_errors)]
+        own += [_source(f) for f in _called_here(builder) if f is not builder]
+    parts = [variant, *own] + [_source(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
+                                                        gradient_relative_errors)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
