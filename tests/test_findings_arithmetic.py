@@ -403,6 +403,84 @@ def test_range_overlap_boundary(math, inplace, overlap):
     assert (f["numbers"]["math_min"]["value"], f["numbers"]["inplace_max"]["value"]) == (math[1], inplace[2])
 
 
+#: rule_speed's two statements written out by hand for three runs: the ratio 2.5 / 1.1 = 2.2727 (3 significant
+#: digits: 2.27; 4 would be 2.273), the independent timing's 1.5 / 1.1 = 1.3636 (1.36) or 2.5 / 1.1 again; the
+#: two ratios 1.67x apart (> 1.25x) in the first two runs. CPU run: math 1-3 ms overlaps inplace 0.9-1.2 ms, and
+#: inplace's slowest forward (1.2) reaches math's fastest (1): a tie. GPU runs: 2.4-2.6 ms against 1-1.2 ms, and
+#: flash's slowest (0.55) under efficient's fastest (0.7), the fused backends listed by median.
+_SPEED_CASES = {
+    "cpu, both doubts": (
+        "cpu", {"sdpa_math": (2.5, 1.0, 3.0, 1.5), "naive_inplace": (1.1, 0.9, 1.2, 1.1)},
+        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, host time per forward (CPU run), median; "
+        "ranges 1 ms-3 ms and 0.9 ms-1.2 ms); independent timing gives 1.36x (1.5 ms vs 1.1 ms, median); not a finding: "
+        "the trace and the independent timing disagree by more than 1.25x (on a CPU the profiler's own cost is part of "
+        "the traced time) and their per-forward ranges overlap",
+        "2.27x the time of naive_inplace (not robust)", "warning",
+        "no clear fastest variant: naive_inplace (1.1 ms) and sdpa_math (2.5 ms) tie within the spread (naive_inplace's "
+        "slowest forward 1.2 ms >= sdpa_math's fastest 1 ms; host time per forward (CPU run))",
+        "ties with sdpa_math for fastest"),
+    "gpu, disagreement": (
+        "cuda", {"sdpa_math": (2.5, 2.4, 2.6, 1.5), "naive_inplace": (1.1, 1.0, 1.2, 1.1),
+                 "sdpa_flash": (0.5, 0.45, 0.55, 0.5), "sdpa_efficient": (0.8, 0.7, 0.9, 0.8)},
+        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, trace device time per forward, median; "
+        "ranges 2.4 ms-2.6 ms and 1 ms-1.2 ms); independent timing gives 1.36x (1.5 ms vs 1.1 ms, median); not a finding: "
+        "the trace and the independent timing disagree by more than 1.25x",
+        "2.27x the time of naive_inplace (not robust)", "warning",
+        "fastest variant: sdpa_flash (0.5 ms, trace device time per forward, median); its slowest forward (0.55 ms) beats "
+        "the fastest of sdpa_efficient (0.7 ms); fused backends by median: flash 0.5 ms, efficient 0.8 ms",
+        "fastest variant"),
+    "gpu, robust": (
+        "cuda", {"sdpa_math": (2.5, 2.4, 2.6, 2.5), "naive_inplace": (1.1, 1.0, 1.2, 1.1)},
+        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, trace device time per forward, median; "
+        "ranges 2.4 ms-2.6 ms and 1 ms-1.2 ms); independent timing gives 2.27x (2.5 ms vs 1.1 ms, median)",
+        "2.27x the time of naive_inplace", "observation",
+        "fastest variant: naive_inplace (1.1 ms, trace device time per forward, median); its slowest forward (1.2 ms) "
+        "beats the fastest of sdpa_math (2.4 ms)",
+        "fastest variant"),
+}
+
+
+@pytest.mark.parametrize("case", list(_SPEED_CASES))
+def test_speed_statements_state_every_number_with_its_unit_and_verdict(case):
+    device, times, statement, headline, kind, fastest_statement, fastest_headline = _SPEED_CASES[case]
+    ratio, fastest = rule_speed(_rows(times, device))  # no kernel rows: no breakdown
+    assert (ratio["variants"], ratio["statement"], ratio["headline"], ratio["kind"]) == (
+        ["sdpa_math", "naive_inplace"], statement, headline, kind)
+    assert (fastest["statement"], fastest["headline"]) == (fastest_statement, fastest_headline)
+    # every number of the ratio finding names its cell, in ms
+    col = "device_ms" if device == "cuda" else "cpu_ms"
+    cells = {k: (n["variant"], n["column"], n["unit"]) for k, n in ratio["numbers"].items() if "formula" not in n}
+    assert cells == {"math": ("sdpa_math", f"{col}_per_forward", "ms"), "inplace": ("naive_inplace", f"{col}_per_forward", "ms"),
+                     "math_min": ("sdpa_math", f"{col}_min", "ms"), "math_max": ("sdpa_math", f"{col}_max", "ms"),
+                     "inplace_min": ("naive_inplace", f"{col}_min", "ms"), "inplace_max": ("naive_inplace", f"{col}_max", "ms")}
+    assert [(i["variant"], i["column"], i["unit"]) for i in ratio["numbers"]["timed_ratio"]["inputs"]] == [
+        ("sdpa_math", "timed_ms_median", "ms"), ("naive_inplace", "timed_ms_median", "ms")]
+    assert {n["unit"] for k, n in fastest["numbers"].items()} == {"ms"}
+
+
+def test_math_over_inplace_needs_both_to_have_run_and_its_breakdown_a_complete_math():
+    """No ratio finding unless sdpa_math and naive_inplace both ran ok; on a GPU run no breakdown of an sdpa_math
+    whose trace was incomplete, though its capture wrote kernel rows (extract.py tables every traced capture)."""
+    for status in ({"sdpa_math": "ok", "naive_inplace": "failed"}, {"sdpa_math": "failed", "naive_inplace": "ok"}):
+        d = _rows({v: (1.0, 0.9, 1.1, 1.0, s) for v, s in status.items()})
+        assert [f["variants"] for f in rule_speed(d)] == [[v for v, s in status.items() if s == "ok"]]
+    d = _rows({"sdpa_math": (2.0, 1.9, 2.1, 2.0, "incomplete_trace"), "naive_inplace": (1.0, 0.9, 1.1, 1.0)}, "cuda")
+    d.kernels = pd.DataFrame({"variant": "sdpa_math", "kernel": ["sgemm_a", "softmax_k"], "category": "kernel",
+                              "us_per_forward": [3.0, 1.0]})
+    assert [f["variants"] for f in rule_speed(d)] == [["naive_inplace"]]
+
+
+@pytest.mark.parametrize("math", [
+    (2.5, 2.4, 2.6, 0.0),  # the independent timing reads 0: ratio 0 / 1.1 = 0
+    (0.0, 0.0, 0.0, 2.5),  # the trace reads 0: ratio 0
+])
+def test_a_zero_time_makes_no_disagreement_claim(math):
+    # a ratio of 0 cannot be set against the other ratio (it would divide by 0): no doubt, no failure
+    ratio = rule_speed(_rows({"sdpa_math": math, "naive_inplace": (1.1, 1.0, 1.2, 1.1)}, "cuda"))[0]
+    assert ratio["kind"] == "observation" and "not a finding" not in ratio["statement"]
+    assert 0.0 in (ratio["numbers"]["ratio"]["value"], ratio["numbers"]["timed_ratio"]["value"])
+
+
 def test_math_breakdown_by_kernel_group_from_the_json(h200_data):
     """sdpa_math's device time by kernel group: the FP32 GEMMs and the softmax summed on the JSON (all 10
     forwards timed, so per forward = total / 10), the groups ordered by time, and all groups adding up to the
@@ -607,6 +685,44 @@ def test_backward_finding_on_a_cpu_run_uses_host_times_and_no_kernel_count():
     assert n["backward_over_forward"]["value"] == pytest.approx(2.5) and "kernels_per_backward" not in n
     assert f["statement"] == "sdpa_flash backward: 5 ms host time per backward, 2.5x its forward"
     assert f["headline"] == "backward 2.5x forward"
+
+
+_FLASH_BWD = ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8, 2, "
+              "4, 2, false, false, cutlass::bfloat16_t>, true>(pytorch_flash::Flash_bwd_params)")
+_FLASH_DOT = "void pytorch_flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<64>>(Params)"
+
+
+@pytest.mark.parametrize("shares, main_words", [
+    # a FlashAttention-2 main kernel: its library after its label; the preprocess kernel named with its role
+    ({_FLASH_DOT: 20.0, _FLASH_BWD: 70.0, "k_x": 10.0},
+     "main kernel pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel, FlashAttention-2 (PyTorch's pytorch_flash) "
+     "(70 %); besides it pytorch_flash::flash_bwd_dot_do_o_kernel (preprocess) 20 %, k_x 10 %"),
+    # a main kernel of no known library: no library words
+    ({"k_x": 10.0, "k_main": 90.0}, "main kernel k_main (90 %); besides it k_x 10 %"),
+])
+def test_backward_statement_names_the_main_kernel_its_library_and_share(shares, main_words):
+    d = _backward_run("cuda")
+    d.kernels_backward = pd.DataFrame({"variant": "sdpa_flash", "shape_key": "s", "kernel": list(shares), "category": "kernel",
+                                       "share_pct": list(shares.values())})
+    (f,) = rule_backward(d)
+    main = max(shares, key=shares.get)
+    assert f["statement"] == ("sdpa_flash backward: 5 ms device time per backward, 2.5x its forward; 7 kernels per backward; "
+                              + main_words)
+    assert (f["numbers"]["main_share"]["value"], f["numbers"]["main_share"]["unit"]) == (shares[main], "%")
+    assert f["evidence"] == [{"kind": "kernel", "name": main}]
+
+
+def test_fastest_fused_names_between_run_intervals_when_the_run_has_repeats():
+    """With repeats the ranking is judged on the between-run intervals (device_ms_run_lo/hi, set here: flash
+    0.95-1.05, cudnn 1.0-1.2, overlapping), and a verdict within noise names them so."""
+    d = _rows({"sdpa_flash": (1.0, 0.5, 1.5, 1.0), "sdpa_cudnn": (1.1, 0.6, 1.6, 1.1)}, "cuda")
+    d.summary["device_ms_run_lo"] = [0.95, 1.0]
+    d.summary["device_ms_run_hi"] = [1.05, 1.2]
+    r = metric_fastest_fused(d, ["sdpa_flash", "sdpa_cudnn"])
+    assert r["value"] == "sdpa_flash" and r["tied"] == ["sdpa_flash", "sdpa_cudnn"]
+    assert [i["column"] for i in r["spread_inputs"]] == ["device_ms_run_lo", "device_ms_run_hi"] * 2
+    got, why = verdict(r, "sdpa_flash", "eq", None)
+    assert got == WITHIN_NOISE and why.startswith("sdpa_flash, sdpa_cudnn: their between-run intervals overlap")
 
 
 def test_a_verdict_within_noise_names_what_was_compared():
