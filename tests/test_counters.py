@@ -236,8 +236,11 @@ def test_load_counter_findings_reads_the_result_set(tmp_path):
 def test_a_damaged_counters_status_names_its_file(tmp_path):
     c = tmp_path / "counters" / "k"
     c.mkdir(parents=True)
-    (c / "naive.json").write_text('{"status": "ok", "rea')
+    (c / "naive.json").write_text('{"status": ok, "reason": ""}')  # not JSON: ok unquoted
     with pytest.raises(ValueError, match=r"naive\.json: not JSON"):
+        load_counter_findings([c / "naive.json"], hand_kernels(), H200_PROPS, ["naive"])
+    (c / "naive.json").write_text('{"status": "ok", "rea')  # cut short: an interrupted write
+    with pytest.raises(ValueError, match=r"naive\.json: truncated.*--forcerun measure_counters"):
         load_counter_findings([c / "naive.json"], hand_kernels(), H200_PROPS, ["naive"])
 
 

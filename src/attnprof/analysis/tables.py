@@ -95,13 +95,13 @@ def derive_columns(table: pd.DataFrame, formulas_: dict[str, str] | None = None)
     A copy; the columns keep their order (a new one goes last). Raises ValueError naming the column for a
     formula over a column the table lacks."""
     out = table.copy()
+    numeric = out.apply(lambda col: pd.to_numeric(col, errors="coerce"))  # blanks and None: NaN
     for name, formula in (SUMMARY_FORMULAS if formulas_ is None else formulas_).items():
-        numeric = out.apply(lambda col: pd.to_numeric(col, errors="coerce"))  # blanks and None: NaN
         try:
             values = pd.to_numeric(numeric.eval(formula), errors="coerce")
         except (pd.errors.UndefinedVariableError, NameError) as err:
             raise ValueError(f"column {name!r}: formula {formula!r} needs a column the table lacks ({err})") from None
-        out[name] = values.replace([math.inf, -math.inf], math.nan)
+        out[name] = numeric[name] = values.replace([math.inf, -math.inf], math.nan)  # a later formula may use it
     return out
 
 

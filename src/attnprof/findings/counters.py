@@ -17,13 +17,13 @@ theoretical occupancy, achieved occupancy, tensor-pipe, SM and DRAM throughput (
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from attnprof.findings.rules.kernels import DRIVER_LAUNCH
+from attnprof.analysis.records import RecordError, load_record
 from attnprof.analysis.trace import kernel_label, properties_of, short_kernel_name
 
 #: counters columns carried into each finding (all %, ncu; :data:`attnprof.measure.counters.METRICS`)
@@ -148,19 +148,17 @@ def load_counter_findings(status_paths: list, kernels: pd.DataFrame, devices: li
     (``counters/<shape>/<variant>.json``, each beside its ``.csv``); ``kernels`` is the result set's
     kernel table (kernels.csv: columns variant, shape_key, kernel, category, grid, block, ...; a
     variant without rows there gets the measured values alone); ``devices`` the traces'
-    deviceProperties (the tables' device.json files). Raises ValueError naming the file for a
-    status file that is not a JSON object."""
+    deviceProperties (the tables' device.json files). Raises attnprof.analysis.records.RecordError (a
+    ValueError) naming the file for a status file that cannot be read as a record."""
     rank = {v: i for i, v in enumerate(variants)}
     paths = sorted((Path(p) for p in status_paths), key=lambda p: (p.parent.name, rank.get(p.stem, len(rank)), p.stem))
     out: dict[str, list[dict]] = {}
     for path in paths:
         shape, variant = path.parent.name, path.stem
         try:
-            status = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not JSON ({err}); rerun the counters: snakemake --forcerun measure_counters") from None
-        if not isinstance(status, dict):
-            raise ValueError(f"{path}: not a JSON object; rerun the counters: snakemake --forcerun measure_counters")
+            status = load_record(path)  # the project's reader: empty, truncated, not JSON, not an object
+        except RecordError as err:
+            raise RecordError(f"{err}; rerun the counters: snakemake --forcerun measure_counters") from None
         table = path.with_suffix(".csv")
         counters = (pd.read_csv(table, dtype={"grid": str, "block": str}) if table.exists() and table.stat().st_size
                     else pd.DataFrame(columns=["kernel", "grid", "block"]))

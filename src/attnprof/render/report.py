@@ -17,8 +17,7 @@ import pandas as pd
 from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
 from attnprof.analysis.stats import detectable_change
-from attnprof.analysis.tables import derive_columns
-from attnprof.analysis.tables import has_run_interval
+from attnprof.analysis.tables import derive_columns, has_run_interval
 from attnprof.findings.expectations import WITHIN_NOISE
 from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.model.fmt import format_number
@@ -171,7 +170,8 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     if control is None:
         control = check_control(None, "cuda" if gpu else "cpu")
     brief = in_brief(study, shapes, summary, kernels)
-    memory = memory_bound_brief(summary, calibration or {})
+    bound = memory_bound(summary, calibration or {})
+    memory = memory_bound_brief(summary, calibration or {}, bound)
     if memory:  # before the captures that published nothing, which close page 1's findings
         at = next((i for i, b in enumerate(brief) if b.get("kind") == "missing"), len(brief))
         brief[at:at] = memory
@@ -182,7 +182,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": brief,
             "self_check": control, "self_check_line": self_check_line(control),
-            "brief_notes": brief_notes(study, shapes, summary), "sweep": sweep_table(summary, bool(env.get("gpu_name")), memory_bound(summary, calibration or {})),
+            "brief_notes": brief_notes(study, shapes, summary), "sweep": sweep_table(summary, bool(env.get("gpu_name")), bound),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names(),
@@ -643,20 +643,21 @@ def memory_bound(summary: pd.DataFrame, calibration: dict) -> dict[str, float]:
     return out
 
 
-def memory_bound_brief(summary: pd.DataFrame, calibration: dict) -> list[dict]:
+def memory_bound_brief(summary: pd.DataFrame, calibration: dict, bound: dict[str, float] | None = None) -> list[dict]:
     """Page 1's sentence for each shape whose arithmetic intensity (``flop_per_byte``: forward FLOPs over the minimum
     traffic) is under the measured ridge point of the GPU (calibration.json: ``gemm_tflops_<dtype>`` over
     ``copy_tb_per_s``, in FLOP/B; the roofline model, Williams, Waterman and Patterson, CACM 52(4), 2009): there
     memory throughput, not TFLOP/s, says how close a kernel is to the hardware. It names the fastest variant by
     device time (no dispatcher, no wrong result) and its ``gbps`` (summary.csv; derived: the minimum traffic over the
     device time) with the rerun interval that the device time's gives, as % of the measured copy bandwidth.
+    ``bound``: :func:`memory_bound` of the same summary and calibration, when the caller has it already.
     [] on a CPU run, without a calibration, or where every shape is compute-bound."""
     if "gbps" not in summary:
         return []
     copy = calibration.get("copy_tb_per_s")
     many = summary["shape_key"].nunique() > 1
     out = []
-    for key, ridge in memory_bound(summary, calibration).items():
+    for key, ridge in (memory_bound(summary, calibration) if bound is None else bound).items():
         rec = _records(summary[summary["shape_key"] == key])
         ok = [r for r in rec if r.get("status") == "ok" and _ok(r.get("gbps")) and _ok(r.get("device_ms_per_forward"))
               and r.get("rel_error_ok") is not False and r["variant"] not in DISPATCHERS]
