@@ -14,7 +14,7 @@ import pytest
 from attnprof.analysis.tables import analyse_trace, kernel_table, op_table
 from attnprof.analysis.trace import load_trace
 from attnprof.runtime.isolation import CaptureInterrupted
-from attnprof.runtime.worker import reusable, run_in_worker
+from attnprof.runtime.worker import _order_of, reusable, run_in_worker
 from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
@@ -40,6 +40,21 @@ def test_reusable_needs_every_phase_ok():
     refused = {"status": "unsupported", "phases": {"profile": {"status": "unsupported"}, "timing": {"status": "skipped"}}}
     assert reusable(refused)  # the dispatcher refused before any kernel ran
     assert not reusable({**refused, "phases": {**refused["phases"], "timing": {"status": "unsupported"}}})
+
+
+def test_the_queue_serves_a_round_before_the_next_and_the_process_ending_captures_last_in_it():
+    """Requests that arrived in an order where each key could decide: a compiled and a user variant of round 1
+    came before the round's built-ins, and round 2 before round 1. Served: round 1's built-ins (one process), then
+    its process-ending captures in arrival order, then round 2."""
+    arrived = [("r2 naive", {"spec": {"variant": "naive", "repeat": 2}}),
+               ("r1 flex", {"spec": {"variant": "flex_attention", "repeat": 1}}),
+               ("r1 mine", {"spec": {"variant": "my_attn", "repeat": 1, "custom": {"function": "m:f"}}}),
+               ("r1 math", {"spec": {"variant": "sdpa_math", "repeat": 1}}),
+               ("env", {"call": "environment"}),
+               ("r1 naive", {"spec": {"variant": "naive", "repeat": 1}})]
+    pending = [(_order_of(request), seq, name) for seq, (name, request) in enumerate(arrived)]
+    served = [name for _, _, name in sorted(pending)]
+    assert served == ["env", "r1 math", "r1 naive", "r1 flex", "r1 mine", "r2 naive"]
 
 
 def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tmp_path, fresh_capture):

@@ -115,6 +115,20 @@ def test_report_and_tables_are_built(run_dir):
     assert (out / "report.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+
+def test_the_captures_that_end_their_process_run_last_in_their_round(run_dir):
+    """A user variant's capture ends its capture process (attnprof.model.variants.ends_capture_process). Rule
+    capture's priority puts my_attn's two captures (one per shape) last in each round, so a round takes two
+    processes: the built-ins, the control and my_attn at one shape in the first, my_attn at the other in a fresh
+    one. Each process start costs a torch import (seconds; on a GPU also a CUDA context)."""
+    records = [json.loads(p.read_text()) for p in (run_dir / "results" / "tiny" / "captures").glob("*/*/r*/status.json")]
+    assert len(records) == REPEATS * (2 * len(VARIANTS) + 1)  # every (shape, variant) and the control, each round
+    for repeat in range(1, REPEATS + 1):
+        served = sorted((r for r in records if r["repeat"] == repeat), key=lambda r: r["started_at"])
+        assert [r["variant"] for r in served[-2:]] == ["my_attn", "my_attn"], [r["variant"] for r in served]
+        pids = [r["worker"]["pid"] for r in served]
+        assert len(set(pids[:-1])) == 1 and pids[-1] != pids[0], pids
+
 def test_the_user_variant_goes_the_whole_path(run_dir):
     """Config to report: the user variant (config custom_variants) gets its capture, checked against
     float64, its tables, summary rows and report rows, at both shapes."""

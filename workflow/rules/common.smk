@@ -33,7 +33,12 @@ from attnprof.model.names import (
     SHAPE_PLOTS,
     TIMELINE,
 )
-from attnprof.model.variants import CONTROL, KEY_CONSTRAINT, expand_shapes
+from attnprof.model.variants import (
+    CONTROL,
+    KEY_CONSTRAINT,
+    ends_capture_process,
+    expand_shapes,
+)
 from attnprof.measure.forwards import variant_fingerprint
 
 if (
@@ -343,8 +348,13 @@ GPU_UNITS = 0 if CAPTURE_MODE == "worker" and not AB_RUNS else 1
 
 def capture_priority(wc):
     """Rule capture's priority: round k of every environment before round k + 1 of any, ABBA within a round
-    (attnprof.model.config.ab_priority); REPEATS - repeat in a single run."""
-    return ab_priority(int(wc.repeat), AB_RUNS.get(wc.run), list(ENVIRONMENTS), REPEATS)
+    (attnprof.model.config.ab_priority; REPEATS - repeat in a single run), and within those the captures that end
+    their capture process (a user variant's, a torch.compile variant's: ends_capture_process) last, so that the
+    others of the round share one process."""
+    rank = ab_priority(int(wc.repeat), AB_RUNS.get(wc.run), list(ENVIRONMENTS), REPEATS)
+    return 2 * rank + (
+        0 if ends_capture_process(wc.variant, wc.variant in CUSTOM) else 1
+    )
 
 
 # Under the Slurm profile the capture-stage jobs of an A/B run (both environments' captures, env.json and the

@@ -89,6 +89,16 @@ VARIANTS: dict[str, str | None] = {name: v.backend for name, v in REGISTRY.items
 COMPILED = tuple(name for name, v in REGISTRY.items() if v.compiled)
 
 
+def ends_capture_process(variant: str, custom: bool) -> bool:
+    """Whether a capture of ``variant`` ends the capture process that ran it, whatever its outcome: a user
+    variant's (``custom``: its module stays imported, and an edit of it must reach the next capture) and a
+    torch.compile variant's (:data:`COMPILED`: dynamo's in-process caches and recompile limits would carry over to
+    the next shape). The capture worker then starts a fresh process for the next capture
+    (:func:`attnprof.runtime.worker.reusable`), so the workflow runs these captures last in their round
+    (rule capture's priority, the worker's queue): one fresh process per such capture instead of two."""
+    return bool(custom) or variant in COMPILED
+
+
 def runs_on(variant: str, device: str) -> bool:
     """Whether PyTorch has a kernel for a built-in ``variant`` on ``device`` (:attr:`Variant.devices`); True for a
     name :data:`REGISTRY` does not hold (a custom variant, the control: nothing is known against them)."""

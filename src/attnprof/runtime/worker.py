@@ -72,7 +72,7 @@ from pathlib import Path
 
 from attnprof.measure.capture import log
 from attnprof.measure.env import interpreter_environ, torch_build, torch_build_of
-from attnprof.model.variants import COMPILED, Shape
+from attnprof.model.variants import Shape, ends_capture_process
 from attnprof.runtime.isolation import (
     INTERRUPT_SIGNALS,
     PARENT_PID_ENV,
@@ -155,9 +155,7 @@ def reusable(record: dict) -> bool:
     would make the next shape's compile a recompile, dynamic after the first, eager after the
     recompile limit; each compiled capture starts in a fresh process, like a user's program)."""
     phases = record.get("phases") or {}
-    if record.get("custom"):  # a user variant's module stays imported: an edit of it must reach the next capture
-        return False
-    if record.get("variant") in COMPILED:  # dynamo's caches and recompile limits would carry over to the next shape
+    if ends_capture_process(record.get("variant"), record.get("custom")):
         return False
     if record.get("status") == "unsupported":
         return (phases.get("profile", {}).get("status") == "unsupported"
@@ -424,15 +422,19 @@ def _serve_one(conn: socket.socket, child: _Child | None, device: str, request: 
         raise
 
 
-def _repeat_of(request: dict) -> int:
-    """The repeat (round) a request belongs to: its spec's ``repeat``; 0 for calls and older clients."""
+def _order_of(request: dict) -> tuple[int, bool]:
+    """Where a request goes in the queue, before arrival order: its round (the spec's ``repeat``; 0 for calls and
+    older clients), then whether its capture ends the capture process (:func:`~attnprof.model.variants.ends_capture_process`:
+    those go last in their round, so that the round's other captures share one process)."""
     spec = request.get("spec") or {}
     repeat = spec.get("repeat", 0)
-    return repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0
+    repeat = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0
+    return repeat, bool(spec) and ends_capture_process(spec.get("variant"), spec.get("custom"))
 
 
 def _admit(conn: socket.socket, pending: list, seq: int) -> int:
-    """Read the request on an accepted ``conn`` and add ``(repeat, seq, conn, request)`` to ``pending``; a
+    """Read the request on an accepted ``conn`` and add ``(order, seq, conn, request)`` to ``pending`` (order:
+    :func:`_order_of`); a
     peer of another user id, or a malformed request, is dropped. Returns the next sequence number."""
     uid = peer_uid(conn)
     if uid != os.getuid():  # an abstract socket has no file permissions: check the peer
@@ -443,7 +445,7 @@ def _admit(conn: socket.socket, pending: list, seq: int) -> int:
     if request is None:
         conn.close()
         return seq
-    pending.append((_repeat_of(request), seq, conn, request))
+    pending.append((_order_of(request), seq, conn, request))
     return seq + 1
 
 
@@ -593,8 +595,9 @@ def serve(key: str, device: str, idle_s: float) -> int:
                 seq = _admit_waiting(listener, pending, seq)
                 if not pending:
                     continue
-                # the earliest round first, then arrival order: the repeats stay in rounds whatever number of
-                # capture jobs Snakemake starts at once (each round gets a fresh capture process)
+                # the earliest round first, the captures that end their process last in it, then arrival order:
+                # the repeats stay in rounds whatever number of capture jobs Snakemake starts at once (each round
+                # gets a fresh capture process)
                 pending.sort(key=lambda p: (p[0], p[1]))
                 _, _, conn, request = pending.pop(0)
                 with conn, _device_lock(device):  # the supervisors of an A/B run (one per environment) take turns
