@@ -5,6 +5,7 @@ from attnprof.runtime.logs import script_log
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with script_log(sm.log[0]) as log:
     from pathlib import Path
+    from attnprof.measure.gpus import gpu_choice, job_gpu, pinned_environ
     from attnprof.runtime.isolation import CaptureInterrupted, run_isolated
     from attnprof.model.variants import Shape
 
@@ -27,15 +28,20 @@ with script_log(sm.log[0]) as log:
     # an A/B run's environment (config environments): its Python executable and variables; else this one
     interp = dict(getattr(p, "interpreter", None) or {})
     try:
-        if p.mode == "worker":
-            from attnprof.runtime.worker import run_in_worker
+        # the GPU this capture runs on (several: the first free one, held until the capture ends), pinned by its UUID
+        with job_gpu(p.device, gpu_choice(sm.resources), say=lambda m: print(f"attnprof: {m}", file=log)) as gpu:
+            env = interp.get("env")
+            if gpu is not None:
+                spec["gpu"] = gpu.as_dict()
+                env = pinned_environ(gpu, env)
+            if p.mode == "worker":
+                from attnprof.runtime.worker import run_in_worker
 
-            worker_log = Path(sm.log[0]).parents[3] / "capture_worker.log"  # results/<run>/logs/
-            run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s, worker_log,
-                          interp.get("python"), interp.get("env"))
-        else:
-            run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s, python=interp.get("python"),
-                         env=interp.get("env"))
+                worker_log = Path(sm.log[0]).parents[3] / "capture_worker.log"  # results/<run>/logs/
+                run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s,
+                              worker_log, interp.get("python"), env)
+            else:
+                run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s, python=interp.get("python"), env=env)
     except CaptureInterrupted as exc:
         # no result: the job fails, Snakemake removes its outputs, the next run captures again
         print(f"attnprof: {exc}", file=log)

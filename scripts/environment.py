@@ -24,6 +24,12 @@ with script_log(sm.log[0]) as log:
 
         recorded = capture_environment()
     env = {"run": p.run, "device": p.device, **recorded, "config": p.config}
+    from attnprof.measure.gpus import gpu_choice, per_job_allocation, run_gpus
+
+    # the GPUs the run's captures may take (attnprof.measure.gpus), as nvidia-smi lists them; not under a cluster
+    # executor, where each capture job has an allocation of its own (its record names its GPU)
+    if p.device == "cuda" and not per_job_allocation(sm.resources):
+        env["gpus"] = [g.as_dict() for g in run_gpus(gpu_choice(sm.resources))]
     if getattr(p, "ab", None):  # the A/B run this result set belongs to: compare pairs it with its siblings
         env["ab"] = dict(p.ab)
     with open(sm.output[0], "w") as fh:

@@ -442,6 +442,31 @@ def test_gpu_captures_never_overlap(tmp_path):
     assert all(prev[1] <= nxt[0] + 0.002 for prev, nxt in zip(spans, spans[1:])), spans
 
 
+#: Two stand-in GPUs (attnprof.measure.gpus.STANDIN_ENV: nvidia-smi's answer) for the tests of a run on several GPUs.
+TWO_GPUS = ("0, GPU-5a5a0000-0000-0000-0000-000000000000, NVIDIA H200, 700.00, 1980, 143771\n"
+            "1, GPU-5b5b0000-0000-0000-0000-000000000000, NVIDIA H200, 700.00, 1980, 143771\n")
+
+
+def test_captures_on_two_gpus_run_one_per_gpu_and_record_it(tmp_path, monkeypatch):
+    """device=cuda with two stand-in GPUs, --cores 8: Snakemake starts two capture jobs at a time (the 'gpu' resource
+    is the run's two GPUs), each job holds one GPU's claim and pins its capture to it (CUDA_VISIBLE_DEVICES: a capture
+    worker per GPU), and every record names its GPU. Both GPUs serve; on each, the captures never overlap."""
+    monkeypatch.setenv("ATTNPROF_NVIDIA_SMI", TWO_GPUS)
+    work = copy_repo(tmp_path / "repo")
+    snakemake(work, "html", "--until", "capture", "--cores", "8", "--config", "device=cuda", "run=gpu",
+              "variants=[naive,sdpa_math,sdpa_flash]", ONE_REPEAT)
+    records = [json.loads(p.read_text()) for p in (work / "results" / "gpu" / "captures").rglob("status.json")]
+    assert len(records) == 4  # three variants and the control
+    uuids = {"GPU-5a5a0000-0000-0000-0000-000000000000", "GPU-5b5b0000-0000-0000-0000-000000000000"}
+    assert {r["gpu"]["uuid"] for r in records} == uuids and all(r["gpu"]["name"] == "NVIDIA H200" for r in records)
+    for uuid in uuids:
+        mine = sorted((r["capture_started_at"], r["capture_started_at"] + r["capture_wall_s"], r["worker"]["pid"])
+                      for r in records if r["gpu"]["uuid"] == uuid)
+        assert all(prev[1] <= nxt[0] + 0.002 for prev, nxt in zip(mine, mine[1:])), mine
+    pids = {r["gpu"]["uuid"]: r["worker"]["pid"] for r in records}
+    assert len(set(pids.values())) == 2  # a capture process per GPU
+
+
 def test_process_mode_captures_take_the_capture_resource(tmp_path):
     """capture_mode process: each capture is its own process, so the global 'capture' and 'gpu'
     resources (one unit each) keep them apart; the dry run shows the jobs asking for them."""

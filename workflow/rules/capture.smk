@@ -30,6 +30,8 @@ rule capture:
         # how long the worker waits for the next capture: a resource, not a param (it changes no measurement,
         # so a new value must not recapture anything)
         worker_idle_s=WORKER_IDLE_S,
+        # the GPUs this job may take one of (a resource: another choice recaptures nothing)
+        gpu_choice=GPU_CHOICE,
     params:
         # an A/B run's only: the Python executable and variables of the result set's environment
         **AB_CAPTURE_PARAMS,
@@ -68,6 +70,7 @@ rule environment:
     threads: CAPTURE_THREADS
     resources:
         worker_idle_s=WORKER_IDLE_S,
+        gpu_choice=GPU_CHOICE,
     params:
         # an A/B run's only: the environment's interpreter, and the A/B record env.json carries (key ab)
         **AB_ENV_PARAMS,
@@ -97,6 +100,7 @@ rule calibrate:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
         worker_idle_s=WORKER_IDLE_S,
+        gpu_choice=GPU_CHOICE,
     params:
         **AB_CAPTURE_PARAMS,
         device=DEVICE,

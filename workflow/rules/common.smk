@@ -17,6 +17,7 @@ from attnprof.model.config import (
     subset_message,
 )
 from attnprof.runtime.integrity import changed_files, lost_files, rebuild_epoch
+from attnprof.measure.gpus import run_gpus
 from attnprof.measure.env import (
     default_run_id,
     detect_gpu,
@@ -346,6 +347,35 @@ config["capture_mode"] = CAPTURE_MODE  # env.json and the report state the mode 
 GPU_UNITS = 0 if CAPTURE_MODE == "worker" and not AB_RUNS else 1
 
 
+# The GPUs a CUDA run captures on: config gpus among those CUDA_VISIBLE_DEVICES makes visible (attnprof.measure.gpus).
+# With several, every capture-stage job takes one unit of 'capture' and 'gpu', of which there are as many as GPUs
+# (unless the command line sets them), and holds one GPU's claim while its work runs: one capture per GPU at a time,
+# every GPU busy, each GPU with a capture worker of its own. An A/B run keeps both environments on one device (its
+# pairing compares them there): the first GPU only. Under a cluster executor each job takes the GPU its allocation
+# has, so nothing is chosen here.
+def _run_gpus():
+    if DEVICE != "cuda" or workflow.non_local_exec or workflow.remote_exec:
+        return []
+    try:
+        gpus = run_gpus(config["gpus"])
+    except ValueError as exc:
+        raise WorkflowError(f"config {exc}")
+    return gpus[:1] if AB_RUNS else gpus
+
+
+GPUS = _run_gpus()
+if len(GPUS) > 1:
+    GPU_UNITS = 1
+# What a capture-stage job chooses its GPU from (attnprof.measure.gpus.job_gpu): the run's GPUs by UUID; under a
+# cluster executor "any", the GPU of the job's own allocation. A resource, not a param: which GPUs a run uses changes
+# no measurement, so another choice recaptures nothing.
+GPU_CHOICE = (
+    "any"
+    if workflow.non_local_exec or workflow.remote_exec
+    else (",".join(g.uuid for g in GPUS) or "all")
+)
+
+
 def capture_priority(wc):
     """Rule capture's priority: round k of every environment before round k + 1 of any, ABBA within a round
     (attnprof.model.config.ab_priority; REPEATS - repeat in a single run), and within those the captures that end
@@ -384,7 +414,7 @@ def _capture_threads():
 CAPTURE_THREADS = _capture_threads()
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
-        workflow.register_resource(_name, 1)
+        workflow.register_resource(_name, max(1, len(GPUS)))
 if (
     "worker_idle_s" not in workflow.global_resources
 ):  # a per-job setting, never a limit on the run

@@ -80,7 +80,7 @@ REPEAT_COUNTS = ("kernels_per_forward", "memcpy_per_forward", "memset_per_forwar
 #: summary.csv columns of the repeats: configured, counted (status ok), and what happened to the others.
 REPEAT_SUMMARY_COLUMNS = ["repeats", "repeats_ok", "repeats_note",
                           *(f"{between}_run_{end}" for _, _, between in REPEAT_TIMES for end in ("lo", "hi")),
-                          "device_ms_run_sd_pct", "cpu_ms_run_sd_pct"]
+                          "device_ms_run_sd_pct", "cpu_ms_run_sd_pct", "gpus"]
 SUMMARY_COLUMNS += REPEAT_SUMMARY_COLUMNS
 #: summary.csv columns computed from its other columns (declared with a formula in attnprof.model.columns):
 #: :func:`derive_columns` fills them, after every other column.
@@ -116,7 +116,10 @@ def has_run_interval(summary: pd.DataFrame, prefixes: tuple[str, ...] = ("device
 REPEAT_COLUMNS = ["variant", "shape_key", "repeat", "status", "reason", "kernels_per_forward", "memcpy_per_forward",
                   "memset_per_forward", "device_ms_per_forward", "cpu_ms_per_forward", "kernels_per_backward",
                   "device_ms_per_backward", "cpu_ms_per_backward", "backward_status", "forwards_complete",
-                  "host_load_1m", "started_at"]
+                  "host_load_1m", "started_at", "gpu_uuid", "gpu_name"]
+#: Columns of one capture that repeats.csv keeps and summary.csv does not (it names the GPUs of all repeats in ``gpus``):
+#: :func:`summary_row` gives them, :func:`combine_repeats` reads them.
+CAPTURE_ONLY_COLUMNS = ["gpu_uuid", "gpu_name"]
 #: Fewest complete forwards a capture must have for its numbers to be published (the study
 #: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
 DEFAULT_MIN_COMPLETE_FORWARDS = 3
@@ -532,7 +535,8 @@ def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
 
     rows = sorted(rows, key=lambda r: int(r.get("repeat") or 1))
     row = dict(rows[0])
-    row.update(repeats=len(rows))
+    # the GPUs the repeats ran on (several on a node of several GPUs: a repeat takes whichever is free)
+    row.update(repeats=len(rows), gpus=";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None)
     if row.get("status") != "ok":
         row.update(repeats_ok=0)
         return {c: row.get(c) for c in SUMMARY_COLUMNS}
@@ -605,6 +609,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "timed_ms_median": timing.get("median_ms"), "timed_ms_q1": timing.get("q1_ms"), "timed_ms_q3": timing.get("q3_ms"),
         "timed_ms_min": timing.get("min_ms"), "timed_ms_max": timing.get("max_ms"), "timed_repeats": timing.get("repeats"),
         "timing_method": timing.get("method"), "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
+        # the GPU the capture ran on (its job's, as nvidia-smi names it: attnprof.measure.gpus); repeats.csv
+        "gpu_uuid": (status.get("gpu") or {}).get("uuid"), "gpu_name": (status.get("gpu") or {}).get("name"),
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
         "checks_missing": "; ".join(status.get("checks_missing") or []),
         **_memory_columns(status),
@@ -643,4 +649,4 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
                     f"fewer than the minimum of {minimum}")]))
         if row.get("forward_gflop") and row.get("graph_ms_median"):
             row["tflops_graph"] = row["forward_gflop"] / row["graph_ms_median"]
-    return {c: row.get(c) for c in SUMMARY_COLUMNS}
+    return {c: row.get(c) for c in (*SUMMARY_COLUMNS, *CAPTURE_ONLY_COLUMNS)}

@@ -41,10 +41,11 @@ def _median_ms(fn, repeats: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
-def calibrate(device: str, n: int = 8192, copy_bytes: int = 2 << 30, repeats: int = 10) -> dict:
+def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: int = 2 << 30, repeats: int = 10) -> dict:
     """Measure the ceilings on ``device`` ('cuda'); on anything else return a record saying
     the calibration was skipped. Keys: gemm_tflops_bf16, gemm_tflops_fp16, copy_tb_per_s,
-    gpu_name, method, and the datasheet figures."""
+    gpu_name, method, and the datasheet figures; ``gpu``: the GPU its job assigned
+    (:class:`attnprof.measure.gpus.Gpu` as a dict; its UUID names the lock held), recorded as given."""
     if device != "cuda":
         return {"device": device, "skipped": "no GPU: ceilings are measured on CUDA devices only"}
     import torch
@@ -53,9 +54,11 @@ def calibrate(device: str, n: int = 8192, copy_bytes: int = 2 << 30, repeats: in
         return {"device": device, "skipped": "torch.cuda.is_available() is False"}
     from attnprof.measure.lock import device_lock
 
-    with device_lock(device) as waited_s:  # never beside a capture: each would slow the other
+    with device_lock(device, (gpu or {}).get("uuid")) as waited_s:  # never beside a capture: each would slow the other
         out = _measure(n, copy_bytes, repeats)
     out["lock_wait_s"] = waited_s
+    if gpu:
+        out["gpu"] = dict(gpu)
     return out
 
 

@@ -595,10 +595,29 @@ def _grad_correctness_phase(spec: dict, shape: Shape, st) -> dict:
             "grad_rel_error_ok": all(e <= tol for e in errors.values())}
 
 
+def gpu_record(assigned: dict | None) -> tuple[dict, str | None]:
+    """The GPU this process captures on, for status.json's ``gpu``: the one its job assigned (``assigned``: index,
+    uuid, name, power limit, clock and memory as nvidia-smi lists them, :class:`attnprof.measure.gpus.Gpu`; None
+    where none was) and what torch reports for ``cuda:0`` (``torch_uuid``, ``torch_name``). Returns (record, reason):
+    reason names both UUIDs when ``cuda:0`` is not the assigned GPU (the process does not see the GPU its job holds
+    and locks), else None. Needs CUDA."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    seen = str(getattr(props, "uuid", "") or "")  # torch prints it without nvidia-smi's 'GPU-'
+    rec = {**(assigned or {}), "torch_uuid": seen or None, "torch_name": props.name}
+    uuid = (assigned or {}).get("uuid") or ""
+    if uuid and seen and not uuid.upper().startswith("MIG-"):
+        if uuid.lower().removeprefix("gpu-") != seen.lower().removeprefix("gpu-"):
+            return rec, (f"the capture's job holds GPU {uuid} ({assigned.get('name')}), but cuda:0 in its process is "
+                         f"GPU-{seen} ({props.name}): CUDA_VISIBLE_DEVICES did not reach the capture process")
+    return rec, None
+
+
 def capture(spec: dict, trace_path: Path) -> dict:
     """:func:`run_capture` under the device's capture lock (:func:`attnprof.measure.lock.device_lock`); the record
     says how long the capture waited for it (``lock_wait_s``)."""
-    with device_lock(spec["device"]) as waited_s:
+    with device_lock(spec["device"], (spec.get("gpu") or {}).get("uuid")) as waited_s:
         record = run_capture(spec, trace_path)
     record["lock_wait_s"] = waited_s
     return record
@@ -651,6 +670,16 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
     record["min_bytes"] = shape.min_bytes()
     record["device_name"] = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else platform.processor() or platform.machine()
     _test_hooks(spec)
+    if device == "cuda" and torch.cuda.is_available():
+        record["gpu"], why = gpu_record(spec.get("gpu"))
+        if why:  # the capture would run on another GPU than its job holds (and its lock names)
+            record.update(status="failed", reason=why)
+            record["phases"] = {"profile": {"status": "failed", "reason": why, "seconds": 0.0},
+                                **{name: _skipped("profile phase did not succeed") for name in PHASES[1:]}}
+            record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
+            return record
+    elif spec.get("gpu"):
+        record["gpu"] = dict(spec["gpu"])
     if device == "cuda" and not torch.cuda.is_available():
         why = "cuda requested but torch.cuda.is_available() is False (no GPU or a CPU-only torch build)"
         record.update(status="unsupported", reason=why, unsupported_reasons=[])

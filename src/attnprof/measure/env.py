@@ -31,9 +31,16 @@ def _nvidia_smi(query: str) -> list[str]:
 
 
 def detect_gpu() -> str | None:
-    """Name of the first GPU nvidia-smi lists (e.g. 'NVIDIA H200'), or None."""
-    rows = _nvidia_smi("name")
-    return rows[0] if rows else None
+    """Name of the first GPU this process may use (e.g. 'NVIDIA H200'): the first that nvidia-smi lists and
+    CUDA_VISIBLE_DEVICES leaves visible (:func:`attnprof.measure.gpus.visible_gpus`), or None."""
+    from attnprof.measure.gpus import node_gpus, visible_gpus
+
+    try:
+        gpus = visible_gpus(node_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except ValueError:  # an nvidia-smi answer in another format: the run then names its GPU as before
+        rows = _nvidia_smi("name")
+        return rows[0] if rows else None
+    return gpus[0].name if gpus else None
 
 
 def package_version(name: str) -> str | None:

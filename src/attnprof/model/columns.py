@@ -150,6 +150,9 @@ declare(_S, "cpu_ms_per_forward", "ms",
         ReportHeader("CPU ms / fwd", "median of repeats; rerun; IQR", cpu_header="host ms / fwd"))
 declare(_S, "cpu_ms_min cpu_ms_max cpu_ms_q1 cpu_ms_q3", "ms",
         "the middle repeat's min, max and quartiles of the forward's CPU range")
+declare(_S, "gpus", "",
+        "the GPUs this variant and shape's repeats ran on, by UUID, `;`-separated (on a node of several GPUs a repeat "
+        "takes whichever GPU is free, so its rerun interval holds the spread between GPUs too); empty on a CPU run")
 declare(_S, "repeats repeats_ok repeats_note", "",
         "captures of this variant and shape (`config.repeats`), those counted (status `ok`), and the others named with "
         "their status and reason (also counts that differ between repeats, then left empty)")
@@ -257,6 +260,9 @@ declare(_S, "compile_backward_first_call_s", "s",
 declare(_S, "compile_backward_cache", "", "inductor's FX-graph cache verdict over that first backward call")
 
 # --- repeats.csv ------------------------------------------------------------------------------------------------
+declare("repeats", "gpu_uuid gpu_name", "",
+        "the GPU the capture ran on, as nvidia-smi names it (status.json `gpu`: the GPU its job held, by UUID); empty "
+        "on a CPU run, and for a capture made before GPUs were recorded")
 declare("repeats", "started_at", "s",
         "when the capture began (Unix time, the capture record's `capture_started_at`): compare pairs an A/B run's rounds "
         "only where every capture of round k began before every capture of round k + 1 (both sides interleaved)")

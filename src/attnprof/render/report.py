@@ -21,6 +21,7 @@ from attnprof.analysis.tables import derive_columns, has_run_interval
 from attnprof.findings.expectations import WITHIN_NOISE
 from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.model.fmt import format_number
+from attnprof.model.gpus import differing_kinds
 from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
 from attnprof.model.variants import COMPILED, REGISTRY
@@ -175,6 +176,9 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     if memory:  # before the captures that published nothing, which close page 1's findings
         at = next((i for i, b in enumerate(brief) if b.get("kind") == "missing"), len(brief))
         brief[at:at] = memory
+    used = gpus_used(summary, env)
+    if len(used) > 1 and differing_kinds(used):  # page 1 says it among the findings, not in the small print
+        brief.insert(0, {"text": gpu_note(used), "href": "#env"})
     if control["ok"] is False:  # page 1 leads with it: every count below may be the profiler's, not the variants'
         brief.insert(0, {"text": "The profiler's accounting differs from the counts known by construction of its control "
                                  f"workload ({control['why']}): the kernel, memcpy, memset and op counts of this result set "
@@ -182,7 +186,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": brief,
             "self_check": control, "self_check_line": self_check_line(control),
-            "brief_notes": brief_notes(study, shapes, summary), "sweep": sweep_table(summary, bool(env.get("gpu_name")), bound),
+            "brief_notes": brief_notes(study, shapes, summary, env), "gpus_used": used, "sweep": sweep_table(summary, bool(env.get("gpu_name")), bound),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names(),
@@ -724,10 +728,46 @@ def _backward_and_compile_brief(rows: list[dict], by: dict, skey: str, spans: st
     return out
 
 
-def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame) -> list[str]:
-    """The small print under page 1's findings: what a time and its rerun interval are, and whether every trace
+def gpus_used(summary: pd.DataFrame, env: dict) -> list[dict]:
+    """The GPUs the run's captures ran on (summary.csv ``gpus``), each as env.json's ``gpus`` records it (name,
+    power limit, highest SM clock) where it does, else by its UUID alone; [] for a CPU run or a result set made
+    before GPUs were recorded."""
+    if "gpus" not in summary:
+        return []
+    used = sorted({u for cell in summary["gpus"].dropna() for u in str(cell).split(";") if u})
+    listed = {g.get("uuid"): g for g in env.get("gpus") or [] if isinstance(g, dict)}
+    return [listed.get(u, {"uuid": u}) for u in used]
+
+
+def gpu_note(used: list[dict]) -> str | None:
+    """Page 1's sentence on a run captured on several GPUs (:func:`gpus_used`): how many, and whether they are alike
+    (model, power limit, highest SM clock: :func:`attnprof.model.gpus.differing_kinds`); when they are not, that a
+    variant's time mixes them and a ranking compares across them. None for one GPU or none."""
+    if len(used) < 2:
+        return None
+    kinds = differing_kinds(used)
+    if any("name" not in g for g in used):
+        return (f"Captured on {len(used)} GPUs, one capture per GPU at a time; env.json does not record what they are, "
+                "so whether they are alike is not known: a variant's repeats may have run on different ones.")
+    if kinds:
+        return (f"Captured on {len(used)} GPUs of different kinds ({'; '.join(kinds)}): a variant's time mixes the GPUs "
+                "its repeats ran on, so a ranking or a ratio here compares across GPU kinds.")
+    g = used[0]
+
+    def num(x):
+        return "?" if x is None else f"{x:g}"
+
+    return (f"Captured on {len(used)} GPUs, alike ({g['name']}, {num(g.get('power_limit_w'))} W power limit, "
+            f"{num(g.get('max_sm_clock_mhz'))} MHz highest SM clock), one capture per GPU at a time; a variant's repeats "
+            "may run on different GPUs, so its rerun interval holds the spread between GPUs too.")
+
+
+def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, env: dict | None = None) -> list[str]:
+    """The small print under page 1's findings: on which GPUs (a run on several alike ones, :func:`gpu_note`; GPUs of
+    different kinds are a finding of page 1 instead), what a time and its rerun interval are, and whether every trace
     was complete."""
-    notes = []
+    used = gpus_used(summary, env or {})
+    notes = [gpu_note(used)] if len(used) > 1 and not differing_kinds(used) else []
     if has_run_interval(summary):
         n = int(summary["repeats"].max())
         notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "

@@ -552,8 +552,10 @@ def _device_lock(device: str):
     supervisors of an A/B run (config ``environments``: one per Python environment, each keyed apart) never
     run two captures at once. Their order comes from Snakemake (rule capture's priority, one capture at a
     time in an A/B run); the lock is the guarantee that they never overlap whatever --cores and resources
-    say. A flock is released by the kernel when its holder dies, so a killed supervisor leaves no stale lock."""
-    where = hashlib.sha256(json.dumps([device, os.getcwd()]).encode()).hexdigest()[:16]
+    say. A flock is released by the kernel when its holder dies, so a killed supervisor leaves no stale lock.
+    The supervisors of a run on several GPUs (one per GPU, its UUID in CUDA_VISIBLE_DEVICES: attnprof.measure.gpus)
+    lock apart, so they serve at once."""
+    where = hashlib.sha256(json.dumps([device, os.getcwd(), os.environ.get("CUDA_VISIBLE_DEVICES")]).encode()).hexdigest()[:16]
     with open(Path(tempfile.gettempdir()) / f"attnprof-device-{os.getuid()}-{where}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield

@@ -1,0 +1,152 @@
+"""The GPUs a run may use, and which one a capture runs on.
+
+Discovery (:func:`run_gpus`, no torch: the Snakefile calls it at parse time) reads ``nvidia-smi``'s list of the node's
+GPUs, keeps those ``CUDA_VISIBLE_DEVICES`` makes visible and then those the config key ``gpus`` chooses
+(:func:`attnprof.model.gpus.visible_gpus`, :func:`attnprof.model.gpus.select_gpus`). Every capture process is started with ``CUDA_VISIBLE_DEVICES`` set to its GPU's UUID
+(:func:`pinned_environ`): whatever order CUDA enumerates the node's GPUs in, ``cuda:0`` in the capture is that GPU.
+
+Assignment (:func:`claim_gpu`): with several GPUs, a capture job takes the first of the run's GPUs that no other
+capture job holds, by a non-blocking ``flock`` on that GPU's claim file, and holds it while its capture runs. Snakemake
+starts at most as many capture jobs as the run has GPUs (the ``gpu`` resource), so a job finds a free one at once
+unless another run or user holds it; then it waits for whichever is released first.
+
+Both files, the claim and the device lock that the capture itself holds
+(:func:`attnprof.measure.lock.device_lock`), are named by the GPU's UUID, not by an index, and are shared by every user
+of the node (mode 0666 in ``/tmp``): two runs, or two users, whatever their ``CUDA_VISIBLE_DEVICES`` says, never
+capture on one GPU at once.
+
+Stand-in GPUs for tests without one: the environment variable ``ATTNPROF_NVIDIA_SMI`` replaces nvidia-smi's answer
+(its CSV rows, as :data:`QUERY` asks for them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from attnprof.model.gpus import QUERY, Gpu, parse_nvidia_smi, select_gpus, visible_gpus
+
+#: Test hook: CSV rows that stand in for nvidia-smi's answer to :data:`QUERY`.
+STANDIN_ENV = "ATTNPROF_NVIDIA_SMI"
+
+
+def node_gpus() -> list[Gpu]:
+    """Every GPU of the node, from nvidia-smi (or :data:`STANDIN_ENV`); [] when nvidia-smi is missing or fails."""
+    text = os.environ.get(STANDIN_ENV)
+    if text is None:
+        exe = shutil.which("nvidia-smi")
+        if not exe:
+            return []
+        try:
+            out = subprocess.run([exe, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        if out.returncode != 0:
+            return []
+        text = out.stdout
+    return parse_nvidia_smi(text)
+
+
+def run_gpus(choice="all", environ: dict | None = None) -> list[Gpu]:
+    """The GPUs a run captures on: the node's (:func:`node_gpus`), those visible (:func:`visible_gpus`, from
+    ``environ``'s CUDA_VISIBLE_DEVICES, default this process's), those ``choice`` keeps (:func:`select_gpus`).
+    [] without nvidia-smi. Raises ValueError as :func:`select_gpus` does."""
+    environ = os.environ if environ is None else environ
+    return select_gpus(visible_gpus(node_gpus(), environ.get("CUDA_VISIBLE_DEVICES")), choice)
+
+
+def pinned_environ(gpu: Gpu, env: dict | None = None) -> dict:
+    """``env`` (the variables set over a capture process's environment) with ``CUDA_VISIBLE_DEVICES`` set to
+    ``gpu``'s UUID, so that the capture process sees that GPU alone, as ``cuda:0``."""
+    return {**(env or {}), "CUDA_VISIBLE_DEVICES": gpu.uuid}
+
+
+# --- the files that keep two captures off one GPU -----------------------------------------------------
+
+def gpu_file(uuid: str, what: str, folder: str | Path) -> Path:
+    """``<folder>/attnprof-gpu-<uuid>.<what>``: the claim ('claim') or the capture lock ('lock') of one GPU, shared
+    by every user (no user id in the name)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in uuid)
+    return Path(folder) / f"attnprof-gpu-{safe}.{what}"
+
+
+def open_shared(path: Path):
+    """Open ``path`` for a flock, creating it readable and writable by every user (mode 0666 whatever the umask),
+    so that another user's run locks the same file. Raises RuntimeError naming the file when it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise RuntimeError(f"the GPU lock file {path} cannot be opened ({exc.strerror}); another user's file there "
+                           "must be writable by all (mode 0666), or set ATTNPROF_CAPTURE_LOCK_DIR") from exc
+    with contextlib.suppress(OSError):  # not ours: its owner made it 0666 already
+        os.fchmod(fd, 0o666)
+    return os.fdopen(fd, "r+")
+
+
+@contextlib.contextmanager
+def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None):
+    """Hold the claim of one GPU of ``gpus`` for the block; yields the :class:`Gpu`. Takes the first whose claim is
+    free, in ``gpus``' order; when none is, waits for whichever is released first (``say``, a callable, is told
+    once). The claim goes with the process that holds it (a flock). Raises ValueError for an empty list."""
+    import fcntl
+
+    if not gpus:
+        raise ValueError("no GPU to claim")
+    files = [open_shared(gpu_file(g.uuid, "claim", folder)) for g in gpus]
+    try:
+        told = False
+        while True:
+            for gpu, fh in zip(gpus, files):
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                try:
+                    yield gpu
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+                return
+            if not told and say is not None:
+                say(f"all {len(gpus)} GPUs of the run are busy with other captures: waiting for one")
+                told = True
+            time.sleep(poll_s)
+    finally:
+        for fh in files:
+            fh.close()
+
+
+
+
+@contextlib.contextmanager
+def job_gpu(device: str, choice="all", say=None, environ: dict | None = None):
+    """The GPU a capture-stage job (capture, calibrate) runs its work on, held for the block; yields a :class:`Gpu`,
+    or None where there is none to name (a CPU run; CUDA without nvidia-smi: the capture process then takes the
+    device as CUDA gives it). With one GPU it is taken at once (the capture worker's queue orders that run's
+    captures); with several, through :func:`claim_gpu`. Raises ValueError as :func:`select_gpus` does."""
+    gpus = run_gpus(choice, environ) if device == "cuda" else []
+    if len(gpus) < 2:
+        yield gpus[0] if gpus else None
+        return
+    from attnprof.measure.lock import lock_folder
+
+    with claim_gpu(gpus, lock_folder(), say=say) as gpu:
+        yield gpu
+
+
+def gpu_choice(resources) -> list[str] | str:
+    """A capture-stage job's ``gpu_choice`` resource as :func:`attnprof.model.gpus.select_gpus` takes it: the run's
+    GPUs by UUID (comma-separated) as a list; 'all' for 'all' (no GPU listed at parse time), 'any' (under a cluster
+    executor: the job's own allocation) and a job of an older workflow (no such resource)."""
+    value = str(getattr(resources, "gpu_choice", None) or "all")
+    return "all" if value in ("all", "any") else value.split(",")
+
+
+def per_job_allocation(resources) -> bool:
+    """Whether each capture-stage job has a GPU allocation of its own (a cluster executor: ``gpu_choice`` 'any'): the
+    GPUs one job sees are then not the run's."""
+    return str(getattr(resources, "gpu_choice", None) or "") == "any"

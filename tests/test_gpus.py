@@ -1,0 +1,235 @@
+"""Several GPUs of one node without a GPU (attnprof.measure.gpus): discovery from stand-in nvidia-smi answers, the
+CUDA_VISIBLE_DEVICES and config choices, the per-UUID claim and lock shared by every user, the assignment of parallel
+capture jobs to free GPUs, and the check that a capture process sees the GPU its job holds."""
+import multiprocessing
+import os
+import stat
+import time
+import types
+
+import pytest
+
+from attnprof.measure import gpus as g
+from attnprof.model import gpus as m
+from attnprof.measure.lock import capture_lock_path, device_lock
+
+A, B, C = ("GPU-aaaa1111-0000-0000-0000-000000000000", "GPU-aaaa2222-0000-0000-0000-000000000000",
+           "GPU-cccc3333-0000-0000-0000-000000000000")
+# a node of three: two H200 at 700 W and one capped at 500 W (nvidia-smi's csv,noheader,nounits; [N/A] where unknown)
+SMI = (f"0, {A}, NVIDIA H200, 700.00, 1980, 143771\n"
+       f"1, {B}, NVIDIA H200, 700.00, 1980, 143771\n"
+       f"2, {C}, NVIDIA H200, 500.00, [N/A], 143771\n")
+NODE = m.parse_nvidia_smi(SMI)
+
+
+def test_nvidia_smis_answer_is_read_field_by_field_and_a_line_of_another_format_is_named():
+    assert [(x.index, x.uuid, x.name) for x in NODE] == [(0, A, "NVIDIA H200"), (1, B, "NVIDIA H200"), (2, C, "NVIDIA H200")]
+    assert (NODE[0].power_limit_w, NODE[0].max_sm_clock_mhz, NODE[0].memory_mib) == (700.0, 1980.0, 143771.0)
+    assert NODE[2].max_sm_clock_mhz is None  # [N/A]
+    with pytest.raises(ValueError, match="line 2 .*NVIDIA H200"):
+        m.parse_nvidia_smi(f"0, {A}, NVIDIA H200, 700, 1980, 1\nNVIDIA H200\n")
+
+
+@pytest.mark.parametrize("variable,expected", [
+    (None, [A, B, C]),                       # unset: every GPU
+    ("2,0", [C, A]),                         # indices, in the variable's order
+    (f"{B},{A}", [B, A]),                    # full UUIDs
+    ("GPU-cccc,aaaa1", [C, A]),              # unique prefixes, with and without GPU-
+    ("1,7,0", [B]),                          # CUDA reads up to the first entry that names no GPU
+    ("aaaa,2", []),                          # an ambiguous prefix is such an entry
+    ("0,0", [A]),                            # so is a repeat
+    ("", []), ("-1", []),                    # no GPU
+])
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(variable, expected):
+    assert [x.uuid for x in m.visible_gpus(NODE, variable)] == expected
+
+
+def test_a_mig_instance_is_a_device_of_its_own():
+    (mig,) = m.visible_gpus(NODE, "MIG-1234-5678")
+    assert (mig.uuid, mig.index) == ("MIG-1234-5678", -1)
+
+
+def test_the_config_chooses_among_the_visible_gpus_by_index_or_uuid():
+    visible = m.visible_gpus(NODE, "2,1")  # cuda:0 is C, cuda:1 is B
+    assert m.select_gpus(visible, "all") == visible
+    assert [x.uuid for x in m.select_gpus(visible, [1])] == [B]  # an index into the visible ones, as cuda:1
+    assert [x.uuid for x in m.select_gpus(visible, ["gpu-CCCC", 1])] == [C, B]  # a prefix, any case
+    with pytest.raises(ValueError, match=r"gpus: 2 names no visible GPU; the visible GPUs are 0: GPU-cccc3333.*1: GPU-aaaa2222"):
+        m.select_gpus(visible, [2])
+    with pytest.raises(ValueError, match=r"'GPU-aaaa1111' names no visible GPU"):  # on the node, but not visible
+        m.select_gpus(visible, ["GPU-aaaa1111"])
+    with pytest.raises(ValueError, match="names 2 GPUs"):
+        m.select_gpus(NODE, ["aaaa"])
+    with pytest.raises(ValueError, match="a second time"):
+        m.select_gpus(NODE, [0, A])
+
+
+def test_the_run_takes_its_gpus_from_the_stand_in_nvidia_smi_and_the_environment(monkeypatch):
+    monkeypatch.setenv(g.STANDIN_ENV, SMI)
+    assert [x.uuid for x in g.run_gpus("all", {"CUDA_VISIBLE_DEVICES": "1,2"})] == [B, C]
+    assert [x.uuid for x in g.run_gpus([1], {"CUDA_VISIBLE_DEVICES": "1,2"})] == [C]
+    assert [x.uuid for x in g.run_gpus("all", {})] == [A, B, C]
+    assert g.pinned_environ(NODE[1], {"X": "1"}) == {"X": "1", "CUDA_VISIBLE_DEVICES": B}
+
+
+def test_gpus_of_another_kind_are_named_and_alike_ones_are_not():
+    assert m.differing_kinds([x.as_dict() for x in NODE[:2]]) == []
+    assert m.differing_kinds([x.as_dict() for x in NODE]) == [f"NVIDIA H200, 700 W, 1980 MHz: {A}, {B}",
+                                                              f"NVIDIA H200, 500 W, ? MHz: {C}"]
+
+
+def test_the_lock_and_the_claim_of_a_gpu_are_named_by_its_uuid_and_shared_by_every_user(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNPROF_CAPTURE_LOCK_DIR", str(tmp_path))
+    path = capture_lock_path("cuda", A)
+    assert path == tmp_path / f"attnprof-gpu-{A}.lock"  # no user id in it
+    old = os.umask(0o077)  # a user whose umask would keep every other user out
+    try:
+        with device_lock("cuda", A) as waited:
+            assert waited >= 0
+        with g.claim_gpu([NODE[0]], tmp_path):
+            pass
+    finally:
+        os.umask(old)
+    for f in (path, g.gpu_file(A, "claim", tmp_path)):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o666, f
+    # without a UUID (a CPU run): one lock per user and device kind, as before
+    assert capture_lock_path("cpu") == tmp_path / f"attnprof-capture-{os.getuid()}-cpu.lock"
+
+
+def _hold(uuids, folder, hold_s, out):
+    gpus = [m.Gpu(i, u, "stand-in") for i, u in enumerate(uuids)]
+    with g.claim_gpu(gpus, folder, poll_s=0.02) as gpu:
+        t0 = time.time()
+        time.sleep(hold_s)
+        out.put((gpu.uuid, t0, time.time()))
+
+
+def test_parallel_capture_jobs_each_take_a_free_gpu_and_never_share_one(tmp_path):
+    """Six jobs at once on two stand-in GPUs, each holding its GPU 0.4 s (processes, as Snakemake's jobs are): at
+    most one job per GPU at any time, both GPUs used, and the six done in three turns of two, not six of one."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    jobs = [ctx.Process(target=_hold, args=([A, B], str(tmp_path), 0.4, out)) for _ in range(6)]
+    for j in jobs:
+        j.start()
+    spans = [out.get(timeout=60) for _ in jobs]
+    for j in jobs:
+        j.join(30)
+    assert {u for u, _, _ in spans} == {A, B}
+    for uuid in (A, B):
+        mine = sorted((s, e) for u, s, e in spans if u == uuid)
+        assert all(prev[1] <= nxt[0] for prev, nxt in zip(mine, mine[1:])), mine  # never two on one GPU
+    # every moment of the busiest stretch had two jobs running: the sum of holds is twice the stretch, not once
+    start, end = min(s for _, s, _ in spans), max(e for _, _, e in spans)
+    assert sum(e - s for _, s, e in spans) > 1.5 * (end - start)
+
+
+def test_a_job_waits_for_a_gpu_held_by_another_run_and_says_so(tmp_path):
+    """The one GPU is held (by another run: a claim is a flock, so another process or file handle is alike): the job
+    says once that it waits, and takes the GPU when it is released."""
+    import threading
+
+    said, got = [], []
+
+    def job():
+        with g.claim_gpu([NODE[0]], tmp_path, poll_s=0.01, say=said.append) as gpu:
+            got.append((gpu.uuid, time.time()))
+
+    with g.claim_gpu([NODE[0]], tmp_path):
+        t = threading.Thread(target=job)
+        t.start()
+        time.sleep(0.3)
+        assert not got and said == ["all 1 GPUs of the run are busy with other captures: waiting for one"]
+        released = time.time()
+    t.join(10)
+    assert got and got[0][0] == A and got[0][1] >= released and len(said) == 1
+
+
+def test_a_job_on_one_gpu_takes_it_without_a_claim_and_a_cpu_job_has_none(tmp_path, monkeypatch):
+    monkeypatch.setenv(g.STANDIN_ENV, SMI)
+    monkeypatch.setenv("ATTNPROF_CAPTURE_LOCK_DIR", str(tmp_path))
+    with g.job_gpu("cpu") as gpu:
+        assert gpu is None
+    with g.job_gpu("cuda", [B]) as gpu:
+        assert gpu.uuid == B and not g.gpu_file(B, "claim", tmp_path).exists()
+    with g.job_gpu("cuda", [A, B]) as first, g.job_gpu("cuda", [A, B]) as second:
+        assert (first.uuid, second.uuid) == (A, B)  # the first is held: the next job takes the other
+    assert g.gpu_choice(types.SimpleNamespace(gpu_choice=f"{A},{B}")) == [A, B]
+    assert g.gpu_choice(types.SimpleNamespace()) == "all"
+
+
+def test_a_capture_process_that_sees_another_gpu_than_its_job_holds_is_refused(monkeypatch):
+    import torch
+
+    from attnprof.measure.capture import gpu_record
+
+    props = types.SimpleNamespace(uuid="aaaa2222-0000-0000-0000-000000000000", name="NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    rec, why = gpu_record(NODE[1].as_dict())  # B: what cuda:0 is
+    assert why is None and rec["uuid"] == B and rec["torch_uuid"] == props.uuid
+    rec, why = gpu_record(NODE[0].as_dict())  # the job holds A
+    assert why.startswith(f"the capture's job holds GPU {A}") and "GPU-aaaa2222" in why
+    rec, why = gpu_record(None)  # no assignment (CUDA without nvidia-smi): torch's view alone
+    assert why is None and rec == {"torch_uuid": props.uuid, "torch_name": "NVIDIA H200"}
+
+
+# --- what the result set keeps and the report says --------------------------------------------------------------
+
+def test_the_summary_names_the_gpus_each_variants_repeats_ran_on():
+    """From the capture records (status.json gpu) through the per-capture rows (repeats.csv gpu_uuid, gpu_name) to the
+    summary's gpus: each GPU once, in UUID order, whatever the repeats' order."""
+    import pandas as pd
+
+    from attnprof.analysis.tables import FORWARD_COLUMNS, REPEAT_COLUMNS, combine_repeats, summary_row
+
+    def row(repeat, gpu):
+        status = {"variant": "sdpa_cudnn", "shape_key": "s", "status": "unsupported", "reason": "r", "device": "cuda",
+                  **({"gpu": gpu.as_dict()} if gpu else {})}
+        return {**summary_row(status, pd.DataFrame(columns=FORWARD_COLUMNS)), "repeat": repeat}
+
+    rows = [row(3, NODE[1]), row(1, NODE[0]), row(2, NODE[1])]
+    assert [(r["gpu_uuid"], r["gpu_name"]) for r in rows] == [(B, "NVIDIA H200"), (A, "NVIDIA H200"), (B, "NVIDIA H200")]
+    assert {"gpu_uuid", "gpu_name"} <= set(REPEAT_COLUMNS)
+    assert combine_repeats(rows)["gpus"] == f"{A};{B}"
+    assert combine_repeats([row(1, None)])["gpus"] is None  # a CPU run's, or one made before GPUs were recorded
+
+
+def test_page_one_says_on_how_many_gpus_and_whether_they_are_alike():
+    import pandas as pd
+
+    from attnprof.render.report import brief_notes, gpu_note, gpus_used
+
+    summary = pd.DataFrame({"variant": ["v", "w"], "shape_key": ["s", "s"], "gpus": [f"{A};{C}", B]})
+    env = {"gpus": [x.as_dict() for x in NODE]}
+    used = gpus_used(summary, env)
+    assert [x["uuid"] for x in used] == [A, B, C]
+    note = gpu_note(used)
+    assert note.startswith("Captured on 3 GPUs of different kinds (NVIDIA H200, 700 W, 1980 MHz: ")
+    assert f"500 W, ? MHz: {C}" in note and "compares across GPU kinds" in note
+    alike = gpu_note(gpus_used(summary[summary["variant"] == "v"].assign(gpus=f"{A};{B}"), env))
+    assert alike.startswith("Captured on 2 GPUs, alike (NVIDIA H200, 700 W power limit, 1980 MHz highest SM clock)")
+    unknown = gpu_note(gpus_used(summary, {}))  # env.json without gpus: kinds not known, said so
+    assert "does not record what they are" in unknown
+    assert gpu_note(gpus_used(summary.assign(gpus=A), env)) is None  # one GPU: nothing to say
+    # GPUs alike: page 1's small print leads with them; of different kinds: a finding of page 1, not small print
+    two = summary.assign(gpus=f"{A};{B}")
+    assert brief_notes(None, [], two, env)[0] == alike
+    assert not any(n.startswith("Captured on") for n in brief_notes(None, [], summary, env))
+
+
+def test_a_capture_on_a_gpu_model_the_run_does_not_list_is_refused_and_one_it_lists_is_not():
+    from attnprof.analysis.records import RecordError, check_capture_record
+
+    env = {"device": "cuda", "torch": "2.11", "gpu_name": "NVIDIA H200",
+           "gpus": [NODE[0].as_dict(), {**NODE[1].as_dict(), "name": "NVIDIA H100 80GB HBM3"}]}
+    record = {"variant": "naive", "shape_key": "b1", "repeat": 1, "device": "cuda", "torch_version": "2.11",
+              "status": "ok", "gpu": {"uuid": B}}
+    # on the run's second GPU, of another model than env.json's gpu_name (its first): a capture of this run
+    check_capture_record({**record, "device_name": "NVIDIA H100 80GB HBM3"}, "s.json", None, env)
+    with pytest.raises(RecordError, match=r"device_name 'NVIDIA A100-SXM4-80GB' but env.json lists the run's GPUs as "
+                                          r"'NVIDIA H200' and 'NVIDIA H100 80GB HBM3' \(gpus\)"):
+        check_capture_record({**record, "device_name": "NVIDIA A100-SXM4-80GB"}, "s.json", None, env)
+    # a result set made before the GPUs were listed: gpu_name decides, as before
+    old = {k: v for k, v in env.items() if k != "gpus"}
+    with pytest.raises(RecordError, match="says gpu_name 'NVIDIA H200'"):
+        check_capture_record({**record, "device_name": "NVIDIA H100 80GB HBM3"}, "s.json", None, old)
