@@ -43,6 +43,7 @@ with script_log(sm.log[0]) as log:
         run_plots=run_plots,
         calibration=load_calibration(sm.input.calibration),
         css=Path(sm.input.css).read_text(),
+        repeats=pd.read_csv(sm.input.repeats),  # the GPU each capture ran on (a run on several GPUs)
     )
     # the interactive timeline of part 1's shape, beside its static figure (attnprof.render.timeline_html)
     from attnprof.render.timeline_html import load_captures, timeline_html

@@ -6,6 +6,7 @@ import os
 import stat
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -44,9 +45,18 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(variable, expected):
     assert [x.uuid for x in m.visible_gpus(NODE, variable)] == expected
 
 
-def test_a_mig_instance_is_a_device_of_its_own():
-    (mig,) = m.visible_gpus(NODE, "MIG-1234-5678")
-    assert (mig.uuid, mig.index) == ("MIG-1234-5678", -1)
+def test_a_mig_instance_is_a_device_of_its_own_whose_model_is_not_known_here():
+    (mig,) = m.visible_gpus(NODE, "MIG-1234-5678,MIG-1234-5678")  # listed twice: once
+    assert (mig.uuid, mig.index, mig.name) == ("MIG-1234-5678", -1, "")
+
+
+def test_nvidia_smi_saying_in_words_that_there_is_no_gpu_is_no_gpu(monkeypatch):
+    for words in ("No devices were found\n", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""):
+        monkeypatch.setenv(g.STANDIN_ENV, words)
+        assert g.node_gpus() == []
+    from attnprof.measure.env import detect_gpu
+
+    assert detect_gpu() is None  # not the message read as a GPU's name
 
 
 def test_the_config_chooses_among_the_visible_gpus_by_index_or_uuid():
@@ -94,6 +104,38 @@ def test_the_lock_and_the_claim_of_a_gpu_are_named_by_its_uuid_and_shared_by_eve
         assert stat.S_IMODE(f.stat().st_mode) == 0o666, f
     # without a UUID (a CPU run): one lock per user and device kind, as before
     assert capture_lock_path("cpu") == tmp_path / f"attnprof-capture-{os.getuid()}-cpu.lock"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as two users")
+def test_another_users_claim_file_is_used_as_it_is_and_a_missing_folder_is_named(tmp_path, request):
+    """A claim file made by another user (here root, mode 0644 as an older umask left it) in a sticky folder: a
+    second user (nobody) opens it read-only and holds the flock, instead of failing on O_CREAT (Linux's
+    fs.protected_regular refuses O_CREAT on another user's file there, whatever its mode)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="attnprof-test-locks-", dir="/tmp"))  # a folder nobody can reach, as /tmp
+    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+    os.chmod(folder, 0o1777)
+    claim = g.gpu_file(A, "claim", folder)
+    claim.write_text("")
+    os.chmod(claim, 0o644)
+    import fcntl
+
+    pid = os.fork()
+    if pid == 0:  # the other user: open, flock, report by the exit status (0: held, read-only)
+        code = 1
+        try:
+            os.setuid(65534)
+            fh = g.open_shared(claim)
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            code = 0 if fh.mode == "r" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with pytest.raises(RuntimeError, match=r"its folder .*/nope does not exist"):
+        g.open_shared(g.gpu_file(A, "claim", tmp_path / "nope"))
 
 
 def _hold(uuids, folder, hold_s, out):
@@ -195,26 +237,35 @@ def test_the_summary_names_the_gpus_each_variants_repeats_ran_on():
 
 
 def test_page_one_says_on_how_many_gpus_and_whether_they_are_alike():
+    """The GPUs come from the capture records (repeats.csv), not env.json: a later run may have rewritten that."""
     import pandas as pd
 
     from attnprof.render.report import brief_notes, gpu_note, gpus_used
 
-    summary = pd.DataFrame({"variant": ["v", "w"], "shape_key": ["s", "s"], "gpus": [f"{A};{C}", B]})
-    env = {"gpus": [x.as_dict() for x in NODE]}
-    used = gpus_used(summary, env)
+    def repeats(*gpus):
+        return pd.DataFrame([{"variant": "v", "repeat": k, "gpu_uuid": x.uuid, "gpu_name": x.name,
+                              "gpu_power_limit_w": x.power_limit_w, "gpu_max_sm_clock_mhz": x.max_sm_clock_mhz}
+                             for k, x in enumerate(gpus, 1)])
+
+    used = gpus_used(repeats(NODE[2], NODE[0], NODE[1], NODE[0]))
     assert [x["uuid"] for x in used] == [A, B, C]
     note = gpu_note(used)
     assert note.startswith("Captured on 3 GPUs of different kinds (NVIDIA H200, 700 W, 1980 MHz: ")
     assert f"500 W, ? MHz: {C}" in note and "compares across GPU kinds" in note
-    alike = gpu_note(gpus_used(summary[summary["variant"] == "v"].assign(gpus=f"{A};{B}"), env))
+    alike = gpu_note(gpus_used(repeats(NODE[0], NODE[1])))
     assert alike.startswith("Captured on 2 GPUs, alike (NVIDIA H200, 700 W power limit, 1980 MHz highest SM clock)")
-    unknown = gpu_note(gpus_used(summary, {}))  # env.json without gpus: kinds not known, said so
+    # a GPU whose model is not known (a MIG instance; an older record): said, never called alike
+    unknown = gpu_note(gpus_used(repeats(NODE[0], m.Gpu(-1, "MIG-x", ""))))
     assert "does not record what they are" in unknown
-    assert gpu_note(gpus_used(summary.assign(gpus=A), env)) is None  # one GPU: nothing to say
-    # GPUs alike: page 1's small print leads with them; of different kinds: a finding of page 1, not small print
-    two = summary.assign(gpus=f"{A};{B}")
-    assert brief_notes(None, [], two, env)[0] == alike
-    assert not any(n.startswith("Captured on") for n in brief_notes(None, [], summary, env))
+    assert gpu_note(gpus_used(repeats(NODE[0], NODE[0]))) is None  # one GPU: nothing to say
+    assert gpus_used(pd.DataFrame({"variant": ["v"]})) == [] and gpus_used(None) == []  # a CPU run, an older set
+    # alike: page 1's small print leads with them; of different kinds: a finding of page 1, not small print
+    summary = pd.DataFrame({"variant": ["v"], "shape_key": ["s"]})
+    assert brief_notes(None, [], summary, gpus_used(repeats(NODE[0], NODE[1])))[0] == alike
+    assert not any(n.startswith("Captured on") for n in brief_notes(None, [], summary, used))
+    # an empty cell (NaN) is "not known" on both sides, not a kind of its own
+    assert m.differing_kinds([{"uuid": A, "name": "H", "power_limit_w": float("nan")},
+                              {"uuid": B, "name": "H", "power_limit_w": None}]) == []
 
 
 def test_a_capture_on_a_gpu_model_the_run_does_not_list_is_refused_and_one_it_lists_is_not():

@@ -467,6 +467,20 @@ def test_captures_on_two_gpus_run_one_per_gpu_and_record_it(tmp_path, monkeypatc
     assert len(set(pids.values())) == 2  # a capture process per GPU
 
 
+def test_the_run_is_named_after_the_gpu_the_config_chooses_not_the_first_visible(tmp_path, monkeypatch):
+    """A node of a T4 (index 0) and an H100 (index 1), gpus: [1]: the auto run id names the H100 its captures run on,
+    and its one GPU takes no claim (capture jobs take no GPU unit in worker mode)."""
+    monkeypatch.setenv("ATTNPROF_NVIDIA_SMI", "0, GPU-7474, Tesla T4, 70, 1590, 15360\n"
+                                              "1, GPU-1001, NVIDIA H100 80GB HBM3, 700, 1980, 81559\n")
+    work = copy_repo(tmp_path / "repo")
+    proc = snakemake(work, "html", "-n", "--cores", "4", "--config", "device=cuda", "run=auto", "gpus=[1]", ONLY_BUILT_IN,
+                     ONE_REPEAT)
+    out = proc.stdout + proc.stderr
+    assert "results/nvidia-h100-80gb-hbm3_torch" in out and "tesla-t4" not in out
+    blocks = [b for b in out.split("rule ")[1:] if b.startswith("capture:")]
+    assert blocks and all("gpu_choice=GPU-1001" in b and "gpu=0" in b for b in blocks), blocks[:1]
+
+
 def test_process_mode_captures_take_the_capture_resource(tmp_path):
     """capture_mode process: each capture is its own process, so the global 'capture' and 'gpu'
     resources (one unit each) keep them apart; the dry run shows the jobs asking for them."""

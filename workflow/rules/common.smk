@@ -51,7 +51,27 @@ if (
         f"profiler.schedule.active ({config['profiler']['schedule']['active']}): no capture could ever be complete"
     )
 
-GPU_NAME = detect_gpu() if config["device"] in ("auto", "cuda") else None
+
+# The GPUs config gpus chooses among those CUDA_VISIBLE_DEVICES makes visible (attnprof.measure.gpus); none on a CPU
+# run, without nvidia-smi, and under a cluster executor (each job takes the GPU of its own allocation). The run id
+# names the first chosen GPU's model.
+def _chosen_gpus():
+    if config["device"] == "cpu" or workflow.non_local_exec or workflow.remote_exec:
+        return []
+    try:
+        return run_gpus(config["gpus"])
+    except ValueError as exc:
+        raise WorkflowError(
+            f"config {exc}" if str(exc).startswith("gpus:") else f"nvidia-smi: {exc}"
+        )
+
+
+CHOSEN_GPUS = _chosen_gpus()
+GPU_NAME = (
+    next((g.name for g in CHOSEN_GPUS if g.name), None) or detect_gpu()
+    if config["device"] in ("auto", "cuda")
+    else None
+)
 DEVICE = (
     config["device"] if config["device"] != "auto" else ("cuda" if GPU_NAME else "cpu")
 )
@@ -353,17 +373,7 @@ GPU_UNITS = 0 if CAPTURE_MODE == "worker" and not AB_RUNS else 1
 # every GPU busy, each GPU with a capture worker of its own. An A/B run keeps both environments on one device (its
 # pairing compares them there): the first GPU only. Under a cluster executor each job takes the GPU its allocation
 # has, so nothing is chosen here.
-def _run_gpus():
-    if DEVICE != "cuda" or workflow.non_local_exec or workflow.remote_exec:
-        return []
-    try:
-        gpus = run_gpus(config["gpus"])
-    except ValueError as exc:
-        raise WorkflowError(f"config {exc}")
-    return gpus[:1] if AB_RUNS else gpus
-
-
-GPUS = _run_gpus()
+GPUS = (CHOSEN_GPUS[:1] if AB_RUNS else CHOSEN_GPUS) if DEVICE == "cuda" else []
 if len(GPUS) > 1:
     GPU_UNITS = 1
 # What a capture-stage job chooses its GPU from (attnprof.measure.gpus.job_gpu): the run's GPUs by UUID; under a

@@ -9,6 +9,7 @@ rule report_html:
         css=str(REPORT_DIR / "report.css"),
         expectations=EXPECTATIONS,
         summary=run_file("summary"),
+        repeats=run_file("repeats"),
         kernels=run_file("kernels"),
         findings=run_file("findings"),
         env=run_file("env"),

@@ -35,7 +35,8 @@ STANDIN_ENV = "ATTNPROF_NVIDIA_SMI"
 
 
 def node_gpus() -> list[Gpu]:
-    """Every GPU of the node, from nvidia-smi (or :data:`STANDIN_ENV`); [] when nvidia-smi is missing or fails."""
+    """Every GPU of the node, from nvidia-smi (or :data:`STANDIN_ENV`); [] when nvidia-smi is missing, fails or lists
+    no GPU. Raises ValueError (:func:`attnprof.model.gpus.parse_nvidia_smi`) for GPU rows in another format."""
     text = os.environ.get(STANDIN_ENV)
     if text is None:
         exe = shutil.which("nvidia-smi")
@@ -49,6 +50,8 @@ def node_gpus() -> list[Gpu]:
         if out.returncode != 0:
             return []
         text = out.stdout
+    if not any(line.strip()[:1].isdigit() for line in text.splitlines()):
+        return []  # no GPU row: nvidia-smi said so in words ('No devices were found') or printed nothing
     return parse_nvidia_smi(text)
 
 
@@ -76,14 +79,28 @@ def gpu_file(uuid: str, what: str, folder: str | Path) -> Path:
 
 
 def open_shared(path: Path):
-    """Open ``path`` for a flock, creating it readable and writable by every user (mode 0666 whatever the umask),
-    so that another user's run locks the same file. Raises RuntimeError naming the file when it cannot be opened."""
+    """Open ``path`` for a flock, shared by every user of the node: an existing file as it is (read-write, else
+    read-only: a flock needs neither write access nor ownership, and Linux's ``fs.protected_regular`` refuses
+    ``O_CREAT`` on another user's file in a sticky directory such as /tmp even at mode 0666); a new one created
+    readable and writable by all (0666 whatever the umask). Raises RuntimeError naming the file and the cause."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise RuntimeError(f"the GPU lock file {path} cannot be made: its folder {folder} does not exist (it is /tmp, or "
+                           "the folder ATTNPROF_CAPTURE_LOCK_DIR names)")
+    for flags in (os.O_RDWR, os.O_RDONLY):
+        try:
+            return os.fdopen(os.open(path, flags), "r+" if flags == os.O_RDWR else "r")
+        except FileNotFoundError:
+            break
+        except PermissionError:
+            continue
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as exc:
-        raise RuntimeError(f"the GPU lock file {path} cannot be opened ({exc.strerror}); another user's file there "
-                           "must be writable by all (mode 0666), or set ATTNPROF_CAPTURE_LOCK_DIR") from exc
-    with contextlib.suppress(OSError):  # not ours: its owner made it 0666 already
+        raise RuntimeError(f"the GPU lock file {path} cannot be opened or made ({exc.strerror}): its folder {folder} "
+                           "must be writable by every user of the GPUs (it is /tmp, or the folder "
+                           "ATTNPROF_CAPTURE_LOCK_DIR names)") from exc
+    with contextlib.suppress(OSError):
         os.fchmod(fd, 0o666)
     return os.fdopen(fd, "r+")
 

@@ -263,6 +263,8 @@ declare(_S, "compile_backward_cache", "", "inductor's FX-graph cache verdict ove
 declare("repeats", "gpu_uuid gpu_name", "",
         "the GPU the capture ran on, as nvidia-smi names it (status.json `gpu`: the GPU its job held, by UUID); empty "
         "on a CPU run, and for a capture made before GPUs were recorded")
+declare("repeats", "gpu_power_limit_w", "W", "that GPU's power limit (nvidia-smi `power.limit`), when it was read")
+declare("repeats", "gpu_max_sm_clock_mhz", "MHz", "that GPU's highest SM clock (nvidia-smi `clocks.max.sm`), when it was read")
 declare("repeats", "started_at", "s",
         "when the capture began (Unix time, the capture record's `capture_started_at`): compare pairs an A/B run's rounds "
         "only where every capture of round k began before every capture of round k + 1 (both sides interleaved)")

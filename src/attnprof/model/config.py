@@ -383,7 +383,11 @@ def schema_message(config: dict, schema: dict, command_line: dict | None = None,
             example = _example(node, schema)
         # the advice on nested values: only for a nested value given on the command line
         hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
-        if example is not None and path and all(isinstance(p, str) for p in path):
+        # an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default shows it
+        top = defaults.get(path[0]) if path and isinstance(path[0], str) and isinstance(defaults, dict) else None
+        if len(path) > 1 and isinstance(path[1], int) and top is not None and not isinstance(top, dict):
+            lines.append(f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}")
+        elif example is not None and path and all(isinstance(p, str) for p in path):
             if len(path) == 1 and not isinstance(example, dict):
                 lines.append(f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}")
             elif hint:

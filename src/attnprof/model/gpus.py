@@ -70,13 +70,15 @@ def visible_gpus(gpus: list[Gpu], cuda_visible_devices: str | None) -> list[Gpu]
     empty or starting with such an entry: no GPU. Indices are nvidia-smi's, which are CUDA's under
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; with CUDA's default order (fastest first) an index may name another GPU on
     a node of mixed GPUs: name them by UUID there. A MIG instance ('MIG-...') is kept as a device of its own,
-    named by its UUID (``index`` -1, ``name`` 'MIG instance')."""
+    named by its UUID (``index`` -1, ``name`` '': its model is not in nvidia-smi's GPU list, so the run takes it from
+    what CUDA reports, and the report says its GPUs' kinds are not known)."""
     if cuda_visible_devices is None:
         return list(gpus)
     out: list[Gpu] = []
     for entry in (e.strip() for e in cuda_visible_devices.split(",")):
         if entry.upper().startswith("MIG-"):
-            out.append(Gpu(-1, entry, "MIG instance"))
+            if not any(g.uuid == entry for g in out):  # its model is not in nvidia-smi's GPU list: not known here
+                out.append(Gpu(-1, entry, ""))
             continue
         found = [g for g in gpus if entry and _matches(entry, g)]
         if len(found) != 1 or found[0] in out:
@@ -91,6 +93,8 @@ def select_gpus(visible: list[Gpu], choice) -> list[Gpu]:
     Raises ValueError naming the entry and the visible GPUs when an entry names none, names several, or repeats."""
     if choice == "all":
         return list(visible)
+    if isinstance(choice, str):  # one name where a list is wanted
+        choice = [choice]
     listed = ", ".join(f"{i}: {g.uuid} ({g.name})" for i, g in enumerate(visible)) or "none"
     out: list[Gpu] = []
     for entry in choice:
@@ -104,7 +108,8 @@ def select_gpus(visible: list[Gpu], choice) -> list[Gpu]:
             raise ValueError(f"gpus: {entry!r} {what}; the visible GPUs are {listed}\n  fix: gpus: all, or a list "
                              "of those indices or UUIDs (a unique prefix suffices)")
         if found[0] in out:
-            raise ValueError(f"gpus: {entry!r} names {found[0].uuid} a second time")
+            raise ValueError(f"gpus: {entry!r} names {found[0].uuid} a second time\n  fix: list each GPU once, by "
+                             "index or by UUID")
         out.append(found[0])
     return out
 
@@ -112,14 +117,18 @@ def select_gpus(visible: list[Gpu], choice) -> list[Gpu]:
 def differing_kinds(gpus: list[dict]) -> list[str]:
     """The GPUs of a run (:meth:`Gpu.as_dict` records) grouped by :attr:`Gpu.kind` when there is more than one kind:
     one line per kind ('NVIDIA H200, 700 W, 1980 MHz: GPU-1, GPU-2'); [] when they are alike (or fewer than two)."""
+    def known(x):  # NaN (an empty csv cell) and text are "not known", as None
+        return x if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x else None
+
     kinds: dict[tuple, list[str]] = {}
     for g in gpus:
-        kinds.setdefault((g.get("name"), g.get("power_limit_w"), g.get("max_sm_clock_mhz")), []).append(g.get("uuid"))
+        key = (g.get("name") or None, known(g.get("power_limit_w")), known(g.get("max_sm_clock_mhz")))
+        kinds.setdefault(key, []).append(g.get("uuid"))
     if len(kinds) < 2:
         return []
 
     def num(x, unit):
         return "? " + unit if x is None else f"{x:g} {unit}"
 
-    return [f"{name}, {num(power, 'W')}, {num(clock, 'MHz')}: {', '.join(uuids)}"
+    return [f"{name or 'unknown model'}, {num(power, 'W')}, {num(clock, 'MHz')}: {', '.join(uuids)}"
             for (name, power, clock), uuids in kinds.items()]

@@ -107,7 +107,8 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
 def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
                   env: dict, expectations: dict, plots: dict[str, dict[str, Path]], css: str,
                   run_plots: dict[str, Path] | None = None, calibration: dict | None = None,
-                  counters: dict[str, list[dict]] | None = None, control: dict | None = None) -> dict:
+                  counters: dict[str, list[dict]] | None = None, control: dict | None = None,
+                  repeats: pd.DataFrame | None = None) -> dict:
     """Everything the template needs, as plain Python values. ``plots`` maps shape key ->
     plot name -> PNG path; ``run_plots`` the run-wide plots (scaling, roofline) by name;
     ``calibration`` is calibration.json; ``counters`` maps shape key -> the hardware-counter rows
@@ -176,7 +177,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     if memory:  # before the captures that published nothing, which close page 1's findings
         at = next((i for i, b in enumerate(brief) if b.get("kind") == "missing"), len(brief))
         brief[at:at] = memory
-    used = gpus_used(summary, env)
+    used = gpus_used(repeats)
     if len(used) > 1 and differing_kinds(used):  # page 1 says it among the findings, not in the small print
         brief.insert(0, {"text": gpu_note(used), "href": "#env"})
     if control["ok"] is False:  # page 1 leads with it: every count below may be the profiler's, not the variants'
@@ -186,7 +187,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": brief,
             "self_check": control, "self_check_line": self_check_line(control),
-            "brief_notes": brief_notes(study, shapes, summary, env), "gpus_used": used, "sweep": sweep_table(summary, bool(env.get("gpu_name")), bound),
+            "brief_notes": brief_notes(study, shapes, summary, used), "gpus_used": used, "sweep": sweep_table(summary, bool(env.get("gpu_name")), bound),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
             "host_load": _load_range(summary), "files": file_names(),
@@ -728,15 +729,22 @@ def _backward_and_compile_brief(rows: list[dict], by: dict, skey: str, spans: st
     return out
 
 
-def gpus_used(summary: pd.DataFrame, env: dict) -> list[dict]:
-    """The GPUs the run's captures ran on (summary.csv ``gpus``), each as env.json's ``gpus`` records it (name,
-    power limit, highest SM clock) where it does, else by its UUID alone; [] for a CPU run or a result set made
-    before GPUs were recorded."""
-    if "gpus" not in summary:
+def gpus_used(repeats: pd.DataFrame | None) -> list[dict]:
+    """The GPUs the run's captures ran on, from repeats.csv (each capture's ``gpu_uuid``, ``gpu_name``,
+    ``gpu_power_limit_w``, ``gpu_max_sm_clock_mhz``: what its own record says, not env.json, which a later run may
+    have rewritten): one dict per UUID (uuid, name, power_limit_w, max_sm_clock_mhz; None where not recorded), in UUID
+    order; [] for a CPU run or a result set made before GPUs were recorded."""
+    if repeats is None or "gpu_uuid" not in repeats:
         return []
-    used = sorted({u for cell in summary["gpus"].dropna() for u in str(cell).split(";") if u})
-    listed = {g.get("uuid"): g for g in env.get("gpus") or [] if isinstance(g, dict)}
-    return [listed.get(u, {"uuid": u}) for u in used]
+    out = {}
+    for _, r in repeats.dropna(subset=["gpu_uuid"]).iterrows():
+        def value(col):
+            v = r.get(col)
+            return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+        out.setdefault(str(r["gpu_uuid"]).strip(), {"uuid": str(r["gpu_uuid"]).strip(), "name": value("gpu_name"),
+                                                    "power_limit_w": value("gpu_power_limit_w"),
+                                                    "max_sm_clock_mhz": value("gpu_max_sm_clock_mhz")})
+    return [out[u] for u in sorted(out)]
 
 
 def gpu_note(used: list[dict]) -> str | None:
@@ -746,7 +754,7 @@ def gpu_note(used: list[dict]) -> str | None:
     if len(used) < 2:
         return None
     kinds = differing_kinds(used)
-    if any("name" not in g for g in used):
+    if any(not g.get("name") for g in used):
         return (f"Captured on {len(used)} GPUs, one capture per GPU at a time; env.json does not record what they are, "
                 "so whether they are alike is not known: a variant's repeats may have run on different ones.")
     if kinds:
@@ -755,18 +763,18 @@ def gpu_note(used: list[dict]) -> str | None:
     g = used[0]
 
     def num(x):
-        return "?" if x is None else f"{x:g}"
+        return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "?"
 
     return (f"Captured on {len(used)} GPUs, alike ({g['name']}, {num(g.get('power_limit_w'))} W power limit, "
             f"{num(g.get('max_sm_clock_mhz'))} MHz highest SM clock), one capture per GPU at a time; a variant's repeats "
             "may run on different GPUs, so its rerun interval holds the spread between GPUs too.")
 
 
-def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, env: dict | None = None) -> list[str]:
+def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, used: list[dict] | None = None) -> list[str]:
     """The small print under page 1's findings: on which GPUs (a run on several alike ones, :func:`gpu_note`; GPUs of
     different kinds are a finding of page 1 instead), what a time and its rerun interval are, and whether every trace
     was complete."""
-    used = gpus_used(summary, env or {})
+    used = used or []  # gpus_used
     notes = [gpu_note(used)] if len(used) > 1 and not differing_kinds(used) else []
     if has_run_interval(summary):
         n = int(summary["repeats"].max())
