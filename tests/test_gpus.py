@@ -198,6 +198,10 @@ def test_a_job_on_one_gpu_takes_it_without_a_claim_and_a_cpu_job_has_none(tmp_pa
         assert (first.uuid, second.uuid) == (A, B)  # the first is held: the next job takes the other
     assert g.gpu_choice(types.SimpleNamespace(gpu_choice=f"{A},{B}")) == [A, B]
     assert g.gpu_choice(types.SimpleNamespace()) == "all"
+    # under a cluster executor ('any'): the job's own allocation, whatever the run saw at parse time
+    slurm = types.SimpleNamespace(gpu_choice="any")
+    assert g.gpu_choice(slurm) == "all" and g.per_job_allocation(slurm)
+    assert not g.per_job_allocation(types.SimpleNamespace(gpu_choice=A))
 
 
 def test_a_capture_process_that_sees_another_gpu_than_its_job_holds_is_refused(monkeypatch):

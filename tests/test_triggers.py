@@ -94,3 +94,43 @@ def test_relative_and_lazy_imports_are_followed(tmp_path):
     script.write_text("from attnprof.a import x\n")
     got = {str(p.relative_to(pkg)) for p in import_closure(script, pkg)}
     assert got == {"__init__.py", "a.py", "sub/__init__.py", "sub/b.py", "sub/c.py", "d.py"}
+
+
+def _new_process():
+    """What a new Snakemake process starts from: no import read yet, no cache file loaded."""
+    from attnprof.runtime import imports
+
+    imports._imports.cache_clear()
+    imports._layout.cache_clear()
+    imports._KNOWN.clear()
+    imports._LOADED.clear()
+
+
+def test_the_imports_kept_between_invocations_never_hide_an_edit_or_a_new_module(tmp_path):
+    """The cache file (.snakemake/attnprof/imports.json) keys each source by its text and the package layout: after
+    an edit, or a new module that an unchanged ``from attnprof import x`` now names, the closure is read again; a
+    damaged file is parsed around. Each closure is checked against one computed without a cache."""
+    pkg = tmp_path / "attnprof"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from attnprof import b\n")
+    (pkg / "b.py").write_text("")
+    (pkg / "c.py").write_text("")
+    script = tmp_path / "s.py"
+    script.write_text("import attnprof.a\nfrom attnprof import helpers\n")  # helpers: a name, not yet a module
+    cache = tmp_path / ".snakemake" / "attnprof" / "imports.json"
+
+    def closure(with_cache: bool) -> set[str]:
+        _new_process()
+        return {str(p.relative_to(pkg)) for p in import_closure(script, pkg, cache if with_cache else None)}
+
+    assert closure(True) == closure(False) == {"__init__.py", "a.py", "b.py"} and cache.exists()
+    assert closure(True) == {"__init__.py", "a.py", "b.py"}  # read from the file this time
+    (pkg / "a.py").write_text("from attnprof import b\nfrom . import c\n")  # an edit
+    assert closure(True) == closure(False) == {"__init__.py", "a.py", "b.py", "c.py"}
+    (pkg / "helpers.py").write_text("")  # a new module the unchanged script now imports
+    assert closure(True) == closure(False) == {"__init__.py", "a.py", "b.py", "c.py", "helpers.py"}
+    for damaged in ("{not json", '{"k": 3}', "[]", ""):
+        cache.write_text(damaged)
+        assert closure(True) == closure(False)
+    _new_process()

@@ -447,7 +447,9 @@ def code(script, exclude=()):
     edits reach the stage another way (the capture's per-variant fingerprint)."""
     from attnprof.runtime.imports import import_closure
 
-    files = import_closure(SCRIPTS / f"{script}.py", PKG)
+    files = import_closure(
+        SCRIPTS / f"{script}.py", PKG, cache_file=".snakemake/attnprof/imports.json"
+    )
     return [
         rel(f) for f in files if str(Path(f).relative_to(PKG.resolve())) not in exclude
     ]

@@ -14,10 +14,20 @@ it imports). Only the ``attnprof`` package is followed; other libraries are the 
 from __future__ import annotations
 
 import ast
+import contextlib
+import hashlib
+import json
+import os
 from functools import cache
 from pathlib import Path
 
 PACKAGE = "attnprof"
+#: What each source imports, by the hash of its name, its text and the package's layout (:func:`_layout`): read
+#: from and written to a cache file where :func:`import_closure` is given one, so that a Snakemake invocation reads
+#: the imports of the sources it has seen before instead of parsing every module again (0.4-0.7 s of each
+#: invocation's start; an edited or added module is a new key).
+_KNOWN: dict[str, list[str]] = {}
+_LOADED: set[str] = set()
 
 
 def _module_file(pkg_dir: Path, module: str) -> Path | None:
@@ -31,10 +41,30 @@ def _module_file(pkg_dir: Path, module: str) -> Path | None:
 
 
 @cache
+def _layout(pkg_dir: Path) -> str:
+    """The package's module files (relative paths, sorted), hashed: which ``from attnprof.x import y`` names a
+    module depends on them."""
+    files = sorted(str(p.relative_to(pkg_dir)) for p in pkg_dir.rglob("*.py"))
+    return hashlib.sha256("\n".join(files).encode()).hexdigest()
+
+
+@cache
 def _imports(pkg_dir: Path, path: Path, module: str) -> frozenset[str]:
     """The attnprof modules (dotted, with every parent package) that the source at ``path`` imports;
-    ``module`` is its own dotted name (relative imports resolve against it)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    ``module`` is its own dotted name (relative imports resolve against it). Read from :data:`_KNOWN` when
+    this text was read before in this package layout."""
+    text = path.read_text()
+    key = hashlib.sha256(f"{_layout(pkg_dir)}\0{module}\0{text}".encode()).hexdigest()
+    if key in _KNOWN:
+        return frozenset(_KNOWN[key])
+    result = _parse_imports(pkg_dir, path, module, text)
+    _KNOWN[key] = sorted(result)
+    return result
+
+
+def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozenset[str]:
+    """:func:`_imports` from the source ``text``, parsed."""
+    tree = ast.parse(text, filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -57,9 +87,36 @@ def _imports(pkg_dir: Path, path: Path, module: str) -> frozenset[str]:
     return frozenset(with_parents)
 
 
-def import_closure(script: str | Path, pkg_dir: str | Path) -> list[Path]:
+def _load(cache_file: Path) -> None:
+    """Add the entries of ``cache_file`` to :data:`_KNOWN` (once per file and process); a missing, unreadable or
+    malformed file adds nothing (the sources are parsed instead)."""
+    if str(cache_file) in _LOADED:
+        return
+    _LOADED.add(str(cache_file))
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(cache_file.read_text())
+        if isinstance(data, dict):
+            _KNOWN.update({k: v for k, v in data.items() if isinstance(v, list) and all(isinstance(x, str) for x in v)})
+
+
+def _save(cache_file: Path) -> None:
+    """Write :data:`_KNOWN` to ``cache_file`` atomically (a temporary file renamed over it); a failure to write is
+    no error (the next invocation parses again)."""
+    with contextlib.suppress(OSError):
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(_KNOWN, sort_keys=True))
+        tmp.replace(cache_file)
+
+
+def import_closure(script: str | Path, pkg_dir: str | Path, cache_file: str | Path | None = None) -> list[Path]:
     """The package module files (under ``pkg_dir``, the ``attnprof`` folder) that running ``script`` imports,
-    directly or not, sorted. Raises SyntaxError (naming the file) for a source that does not parse."""
+    directly or not, sorted. ``cache_file``: where what each source imports is kept between processes (keyed by
+    its text and the package layout: a stale entry cannot be read). Raises SyntaxError (naming the file) for a
+    source that does not parse."""
+    if cache_file is not None:
+        _load(Path(cache_file))
+    known = len(_KNOWN)
     pkg_dir = Path(pkg_dir).resolve()
     seen: set[str] = set()
     todo = set(_imports(pkg_dir, Path(script).resolve(), "__main__"))
@@ -70,4 +127,6 @@ def import_closure(script: str | Path, pkg_dir: str | Path) -> list[Path]:
         seen.add(name)
         if (path := _module_file(pkg_dir, name)) is not None:
             todo |= _imports(pkg_dir, path, name) - seen
+    if cache_file is not None and len(_KNOWN) != known:
+        _save(Path(cache_file))
     return sorted(p for name in seen if (p := _module_file(pkg_dir, name)) is not None)
