@@ -38,10 +38,16 @@ with script_log(sm.log[0]) as log:
                 from attnprof.runtime.worker import run_in_worker
 
                 worker_log = Path(sm.log[0]).parents[3] / "capture_worker.log"  # results/<run>/logs/
-                run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s,
-                              worker_log, interp.get("python"), env)
+                record = run_in_worker(spec, sm.output.trace, sm.output.status, p.timeout_s, sm.resources.worker_idle_s,
+                                       worker_log, interp.get("python"), env)
             else:
-                run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s, python=interp.get("python"), env=env)
+                record = run_isolated(spec, sm.output.trace, sm.output.status, p.timeout_s, python=interp.get("python"),
+                                      env=env)
+        if record.get("gpu_mismatch"):
+            # the process saw another GPU than the job held and locked: no measurement, the job fails and reruns
+            for out in (sm.output.status, sm.output.trace):
+                Path(out).unlink(missing_ok=True)
+            raise CaptureInterrupted(record.get("reason"))
     except CaptureInterrupted as exc:
         # no result: the job fails, Snakemake removes its outputs, the next run captures again
         print(f"attnprof: {exc}", file=log)

@@ -9,23 +9,31 @@ with script_log(sm.log[0]) as log:
     p = sm.params
     # an A/B run's environment (config environments): recorded from its own interpreter, never Snakemake's
     interp = dict(getattr(p, "interpreter", None) or {})
-    if p.mode == "worker":  # torch is imported and the device is up there already
-        from attnprof.runtime.worker import call_in_worker
+    from attnprof.measure.gpus import gpu_choice, job_gpu, per_job_allocation, pinned_environ, run_gpus
 
-        recorded = call_in_worker(p.device, "attnprof.measure.env:capture_environment", idle_s=sm.resources.worker_idle_s,
-                                  worker_log=Path(sm.log[0]).parent / "capture_worker.log", python=interp.get("python"),
-                                  env=interp.get("env"))
-    elif interp:
-        from attnprof.measure.env import call_in_interpreter
+    # on one of the run's GPUs, pinned as a capture is: the same capture worker serves it, and what it records
+    # (gpu_name, compute capability, SMs, memory) is that GPU's
+    with job_gpu(p.device, gpu_choice(sm.resources), say=lambda m: print(f"attnprof: {m}", file=log)) as gpu:
+        env_vars = pinned_environ(gpu, interp.get("env")) if gpu is not None else interp.get("env")
+        if p.mode == "worker":  # torch is imported and the device is up there already
+            from attnprof.runtime.worker import call_in_worker
 
-        recorded = call_in_interpreter(interp["python"], interp.get("env"), "attnprof.measure.env:capture_environment")
-    else:
-        from attnprof.measure.env import capture_environment
+            recorded = call_in_worker(p.device, "attnprof.measure.env:capture_environment",
+                                      idle_s=sm.resources.worker_idle_s,
+                                      worker_log=Path(sm.log[0]).parent / "capture_worker.log",
+                                      python=interp.get("python"), env=env_vars)
+        elif interp:
+            from attnprof.measure.env import call_in_interpreter
 
-        recorded = capture_environment()
+            recorded = call_in_interpreter(interp["python"], env_vars, "attnprof.measure.env:capture_environment")
+        else:
+            import os
+
+            os.environ.update(env_vars or {})  # before torch is imported in this job process
+            from attnprof.measure.env import capture_environment
+
+            recorded = capture_environment()
     env = {"run": p.run, "device": p.device, **recorded, "config": p.config}
-    from attnprof.measure.gpus import gpu_choice, per_job_allocation, run_gpus
-
     # the GPUs the run's captures may take (attnprof.measure.gpus), as nvidia-smi lists them; not under a cluster
     # executor, where each capture job has an allocation of its own (its record names its GPU)
     if p.device == "cuda" and not per_job_allocation(sm.resources):

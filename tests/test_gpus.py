@@ -94,8 +94,8 @@ def test_the_lock_and_the_claim_of_a_gpu_are_named_by_its_uuid_and_shared_by_eve
     assert path == tmp_path / f"attnprof-gpu-{A}.lock"  # no user id in it
     old = os.umask(0o077)  # a user whose umask would keep every other user out
     try:
-        with device_lock("cuda", A) as waited:
-            assert waited >= 0
+        with device_lock("cuda", A):
+            assert path.exists()  # the lock is this GPU's file
         with g.claim_gpu([NODE[0]], tmp_path):
             pass
     finally:
@@ -138,8 +138,10 @@ def test_another_users_claim_file_is_used_as_it_is_and_a_missing_folder_is_named
         g.open_shared(g.gpu_file(A, "claim", tmp_path / "nope"))
 
 
-def _hold(uuids, folder, hold_s, out):
+def _hold(uuids, folder, hold_s, out, go=None):
     gpus = [m.Gpu(i, u, "stand-in") for i, u in enumerate(uuids)]
+    if go is not None:
+        go.wait(60)  # every job started: they ask for a GPU at once, as Snakemake's jobs of one round do
     with g.claim_gpu(gpus, folder, poll_s=0.02) as gpu:
         t0 = time.time()
         time.sleep(hold_s)
@@ -147,13 +149,14 @@ def _hold(uuids, folder, hold_s, out):
 
 
 def test_parallel_capture_jobs_each_take_a_free_gpu_and_never_share_one(tmp_path):
-    """Six jobs at once on two stand-in GPUs, each holding its GPU 0.4 s (processes, as Snakemake's jobs are): at
+    """Six jobs at once on two stand-in GPUs, each holding its GPU 1 s (processes, as Snakemake's jobs are): at
     most one job per GPU at any time, both GPUs used, and the six done in three turns of two, not six of one."""
     ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    jobs = [ctx.Process(target=_hold, args=([A, B], str(tmp_path), 0.4, out)) for _ in range(6)]
+    out, go = ctx.Queue(), ctx.Event()
+    jobs = [ctx.Process(target=_hold, args=([A, B], str(tmp_path), 1.0, out, go)) for _ in range(6)]
     for j in jobs:
         j.start()
+    go.set()
     spans = [out.get(timeout=60) for _ in jobs]
     for j in jobs:
         j.join(30)
@@ -200,7 +203,9 @@ def test_a_job_on_one_gpu_takes_it_without_a_claim_and_a_cpu_job_has_none(tmp_pa
     assert g.gpu_choice(types.SimpleNamespace()) == "all"
     # under a cluster executor ('any'): the job's own allocation, whatever the run saw at parse time
     slurm = types.SimpleNamespace(gpu_choice="any")
-    assert g.gpu_choice(slurm) == "all" and g.per_job_allocation(slurm)
+    assert g.gpu_choice(slurm) == "any" and g.per_job_allocation(slurm)
+    with g.job_gpu("cuda", "any") as gpu:
+        assert gpu is None  # taken as CUDA gives it: nothing pinned, nothing claimed
     assert not g.per_job_allocation(types.SimpleNamespace(gpu_choice=A))
 
 
@@ -215,8 +220,9 @@ def test_a_capture_process_that_sees_another_gpu_than_its_job_holds_is_refused(m
     assert why is None and rec["uuid"] == B and rec["torch_uuid"] == props.uuid
     rec, why = gpu_record(NODE[0].as_dict())  # the job holds A
     assert why.startswith(f"the capture's job holds GPU {A}") and "GPU-aaaa2222" in why
-    rec, why = gpu_record(None)  # no assignment (CUDA without nvidia-smi): torch's view alone
-    assert why is None and rec == {"torch_uuid": props.uuid, "torch_name": "NVIDIA H200"}
+    rec, why = gpu_record(None)  # no assignment (a cluster job, CUDA without nvidia-smi): the GPU as torch names it
+    assert why is None and rec == {"uuid": "GPU-aaaa2222-0000-0000-0000-000000000000", "name": "NVIDIA H200",
+                                   "torch_uuid": props.uuid, "torch_name": "NVIDIA H200"}
 
 
 # --- what the result set keeps and the report says --------------------------------------------------------------
@@ -260,7 +266,7 @@ def test_page_one_says_on_how_many_gpus_and_whether_they_are_alike():
     assert alike.startswith("Captured on 2 GPUs, alike (NVIDIA H200, 700 W power limit, 1980 MHz highest SM clock)")
     # a GPU whose model is not known (a MIG instance; an older record): said, never called alike
     unknown = gpu_note(gpus_used(repeats(NODE[0], m.Gpu(-1, "MIG-x", ""))))
-    assert "does not record what they are" in unknown
+    assert "do not say what some of them are" in unknown
     assert gpu_note(gpus_used(repeats(NODE[0], NODE[0]))) is None  # one GPU: nothing to say
     assert gpus_used(pd.DataFrame({"variant": ["v"]})) == [] and gpus_used(None) == []  # a CPU run, an older set
     # alike: page 1's small print leads with them; of different kinds: a finding of page 1, not small print
@@ -288,3 +294,26 @@ def test_a_capture_on_a_gpu_model_the_run_does_not_list_is_refused_and_one_it_li
     old = {k: v for k, v in env.items() if k != "gpus"}
     with pytest.raises(RecordError, match="says gpu_name 'NVIDIA H200'"):
         check_capture_record({**record, "device_name": "NVIDIA H100 80GB HBM3"}, "s.json", None, old)
+
+
+def test_gpus_of_two_models_make_no_one_result_set():
+    t4 = m.Gpu(0, "GPU-7474", "Tesla T4", 70, 1590, 15360)
+    why = m.mixed_models([t4, NODE[0], NODE[1]])
+    assert why.startswith(f"gpus: the chosen GPUs are of 2 models (Tesla T4: GPU-7474; NVIDIA H200: {A}, {B})")
+    assert "fix: choose the GPUs of one model" in why
+    assert m.mixed_models(NODE) is None  # one model, two power limits: allowed, said on page 1
+    assert m.mixed_models([NODE[0], m.Gpu(-1, "MIG-1", "")]) is None  # a MIG instance's model is not known
+
+
+def test_the_capture_priority_keeps_rounds_and_puts_process_ending_captures_last_in_each():
+    """Rounds of 3, two environments (ABBA): sorted by the priority (Snakemake: higher first), the captures of round k
+    all come before round k + 1, the environments alternate A,B then B,A, and within each (round, environment) the
+    captures that end their process come last. Expected order written out by hand."""
+    from attnprof.model.config import capture_rank
+
+    jobs = [(r, env, ends) for r in (1, 2) for env in ("a", "b") for ends in (True, False)]
+    order = sorted(jobs, key=lambda j: -capture_rank(j[0], j[1], ["a", "b"], 3, j[2]))
+    assert order == [(1, "a", False), (1, "a", True), (1, "b", False), (1, "b", True),
+                     (2, "b", False), (2, "b", True), (2, "a", False), (2, "a", True)]
+    single = sorted([(2, False), (1, True), (1, False)], key=lambda j: -capture_rank(j[0], None, [], 2, j[1]))
+    assert single == [(1, False), (1, True), (2, False)]

@@ -104,6 +104,7 @@ def _new_process():
     imports._layout.cache_clear()
     imports._KNOWN.clear()
     imports._LOADED.clear()
+    imports._USED.clear()
 
 
 def test_the_imports_kept_between_invocations_never_hide_an_edit_or_a_new_module(tmp_path):
@@ -130,6 +131,8 @@ def test_the_imports_kept_between_invocations_never_hide_an_edit_or_a_new_module
     assert closure(True) == closure(False) == {"__init__.py", "a.py", "b.py", "c.py"}
     (pkg / "helpers.py").write_text("")  # a new module the unchanged script now imports
     assert closure(True) == closure(False) == {"__init__.py", "a.py", "b.py", "c.py", "helpers.py"}
+    # the file keeps what the last invocation read (the script and its 5 modules), not every version ever seen
+    assert len(json.loads(cache.read_text())) == 6
     for damaged in ("{not json", '{"k": 3}', "[]", ""):
         cache.write_text(damaged)
         assert closure(True) == closure(False)

@@ -459,6 +459,8 @@ def test_captures_on_two_gpus_run_one_per_gpu_and_record_it(tmp_path, monkeypatc
     assert len(records) == 4  # three variants and the control
     uuids = {"GPU-5a5a0000-0000-0000-0000-000000000000", "GPU-5b5b0000-0000-0000-0000-000000000000"}
     assert {r["gpu"]["uuid"] for r in records} == uuids and all(r["gpu"]["name"] == "NVIDIA H200" for r in records)
+    # each capture process saw only the GPU its record names (pinned by UUID)
+    assert all(r["cuda_visible_devices"] == r["gpu"]["uuid"] for r in records), [r["cuda_visible_devices"] for r in records]
     for uuid in uuids:
         mine = sorted((r["capture_started_at"], r["capture_started_at"] + r["capture_wall_s"], r["worker"]["pid"])
                       for r in records if r["gpu"]["uuid"] == uuid)
@@ -479,6 +481,9 @@ def test_the_run_is_named_after_the_gpu_the_config_chooses_not_the_first_visible
     assert "results/nvidia-h100-80gb-hbm3_torch" in out and "tesla-t4" not in out
     blocks = [b for b in out.split("rule ")[1:] if b.startswith("capture:")]
     assert blocks and all("gpu_choice=GPU-1001" in b and "gpu=0" in b for b in blocks), blocks[:1]
+    # both GPUs (the default, gpus: all): two models in one result set, refused before anything runs
+    refused = snakemake(work, "html", "-n", "--cores", "4", "--config", "device=cuda", "run=auto", check=False)
+    assert refused.returncode != 0 and "the chosen GPUs are of 2 models (Tesla T4: GPU-7474; NVIDIA H100" in refused.stdout + refused.stderr
 
 
 def test_process_mode_captures_take_the_capture_resource(tmp_path):

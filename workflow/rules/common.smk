@@ -11,13 +11,14 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from attnprof.model.config import (
     ab_compare_name,
-    ab_priority,
+    capture_rank,
     ab_run_name,
     lost_captures,
     subset_message,
 )
 from attnprof.runtime.integrity import changed_files, lost_files, rebuild_epoch
 from attnprof.measure.gpus import run_gpus
+from attnprof.model.gpus import mixed_models
 from attnprof.measure.env import (
     default_run_id,
     detect_gpu,
@@ -59,11 +60,16 @@ def _chosen_gpus():
     if config["device"] == "cpu" or workflow.non_local_exec or workflow.remote_exec:
         return []
     try:
-        return run_gpus(config["gpus"])
+        if config["device"] == "auto" and not run_gpus("all"):
+            return []  # no GPU here: a CPU run, whatever gpus lists
+        chosen = run_gpus(config["gpus"])
     except ValueError as exc:
         raise WorkflowError(
             f"config {exc}" if str(exc).startswith("gpus:") else f"nvidia-smi: {exc}"
         )
+    if (mixed := mixed_models(chosen)) is not None:
+        raise WorkflowError(f"config {mixed}")
+    return chosen
 
 
 CHOSEN_GPUS = _chosen_gpus()
@@ -391,9 +397,12 @@ def capture_priority(wc):
     (attnprof.model.config.ab_priority; REPEATS - repeat in a single run), and within those the captures that end
     their capture process (a user variant's, a torch.compile variant's: ends_capture_process) last, so that the
     others of the round share one process."""
-    rank = ab_priority(int(wc.repeat), AB_RUNS.get(wc.run), list(ENVIRONMENTS), REPEATS)
-    return 2 * rank + (
-        0 if ends_capture_process(wc.variant, wc.variant in CUSTOM) else 1
+    return capture_rank(
+        int(wc.repeat),
+        AB_RUNS.get(wc.run),
+        list(ENVIRONMENTS),
+        REPEATS,
+        ends_capture_process(wc.variant, wc.variant in CUSTOM),
     )
 
 

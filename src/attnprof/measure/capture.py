@@ -597,15 +597,17 @@ def _grad_correctness_phase(spec: dict, shape: Shape, st) -> dict:
 
 def gpu_record(assigned: dict | None) -> tuple[dict, str | None]:
     """The GPU this process captures on, for status.json's ``gpu``: the one its job assigned (``assigned``: index,
-    uuid, name, power limit, clock and memory as nvidia-smi lists them, :class:`attnprof.measure.gpus.Gpu`; None
-    where none was) and what torch reports for ``cuda:0`` (``torch_uuid``, ``torch_name``). Returns (record, reason):
+    uuid, name, power limit, clock and memory as nvidia-smi lists them, :class:`attnprof.model.gpus.Gpu`; where none
+    was, the UUID and name torch reports) and what torch reports for ``cuda:0`` (``torch_uuid``, ``torch_name``). Returns (record, reason):
     reason names both UUIDs when ``cuda:0`` is not the assigned GPU (the process does not see the GPU its job holds
     and locks), else None. Needs CUDA."""
     import torch
 
     props = torch.cuda.get_device_properties(0)
     seen = str(getattr(props, "uuid", "") or "")  # torch prints it without nvidia-smi's 'GPU-'
-    rec = {**(assigned or {}), "torch_uuid": seen or None, "torch_name": props.name}
+    # no assignment (a cluster job, CUDA without nvidia-smi): the GPU as torch names it
+    rec = {**(assigned or {"uuid": f"GPU-{seen}" if seen else None, "name": props.name}),
+           "torch_uuid": seen or None, "torch_name": props.name}
     uuid = (assigned or {}).get("uuid") or ""
     if uuid and seen and not uuid.upper().startswith("MIG-"):
         if uuid.lower().removeprefix("gpu-") != seen.lower().removeprefix("gpu-"):
@@ -660,6 +662,8 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
         "capture_started_at": round(started_at, 3),
         # what else the host was doing when this capture started (1-minute load average)
         "host": host_load(),
+        # what this process was given to see (the job pins its GPU by UUID: attnprof.measure.gpus.pinned_environ)
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     import torch
 
@@ -672,8 +676,8 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
     _test_hooks(spec)
     if device == "cuda" and torch.cuda.is_available():
         record["gpu"], why = gpu_record(spec.get("gpu"))
-        if why:  # the capture would run on another GPU than its job holds (and its lock names)
-            record.update(status="failed", reason=why)
+        if why:  # the capture would run on another GPU than its job holds (and its lock names): no measurement
+            record.update(status="failed", reason=why, gpu_mismatch=True)
             record["phases"] = {"profile": {"status": "failed", "reason": why, "seconds": 0.0},
                                 **{name: _skipped("profile phase did not succeed") for name in PHASES[1:]}}
             record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)

@@ -141,10 +141,13 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
 
 @contextlib.contextmanager
 def job_gpu(device: str, choice="all", say=None, environ: dict | None = None):
-    """The GPU a capture-stage job (capture, calibrate) runs its work on, held for the block; yields a :class:`Gpu`,
-    or None where there is none to name (a CPU run; CUDA without nvidia-smi: the capture process then takes the
-    device as CUDA gives it). With one GPU it is taken at once (the capture worker's queue orders that run's
+    """The GPU a capture-stage job (capture, calibrate, environment) runs its work on, held for the block; yields a
+    :class:`Gpu`, or None where there is none to name (a CPU run; CUDA without nvidia-smi; ``choice`` 'any', a
+    cluster job: the capture process then takes the device as CUDA gives it, and records which). With one GPU it is taken at once (the capture worker's queue orders that run's
     captures); with several, through :func:`claim_gpu`. Raises ValueError as :func:`select_gpus` does."""
+    if choice == "any":  # a cluster job: its allocation's GPU as CUDA gives it; the capture records which
+        yield None
+        return
     gpus = run_gpus(choice, environ) if device == "cuda" else []
     if len(gpus) < 2:
         yield gpus[0] if gpus else None
@@ -156,11 +159,11 @@ def job_gpu(device: str, choice="all", say=None, environ: dict | None = None):
 
 
 def gpu_choice(resources) -> list[str] | str:
-    """A capture-stage job's ``gpu_choice`` resource as :func:`attnprof.model.gpus.select_gpus` takes it: the run's
-    GPUs by UUID (comma-separated) as a list; 'all' for 'all' (no GPU listed at parse time), 'any' (under a cluster
-    executor: the job's own allocation) and a job of an older workflow (no such resource)."""
+    """A capture-stage job's ``gpu_choice`` resource as :func:`job_gpu` takes it: the run's GPUs by UUID
+    (comma-separated) as a list; 'all' (no GPU listed at parse time, and a job of an older workflow without the
+    resource); 'any' (under a cluster executor: the job's own allocation, taken as CUDA gives it)."""
     value = str(getattr(resources, "gpu_choice", None) or "all")
-    return "all" if value in ("all", "any") else value.split(",")
+    return value if value in ("all", "any") else value.split(",")
 
 
 def per_job_allocation(resources) -> bool:

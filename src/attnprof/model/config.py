@@ -204,6 +204,15 @@ def ab_priority(repeat: int, environment: str, names: list[str], repeats: int) -
     return (repeats - repeat) * len(names) + (len(names) - 1 - order.index(environment))
 
 
+def capture_rank(repeat: int, environment: str | None, names: list[str], repeats: int, ends_process: bool) -> int:
+    """Rule capture's Snakemake priority (higher runs first): :func:`ab_priority` (every capture of round k before
+    any of round k + 1; ABBA between the environments of an A/B run), and within one round and environment the
+    captures that end their capture process (``ends_process``:
+    :func:`attnprof.model.variants.ends_capture_process`) after the others, so that the round's other captures
+    share one process. Raises ValueError as :func:`ab_priority` does."""
+    return 2 * ab_priority(repeat, environment, names, repeats) + (0 if ends_process else 1)
+
+
 def problems_message(problems: list[str], most: int = 5) -> str:
     """:func:`config_problems` as a WorkflowError's message: one line for one problem, else one line each
     (the first ``most`` of them)."""
@@ -457,8 +466,12 @@ def configuration_markdown(schema: dict, defaults: dict) -> str:
         if path:
             if not node.get("description"):
                 raise ValueError(f"config key {path!r} has no description in the schema")
+            alternatives = node.get("oneOf") or []
             kind = node.get("type") or ("one of " + ", ".join(map(str, node["enum"])) if "enum" in node else
-                                        "grid or list of grids" if "oneOf" in node else "")
+                                        " or ".join(str(a["const"]) if "const" in a else "list" if a.get("type") == "array"
+                                                    else str(a.get("type", "?")) for a in alternatives)
+                                        if any("const" in a for a in alternatives) else
+                                        "grid or list of grids" if alternatives else "")
             if kind == "array" and isinstance(node.get("items"), dict) and "enum" in node["items"]:
                 kind = "list of " + ", ".join(node["items"]["enum"])
             shown = default if default is not None else node.get("default")

@@ -132,3 +132,19 @@ def differing_kinds(gpus: list[dict]) -> list[str]:
 
     return [f"{name or 'unknown model'}, {num(power, 'W')}, {num(clock, 'MHz')}: {', '.join(uuids)}"
             for (name, power, clock), uuids in kinds.items()]
+
+
+def mixed_models(gpus: list[Gpu]) -> str | None:
+    """Why ``gpus`` cannot make one result set: they are of more than one model (a result set, its run id and its
+    rankings are one GPU model's), as a message naming each model's GPUs and a fix; None when they are of one model
+    (or their models are not known: MIG instances)."""
+    models: dict[str, list[str]] = {}
+    for g in gpus:
+        if g.name:
+            models.setdefault(g.name, []).append(g.uuid)
+    if len(models) < 2:
+        return None
+    listed = "; ".join(f"{name}: {', '.join(uuids)}" for name, uuids in models.items())
+    return (f"gpus: the chosen GPUs are of {len(models)} models ({listed}); a result set holds one model's "
+            "measurements\n  fix: choose the GPUs of one model, e.g. --config 'gpus=[0]' or CUDA_VISIBLE_DEVICES, and "
+            "run the other model into a result set of its own")

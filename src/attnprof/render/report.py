@@ -755,8 +755,9 @@ def gpu_note(used: list[dict]) -> str | None:
         return None
     kinds = differing_kinds(used)
     if any(not g.get("name") for g in used):
-        return (f"Captured on {len(used)} GPUs, one capture per GPU at a time; env.json does not record what they are, "
-                "so whether they are alike is not known: a variant's repeats may have run on different ones.")
+        return (f"Captured on {len(used)} GPUs, one capture per GPU at a time; their capture records do not say what "
+                "some of them are (a MIG instance, an older record), so whether they are alike is not known: a variant's "
+                "repeats may have run on different ones.")
     if kinds:
         return (f"Captured on {len(used)} GPUs of different kinds ({'; '.join(kinds)}): a variant's time mixes the GPUs "
                 "its repeats ran on, so a ranking or a ratio here compares across GPU kinds.")

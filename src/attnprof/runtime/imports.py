@@ -28,6 +28,10 @@ PACKAGE = "attnprof"
 #: invocation's start; an edited or added module is a new key).
 _KNOWN: dict[str, list[str]] = {}
 _LOADED: set[str] = set()
+#: The keys this process read or computed: what the cache file keeps (not every key it ever held).
+_USED: set[str] = set()
+#: This reader's own source and the Python that parses: a change of either is a new key for every source.
+_READER = hashlib.sha256(Path(__file__).read_bytes() + repr(__import__("sys").version_info[:2]).encode()).hexdigest()
 
 
 def _module_file(pkg_dir: Path, module: str) -> Path | None:
@@ -54,7 +58,8 @@ def _imports(pkg_dir: Path, path: Path, module: str) -> frozenset[str]:
     ``module`` is its own dotted name (relative imports resolve against it). Read from :data:`_KNOWN` when
     this text was read before in this package layout."""
     text = path.read_text()
-    key = hashlib.sha256(f"{_layout(pkg_dir)}\0{module}\0{text}".encode()).hexdigest()
+    key = hashlib.sha256(f"{_READER}\0{_layout(pkg_dir)}\0{module}\0{text}".encode()).hexdigest()
+    _USED.add(key)
     if key in _KNOWN:
         return frozenset(_KNOWN[key])
     result = _parse_imports(pkg_dir, path, module, text)
@@ -100,23 +105,28 @@ def _load(cache_file: Path) -> None:
 
 
 def _save(cache_file: Path) -> None:
-    """Write :data:`_KNOWN` to ``cache_file`` atomically (a temporary file renamed over it); a failure to write is
+    """Write the entries this process used (:data:`_USED`) to ``cache_file`` atomically (a temporary file renamed
+    over it: two invocations at once may lose each other's entries, never leave a torn file); a failure to write is
     no error (the next invocation parses again)."""
-    with contextlib.suppress(OSError):
+    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+    try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_KNOWN, sort_keys=True))
+        tmp.write_text(json.dumps({k: _KNOWN[k] for k in sorted(_USED) if k in _KNOWN}))
         tmp.replace(cache_file)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def import_closure(script: str | Path, pkg_dir: str | Path, cache_file: str | Path | None = None) -> list[Path]:
     """The package module files (under ``pkg_dir``, the ``attnprof`` folder) that running ``script`` imports,
     directly or not, sorted. ``cache_file``: where what each source imports is kept between processes (keyed by
-    its text and the package layout: a stale entry cannot be read). Raises SyntaxError (naming the file) for a
+    its text, the package layout, this reader's source and the Python version: an entry made from other input is
+    never read). Raises SyntaxError (naming the file) for a
     source that does not parse."""
     if cache_file is not None:
         _load(Path(cache_file))
-    known = len(_KNOWN)
+    known = (len(_KNOWN), len(_USED))
     pkg_dir = Path(pkg_dir).resolve()
     seen: set[str] = set()
     todo = set(_imports(pkg_dir, Path(script).resolve(), "__main__"))
@@ -127,6 +137,6 @@ def import_closure(script: str | Path, pkg_dir: str | Path, cache_file: str | Pa
         seen.add(name)
         if (path := _module_file(pkg_dir, name)) is not None:
             todo |= _imports(pkg_dir, path, name) - seen
-    if cache_file is not None and len(_KNOWN) != known:
+    if cache_file is not None and (len(_KNOWN), len(_USED)) != known:
         _save(Path(cache_file))
     return sorted(p for name in seen if (p := _module_file(pkg_dir, name)) is not None)
