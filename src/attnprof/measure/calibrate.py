@@ -54,7 +54,8 @@ def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: i
         return {"device": device, "skipped": "torch.cuda.is_available() is False"}
     from attnprof.measure.lock import device_lock
 
-    with device_lock(device, (gpu or {}).get("uuid")) as waited_s:  # never beside a capture: each would slow the other
+    # never beside a capture on its GPU (each would slow the other); on a node of several GPUs, beside the others' captures
+    with device_lock(device, (gpu or {}).get("uuid")) as waited_s:
         out = _measure(n, copy_bytes, repeats)
     out["lock_wait_s"] = waited_s
     if gpu:
