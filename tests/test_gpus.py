@@ -317,3 +317,79 @@ def test_the_capture_priority_keeps_rounds_and_puts_process_ending_captures_last
                      (2, "b", False), (2, "b", True), (2, "a", False), (2, "a", True)]
     single = sorted([(2, False), (1, True), (1, False)], key=lambda j: -capture_rank(j[0], None, [], 2, j[1]))
     assert single == [(1, False), (1, True), (2, False)]
+
+
+# --- edges a mutation run of model/gpus.py and measure/gpus.py found untested ----------------------------------
+
+def test_nvidia_smi_lines_of_another_shape_are_named_and_blank_ones_skipped():
+    assert len(m.parse_nvidia_smi(SMI + "   \n\n")) == 3
+    for bad in (f"0, {A}, H, 1, 2, 3, 4", f"0, {A}, H, 1, 2", f"x, {A}, H, 1, 2, 3"):  # 7 fields, 5, no index
+        with pytest.raises(ValueError, match="nvidia-smi line 1 is not 'index,uuid,name"):
+            m.parse_nvidia_smi(bad)
+
+
+@pytest.mark.parametrize("variable,node,expected", [
+    ("0, 2", NODE, [A, C]),                                  # spaces after the commas
+    ("mig-1", NODE, ["mig-1"]),                              # MIG in any case
+    ("MIG-a,MIG-b,0", NODE, ["MIG-a", "MIG-b", A]),          # a MIG entry does not end the list
+    ("", NODE[:1], []),                                      # empty: no GPU, also on a node of one
+])
+def test_more_cuda_visible_devices_edges(variable, node, expected):
+    assert [x.uuid for x in m.visible_gpus(node, variable)] == expected
+
+
+@pytest.mark.parametrize("choice,error", [([True], "names no visible GPU"), ([-1], "names no visible GPU"),
+                                          ([""], "names no visible GPU"), (["GPU-"], "names no visible GPU")])
+def test_a_bool_a_negative_index_or_an_empty_name_names_no_gpu(choice, error):
+    with pytest.raises(ValueError, match=error):
+        m.select_gpus(NODE[:1], choice)
+    with pytest.raises(ValueError, match="the visible GPUs are none"):
+        m.select_gpus([], choice)
+
+
+def test_one_name_where_a_list_is_wanted_is_taken_as_a_list_of_one():
+    assert m.select_gpus(NODE, A) == [NODE[0]]
+
+
+def test_kinds_are_compared_by_integer_power_limits_too_and_an_empty_name_is_no_name():
+    assert len(m.differing_kinds([{"uuid": A, "name": "H", "power_limit_w": 700},
+                                  {"uuid": B, "name": "H", "power_limit_w": 500}])) == 2  # ints, as read from a csv
+    assert m.differing_kinds([{"uuid": A, "name": ""}, {"uuid": B}]) == []
+
+
+def test_the_real_nvidia_smi_path_reads_its_answer_and_a_failing_or_missing_one_is_no_gpu(tmp_path, monkeypatch):
+    monkeypatch.delenv(g.STANDIN_ENV, raising=False)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert g.node_gpus() == []  # no nvidia-smi at all
+    smi.write_text(f"#!/bin/sh\nprintf '{SMI}'\n")
+    smi.chmod(0o755)
+    assert [x.uuid for x in g.node_gpus()] == [A, B, C]
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'\nexit 9\n")
+    assert g.node_gpus() == []
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\n")  # exit 0, words only
+    assert g.node_gpus() == []
+    smi.write_text("#!/no/such/interpreter\n")  # it cannot even start (OSError)
+    assert g.node_gpus() == []
+    smi.write_text(f"#!/bin/sh\nprintf '{SMI}'\n")
+    monkeypatch.setenv(g.STANDIN_ENV, "")  # a stand-in that says: no GPU, whatever nvidia-smi would say
+    assert g.node_gpus() == []
+    monkeypatch.setenv(g.STANDIN_ENV, " " + SMI + "\n\n")  # the stand-in wins over nvidia-smi; padding is no matter
+    assert len(g.node_gpus()) == 3
+
+
+def test_the_environment_given_is_read_not_this_processs_and_the_pin_wins_over_an_inherited_value(monkeypatch):
+    monkeypatch.setenv(g.STANDIN_ENV, SMI)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert [x.uuid for x in g.run_gpus()] == [B]  # this process's
+    assert [x.uuid for x in g.run_gpus("all", {})] == [A, B, C]  # the one given: nothing hidden
+    assert g.pinned_environ(NODE[2], {"CUDA_VISIBLE_DEVICES": "0"})["CUDA_VISIBLE_DEVICES"] == C
+
+
+def test_claim_and_lock_names_stay_in_their_folder_and_an_empty_claim_is_refused(tmp_path):
+    assert g.gpu_file("MIG-GPU-x/1/0", "claim", tmp_path) == tmp_path / "attnprof-gpu-MIG-GPU-x_1_0.claim"
+    with pytest.raises(ValueError, match="no GPU to claim"), g.claim_gpu([], tmp_path):
+        pass
+    assert not g.per_job_allocation(types.SimpleNamespace())
