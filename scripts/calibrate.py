@@ -6,13 +6,12 @@ with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
 
-    from attnprof.measure.gpus import gpu_choice, job_gpu, pinned_environ
+    from attnprof.measure.gpus import job_environ
 
     p = sm.params
     interp = dict(getattr(p, "interpreter", None) or {})  # an A/B run's environment (config environments)
     # on one of the run's GPUs, held as a capture holds it (several GPUs: the first free one), pinned by its UUID
-    with job_gpu(p.device, gpu_choice(sm.resources), say=lambda m: print(f"attnprof: {m}", file=log)) as gpu:
-        env = pinned_environ(gpu, interp.get("env")) if gpu is not None else interp.get("env")
+    with job_environ(p.device, sm.resources, interp.get("env"), say=lambda m: print(f"attnprof: {m}", file=log)) as (gpu, env):
         args = [p.device, gpu.as_dict() if gpu is not None else None]
         if p.mode == "worker":  # on the device the captures use, in the same warm process
             from attnprof.runtime.worker import call_in_worker

@@ -5,7 +5,7 @@ from attnprof.runtime.logs import script_log
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with script_log(sm.log[0]) as log:
     from pathlib import Path
-    from attnprof.measure.gpus import gpu_choice, job_gpu, pinned_environ
+    from attnprof.measure.gpus import job_environ
     from attnprof.runtime.isolation import CaptureInterrupted, run_isolated
     from attnprof.model.variants import Shape
 
@@ -29,11 +29,11 @@ with script_log(sm.log[0]) as log:
     interp = dict(getattr(p, "interpreter", None) or {})
     try:
         # the GPU this capture runs on (several: the first free one, held until the capture ends), pinned by its UUID
-        with job_gpu(p.device, gpu_choice(sm.resources), say=lambda m: print(f"attnprof: {m}", file=log)) as gpu:
-            env = interp.get("env")
+        with job_environ(p.device, sm.resources, interp.get("env"), say=lambda m: print(f"attnprof: {m}", file=log)) as (
+            gpu, env,
+        ):
             if gpu is not None:
                 spec["gpu"] = gpu.as_dict()
-                env = pinned_environ(gpu, env)
             if p.mode == "worker":
                 from attnprof.runtime.worker import run_in_worker
 

@@ -9,12 +9,13 @@ with script_log(sm.log[0]) as log:
     p = sm.params
     # an A/B run's environment (config environments): recorded from its own interpreter, never Snakemake's
     interp = dict(getattr(p, "interpreter", None) or {})
-    from attnprof.measure.gpus import gpu_choice, job_gpu, per_job_allocation, pinned_environ, run_gpus
+    from attnprof.measure.gpus import gpu_choice, job_environ, per_job_allocation, run_gpus
 
     # on one of the run's GPUs, pinned as a capture is: the same capture worker serves it, and what it records
     # (gpu_name, compute capability, SMs, memory) is that GPU's
-    with job_gpu(p.device, gpu_choice(sm.resources), say=lambda m: print(f"attnprof: {m}", file=log)) as gpu:
-        env_vars = pinned_environ(gpu, interp.get("env")) if gpu is not None else interp.get("env")
+    with job_environ(p.device, sm.resources, interp.get("env"), say=lambda m: print(f"attnprof: {m}", file=log)) as (
+        _, env_vars,
+    ):
         if p.mode == "worker":  # torch is imported and the device is up there already
             from attnprof.runtime.worker import call_in_worker
 

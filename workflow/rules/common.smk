@@ -18,7 +18,7 @@ from attnprof.model.config import (
 )
 from attnprof.runtime.integrity import changed_files, lost_files, rebuild_epoch
 from attnprof.measure.gpus import run_gpus
-from attnprof.model.gpus import mixed_models
+from attnprof.model.gpus import mixed_models, select_gpus
 from attnprof.measure.env import (
     default_run_id,
     detect_gpu,
@@ -52,17 +52,22 @@ if (
         f"profiler.schedule.active ({config['profiler']['schedule']['active']}): no capture could ever be complete"
     )
 
+# Under a cluster executor (Slurm) every job is its own allocation (the main process: non-local execution; the jobs:
+# remote mode): captures run in fresh processes there, and each takes the GPU its allocation has.
+CLUSTER = workflow.non_local_exec or workflow.remote_exec
+
 
 # The GPUs config gpus chooses among those CUDA_VISIBLE_DEVICES makes visible (attnprof.measure.gpus); none on a CPU
 # run, without nvidia-smi, and under a cluster executor (each job takes the GPU of its own allocation). The run id
 # names the first chosen GPU's model.
 def _chosen_gpus():
-    if config["device"] == "cpu" or workflow.non_local_exec or workflow.remote_exec:
+    if config["device"] == "cpu" or CLUSTER:
         return []
     try:
-        if config["device"] == "auto" and not run_gpus("all"):
+        visible = run_gpus("all")  # one nvidia-smi call
+        if config["device"] == "auto" and not visible:
             return []  # no GPU here: a CPU run, whatever gpus lists
-        chosen = run_gpus(config["gpus"])
+        chosen = select_gpus(visible, config["gpus"])
     except ValueError as exc:
         raise WorkflowError(
             f"config {exc}" if str(exc).startswith("gpus:") else f"nvidia-smi: {exc}"
@@ -360,12 +365,8 @@ def run_job(job):
 # Snakemake has scheduled and started the next job (about 0.5 s per capture).
 # Under a cluster executor (Slurm) every job is its own allocation: a worker started in one job
 # would die with it while serving another's capture, so captures run in fresh processes there,
-# whatever the config says (the main process: non-local execution; the jobs: remote mode).
-CAPTURE_MODE = (
-    "process"
-    if workflow.non_local_exec or workflow.remote_exec
-    else config["capture_mode"]
-)
+# whatever the config says (CLUSTER).
+CAPTURE_MODE = "process" if CLUSTER else config["capture_mode"]
 config["capture_mode"] = CAPTURE_MODE  # env.json and the report state the mode that ran
 # An A/B run's captures (one capture worker per environment) take one unit each even in worker mode: Snakemake
 # then starts them one at a time in its priority order (capture_priority: rounds, ABBA within a round); the
@@ -385,11 +386,7 @@ if len(GPUS) > 1:
 # What a capture-stage job chooses its GPU from (attnprof.measure.gpus.job_gpu): the run's GPUs by UUID; under a
 # cluster executor "any", the GPU of the job's own allocation. A resource, not a param: which GPUs a run uses changes
 # no measurement, so another choice recaptures nothing.
-GPU_CHOICE = (
-    "any"
-    if workflow.non_local_exec or workflow.remote_exec
-    else (",".join(g.uuid for g in GPUS) or "all")
-)
+GPU_CHOICE = "any" if CLUSTER else (",".join(g.uuid for g in GPUS) or "all")
 
 
 def capture_priority(wc):

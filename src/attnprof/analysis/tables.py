@@ -113,13 +113,14 @@ def has_run_interval(summary: pd.DataFrame, prefixes: tuple[str, ...] = ("device
     return bool(cols) and bool(summary[cols].notna().any().any())
 #: repeats.csv: one row per capture (repeat) with its own numbers, the per-repeat table the between-run
 #: intervals are computed from (and recomputed from by the tests and by compare).
+#: Columns of one capture that repeats.csv keeps and summary.csv does not (it names the GPUs of all repeats in ``gpus``):
+#: the GPU fields of status.json's ``gpu`` (:class:`attnprof.model.gpus.Gpu`), each as ``gpu_<field>``.
+#: :func:`summary_row` gives them, :func:`combine_repeats` reads them.
+CAPTURE_ONLY_COLUMNS = [f"gpu_{field}" for field in ("uuid", "name", "power_limit_w", "max_sm_clock_mhz")]
 REPEAT_COLUMNS = ["variant", "shape_key", "repeat", "status", "reason", "kernels_per_forward", "memcpy_per_forward",
                   "memset_per_forward", "device_ms_per_forward", "cpu_ms_per_forward", "kernels_per_backward",
                   "device_ms_per_backward", "cpu_ms_per_backward", "backward_status", "forwards_complete",
-                  "host_load_1m", "started_at", "gpu_uuid", "gpu_name", "gpu_power_limit_w", "gpu_max_sm_clock_mhz"]
-#: Columns of one capture that repeats.csv keeps and summary.csv does not (it names the GPUs of all repeats in ``gpus``):
-#: :func:`summary_row` gives them, :func:`combine_repeats` reads them.
-CAPTURE_ONLY_COLUMNS = ["gpu_uuid", "gpu_name", "gpu_power_limit_w", "gpu_max_sm_clock_mhz"]
+                  "host_load_1m", "started_at", *CAPTURE_ONLY_COLUMNS]
 #: Fewest complete forwards a capture must have for its numbers to be published (the study
 #: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
 DEFAULT_MIN_COMPLETE_FORWARDS = 3
@@ -610,7 +611,7 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "timed_ms_min": timing.get("min_ms"), "timed_ms_max": timing.get("max_ms"), "timed_repeats": timing.get("repeats"),
         "timing_method": timing.get("method"), "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
         # the GPU the capture ran on (its job's, as nvidia-smi names it: attnprof.measure.gpus); repeats.csv
-        **{f"gpu_{k}": (status.get("gpu") or {}).get(k) for k in ("uuid", "name", "power_limit_w", "max_sm_clock_mhz")},
+        **{col: (status.get("gpu") or {}).get(col.removeprefix("gpu_")) for col in CAPTURE_ONLY_COLUMNS},
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
         "checks_missing": "; ".join(status.get("checks_missing") or []),
         **_memory_columns(status),

@@ -137,8 +137,6 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
             fh.close()
 
 
-
-
 @contextlib.contextmanager
 def job_gpu(device: str, choice="all", say=None, environ: dict | None = None):
     """The GPU a capture-stage job (capture, calibrate, environment) runs its work on, held for the block; yields a
@@ -169,4 +167,14 @@ def gpu_choice(resources) -> list[str] | str:
 def per_job_allocation(resources) -> bool:
     """Whether each capture-stage job has a GPU allocation of its own (a cluster executor: ``gpu_choice`` 'any'): the
     GPUs one job sees are then not the run's."""
-    return str(getattr(resources, "gpu_choice", None) or "") == "any"
+    return gpu_choice(resources) == "any"
+
+
+@contextlib.contextmanager
+def job_environ(device: str, resources, env: dict | None = None, say=None):
+    """A capture-stage job's GPU and the variables its work's process gets: yields ``(gpu, env)``, the
+    :class:`Gpu` of :func:`job_gpu` (held for the block; from the job's ``gpu_choice`` resource, :func:`gpu_choice`)
+    and ``env`` (an A/B environment's variables, or None) pinned to it (:func:`pinned_environ`); ``(None, env)``
+    where there is no GPU to name. Raises ValueError as :func:`job_gpu` does."""
+    with job_gpu(device, gpu_choice(resources), say=say) as gpu:
+        yield gpu, (env if gpu is None else pinned_environ(gpu, env))

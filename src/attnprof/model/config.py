@@ -453,6 +453,21 @@ def _default_text(value) -> str:
     return text[:-4].strip() if text.endswith("...") else text
 
 
+def _kind_text(node: dict) -> str:
+    """The type column of docs/configuration.md for a schema ``node``: its type; 'one of ...' for an enum; for
+    alternatives (oneOf) with a constant among them, each ('all or list'), else 'grid or list of grids' (the shape
+    grids, the only other oneOf); '' for none."""
+    if node.get("type"):
+        return node["type"]
+    if "enum" in node:
+        return "one of " + ", ".join(map(str, node["enum"]))
+    alternatives = node.get("oneOf") or []
+    if any("const" in a for a in alternatives):
+        return " or ".join(str(a["const"]) if "const" in a else "list" if a.get("type") == "array"
+                           else str(a.get("type", "?")) for a in alternatives)
+    return "grid or list of grids" if alternatives else ""
+
+
 def configuration_markdown(schema: dict, defaults: dict) -> str:
     """docs/configuration.md: one row per key of the config ``schema`` (JSON schema, as YAML
     loads it) with its type, its default (from ``defaults``, the shipped config/config.yaml, else
@@ -466,12 +481,7 @@ def configuration_markdown(schema: dict, defaults: dict) -> str:
         if path:
             if not node.get("description"):
                 raise ValueError(f"config key {path!r} has no description in the schema")
-            alternatives = node.get("oneOf") or []
-            kind = node.get("type") or ("one of " + ", ".join(map(str, node["enum"])) if "enum" in node else
-                                        " or ".join(str(a["const"]) if "const" in a else "list" if a.get("type") == "array"
-                                                    else str(a.get("type", "?")) for a in alternatives)
-                                        if any("const" in a for a in alternatives) else
-                                        "grid or list of grids" if alternatives else "")
+            kind = _kind_text(node)
             if kind == "array" and isinstance(node.get("items"), dict) and "enum" in node["items"]:
                 kind = "list of " + ", ".join(node["items"]["enum"])
             shown = default if default is not None else node.get("default")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 from dataclasses import asdict, dataclass
 
+from attnprof.model.fmt import format_number
+
 #: The nvidia-smi fields each :class:`Gpu` holds, in this order (``nvidia-smi --query-gpu=... --format=csv,noheader,nounits``).
 QUERY = "index,uuid,name,power.limit,clocks.max.sm,memory.total"
 
@@ -26,12 +28,6 @@ class Gpu:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-    @property
-    def kind(self) -> tuple:
-        """What must agree for two GPUs' times to be compared as alike: the model, its power limit and its
-        highest SM clock (a GPU capped lower runs the same kernels slower)."""
-        return self.name, self.power_limit_w, self.max_sm_clock_mhz
 
 
 def _number(text: str) -> float | None:
@@ -114,23 +110,29 @@ def select_gpus(visible: list[Gpu], choice) -> list[Gpu]:
     return out
 
 
-def differing_kinds(gpus: list[dict]) -> list[str]:
-    """The GPUs of a run (:meth:`Gpu.as_dict` records) grouped by :attr:`Gpu.kind` when there is more than one kind:
-    one line per kind ('NVIDIA H200, 700 W, 1980 MHz: GPU-1, GPU-2'); [] when they are alike (or fewer than two)."""
-    def known(x):  # NaN (an empty csv cell) and text are "not known", as None
-        return x if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x else None
+def known_number(x) -> float | None:
+    """A GPU field as a number, or None where it is not known: NaN (an empty csv cell), text, a bool, None."""
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x else None
 
+
+def number_text(x) -> str:
+    """A GPU field in the report's one number format (:func:`attnprof.model.fmt.format_number`), '?' where it is
+    not known (:func:`known_number`)."""
+    return "?" if known_number(x) is None else format_number(x)
+
+
+def differing_kinds(gpus: list[dict]) -> list[str]:
+    """The GPUs of a run (:meth:`Gpu.as_dict` records) grouped by kind -- what must agree for two GPUs' times to be
+    compared as alike: the model, its power limit and its highest SM clock (a GPU capped lower runs the same kernels
+    slower) -- when there is more than one kind: one line per kind ('NVIDIA H200, 700 W, 1980 MHz: GPU-1, GPU-2');
+    [] when they are alike (or fewer than two)."""
     kinds: dict[tuple, list[str]] = {}
     for g in gpus:
-        key = (g.get("name") or None, known(g.get("power_limit_w")), known(g.get("max_sm_clock_mhz")))
+        key = (g.get("name") or None, known_number(g.get("power_limit_w")), known_number(g.get("max_sm_clock_mhz")))
         kinds.setdefault(key, []).append(g.get("uuid"))
     if len(kinds) < 2:
         return []
-
-    def num(x, unit):
-        return "? " + unit if x is None else f"{x:g} {unit}"
-
-    return [f"{name or 'unknown model'}, {num(power, 'W')}, {num(clock, 'MHz')}: {', '.join(uuids)}"
+    return [f"{name or 'unknown model'}, {number_text(power)} W, {number_text(clock)} MHz: {', '.join(uuids)}"
             for (name, power, clock), uuids in kinds.items()]
 
 

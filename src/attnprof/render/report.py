@@ -17,11 +17,11 @@ import pandas as pd
 from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
 from attnprof.analysis.stats import detectable_change
-from attnprof.analysis.tables import derive_columns, has_run_interval
+from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_run_interval
 from attnprof.findings.expectations import WITHIN_NOISE
 from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.model.fmt import format_number
-from attnprof.model.gpus import differing_kinds
+from attnprof.model.gpus import differing_kinds, number_text
 from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
 from attnprof.model.variants import COMPILED, REGISTRY
@@ -738,12 +738,9 @@ def gpus_used(repeats: pd.DataFrame | None) -> list[dict]:
         return []
     out = {}
     for _, r in repeats.dropna(subset=["gpu_uuid"]).iterrows():
-        def value(col):
-            v = r.get(col)
-            return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-        out.setdefault(str(r["gpu_uuid"]).strip(), {"uuid": str(r["gpu_uuid"]).strip(), "name": value("gpu_name"),
-                                                    "power_limit_w": value("gpu_power_limit_w"),
-                                                    "max_sm_clock_mhz": value("gpu_max_sm_clock_mhz")})
+        uuid = str(r["gpu_uuid"]).strip()
+        out.setdefault(uuid, {**{col.removeprefix("gpu_"): None if pd.isna(v := r.get(col)) else v
+                                 for col in CAPTURE_ONLY_COLUMNS}, "uuid": uuid})
     return [out[u] for u in sorted(out)]
 
 
@@ -762,12 +759,8 @@ def gpu_note(used: list[dict]) -> str | None:
         return (f"Captured on {len(used)} GPUs of different kinds ({'; '.join(kinds)}): a variant's time mixes the GPUs "
                 "its repeats ran on, so a ranking or a ratio here compares across GPU kinds.")
     g = used[0]
-
-    def num(x):
-        return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "?"
-
-    return (f"Captured on {len(used)} GPUs, alike ({g['name']}, {num(g.get('power_limit_w'))} W power limit, "
-            f"{num(g.get('max_sm_clock_mhz'))} MHz highest SM clock), one capture per GPU at a time; a variant's repeats "
+    return (f"Captured on {len(used)} GPUs, alike ({g['name']}, {number_text(g.get('power_limit_w'))} W power limit, "
+            f"{number_text(g.get('max_sm_clock_mhz'))} MHz highest SM clock), one capture per GPU at a time; a variant's repeats "
             "may run on different GPUs, so its rerun interval holds the spread between GPUs too.")
 
 
