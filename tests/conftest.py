@@ -145,9 +145,23 @@ SLOW_MODULES = ("test_travel.py", "test_user_variant.py", "test_workflow.py", "t
                 "test_capture.py", "test_trust.py", "test_pdf.py", "test_report.py", "test_snakemake_report.py", "test_ab.py")
 
 
+#: Fixtures whose every user is a test of the ``slow`` tier (pyproject's markers): they start Snakemake or capture
+#: processes (a torch import and a profiler start each, about 3 s of CPU), or render a whole report's PDF.
+SLOW_FIXTURES = {"run_dir", "workspace", "fresh_capture", "rendered_h200", "own_worker", "captured"}
+
+
+def is_slow(item) -> bool:
+    """Whether ``item`` belongs to the slow tier: marked ``slow`` or ``workflow``, or using a :data:`SLOW_FIXTURES` one."""
+    return bool(item.get_closest_marker("slow") or item.get_closest_marker("workflow")
+                or SLOW_FIXTURES & set(item.fixturenames))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    # before the other hooks (xdist's among them): the order in an xdist worker, and the group marks
+    # before the other hooks (xdist's and -m's among them): the slow tier, the order in an xdist worker, the group marks
+    for item in items:
+        if is_slow(item) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
     if hasattr(config, "workerinput"):
         rank = {name: i for i, name in enumerate(SLOW_MODULES)}
         items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module's own order stays
@@ -173,6 +187,34 @@ def pytest_collection_modifyitems(config, items):
                     break
                 item._id = NodeId.parse(f"{item.nodeid}@{group}")
     return result
+
+
+#: Set by the controlling pytest process for its xdist workers, which parse the command line again and cannot tell
+#: named tests from the default ``testpaths``: tests were named, so every tier runs.
+_NAMED = "ATTNPROF_TESTS_NAMED"
+
+
+def pytest_configure(config):
+    """Tests named on the command line (a file, a node id) run whatever their tier: the default ``-m 'not slow'``
+    applies to a ``pytest`` without test names or its own ``-m`` only, so that ``pytest tests/test_worker.py`` runs that file's slow tests too."""
+    if config.option.markexpr != "not slow":
+        return
+    if hasattr(config, "workerinput"):
+        named = os.environ.get(_NAMED) == "1"
+    else:
+        given_m = any(a == "-m" or a.startswith("-m") and not a.startswith("--") for a in config.invocation_params.args)
+        named = config.args_source == pytest.Config.ArgsSource.ARGS and not given_m
+        os.environ[_NAMED] = "1" if named else "0"
+    if named:
+        config.option.markexpr = ""
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Say how to run the tests that the default ``-m 'not slow'`` left out, so that nobody takes the quick tier for
+    the whole suite."""
+    if config.option.markexpr == "not slow":  # (the count is not known here: xdist's workers deselect)
+        terminalreporter.write_line("the quick tier: the slow one (Snakemake runs, capture processes, kills, compiles, "
+                                    "whole-report PDFs) was left out; `python -m pytest -m slow` runs it, CI runs both")
 
 
 # --- mutation testing (mutmut 3: pyproject [tool.mutmut], benchmarks/mutation.py) -----------------

@@ -169,6 +169,7 @@ def test_backward_tflops_follows_the_median_of_the_repeats():
 
 # --- the compiled backward's first call --------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_compiled_backward_is_timed_apart_and_kept_out_of_the_steady_state(tmp_path, monkeypatch):
     # a cold inductor cache: the first backward compiles (with a warm one it only loads, and is as fast as a steady one)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))

@@ -51,6 +51,7 @@ def test_run_isolated_ok_writes_trace_and_status(fresh_capture):
     assert json.loads(status_path.read_text())["started_at"] <= rec["finished_at"]
 
 
+@pytest.mark.slow
 def test_cuda_only_backend_is_unsupported_on_cpu_with_pytorchs_reason(tmp_path):
     rec = run_isolated(spec("sdpa_efficient"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
     assert rec["status"] == "unsupported" and "RuntimeError" in rec["reason"]
@@ -58,6 +59,7 @@ def test_cuda_only_backend_is_unsupported_on_cpu_with_pytorchs_reason(tmp_path):
     assert load_trace(tmp_path / "t.json.gz")["traceEvents"] == []  # placeholder, marked as such
 
 
+@pytest.mark.slow
 def test_missing_gpu_is_recorded_not_raised(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -130,6 +132,7 @@ def test_relative_error_of_deliberately_wrong_outputs():
 
 # --- phases ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_failed_later_phase_keeps_the_trace_and_the_other_phases(tmp_path):
     rec = run_isolated(spec("naive", _test_fail_phase="correctness"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
     assert rec["status"] == "ok" and list(rec["phases"]) == list(PHASES)
@@ -151,6 +154,7 @@ def test_every_phase_ok_on_a_plain_cpu_capture(fresh_capture):
     assert rec["checks_missing"] == [] and all(p["seconds"] >= 0 for p in rec["phases"].values())
 
 
+@pytest.mark.slow
 def test_failed_profile_phase_skips_the_rest(tmp_path):
     rec = run_isolated(spec("naive", _test_fail_phase="profile"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
     assert rec["status"] == "out_of_memory" and rec["oom_bytes"] == 2**30  # the hook's "Tried to allocate 1.00 GiB"
@@ -260,6 +264,7 @@ RUN_ISOLATED = ("import json, sys; from attnprof.runtime.isolation import run_is
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_capture_process_dies_with_its_parent(tmp_path, sig):
     pid_file = tmp_path / "child.pid"
     sp = spec("naive", _test_sleep_s=120, _test_pid_file=str(pid_file))
@@ -310,6 +315,7 @@ def test_die_with_parent_mechanisms(tmp_path, platform):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.slow
 def test_capture_killed_from_outside_is_interrupted_not_a_result(tmp_path, sig):
     pid_file = tmp_path / "child.pid"
 
@@ -327,6 +333,7 @@ def test_capture_killed_from_outside_is_interrupted_not_a_result(tmp_path, sig):
 
 
 @pytest.mark.parametrize("crash,signame", [("abort", "SIGABRT"), ("segv", "SIGSEGV")])
+@pytest.mark.slow
 def test_crash_of_the_capture_is_a_recorded_failure(tmp_path, crash, signame):
     rec = run_isolated(spec("naive", _test_crash=crash), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=300)
     assert rec["status"] == "failed" and rec["reason"].startswith(f"capture process killed by {signame}")
@@ -335,6 +342,7 @@ def test_crash_of_the_capture_is_a_recorded_failure(tmp_path, crash, signame):
 
 
 
+@pytest.mark.slow
 def test_a_capture_waits_for_the_device_lock_and_says_how_long(tmp_path):
     """Captures on one machine never overlap, whichever process runs them (two runs with capture
     workers of their own, capture_mode process): a capture starts only once the device's capture

@@ -20,6 +20,7 @@ def spec(variant, **kw):
 
 # flex_attention's match is checked by the capture below (its float64 check, same shape): one compile, not two
 @pytest.mark.parametrize("variant", [v for v in COMPILED if v != "flex_attention"])
+@pytest.mark.slow
 def test_compiled_variants_match_the_reference(variant):
     gen = torch.Generator().manual_seed(5)
     q = torch.randn(1, 4, 16, 16, generator=gen)
@@ -30,6 +31,7 @@ def test_compiled_variants_match_the_reference(variant):
     assert relative_error(out, q, k, v, True, offset=SHAPE.causal_offset) < 1e-5
 
 
+@pytest.mark.slow
 def test_capture_keeps_the_compile_apart_and_the_process_is_not_reused(tmp_path):
     rec = run_isolated(spec("flex_attention"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=600)
     assert rec["status"] == "ok" and rec["rel_error_ok"], rec.get("reason")
@@ -41,6 +43,7 @@ def test_capture_keeps_the_compile_apart_and_the_process_is_not_reused(tmp_path)
     assert not reusable(rec)  # a compiled variant's process serves no other capture
 
 
+@pytest.mark.slow
 def test_missing_compiler_is_unsupported_with_inductors_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))  # inductor's C++ compiler (torch._inductor.config.cpp.cxx)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # no cached kernel can hide the missing compiler

@@ -148,6 +148,7 @@ def _hold(uuids, folder, hold_s, out, go=None):
         out.put((gpu.uuid, t0, time.time()))
 
 
+@pytest.mark.slow
 def test_parallel_capture_jobs_each_take_a_free_gpu_and_never_share_one(tmp_path):
     """Six jobs at once on two stand-in GPUs, each holding its GPU 1 s (processes, as Snakemake's jobs are): at
     most one job per GPU at any time, both GPUs used, and the six done in three turns of two, not six of one."""

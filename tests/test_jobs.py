@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import snakemake_cli
 from test_capture import alive
 
@@ -113,6 +114,7 @@ def run(tmp_path: Path, *extra: str, targets: tuple[str, ...] = (), cores: int =
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_each_job_runs_in_its_own_process_and_a_failure_fails_that_job_alone(tmp_path):
     proc = run(tmp_path, "--force-use-threads")
     assert proc.returncode != 0  # two of the four jobs fail
@@ -133,6 +135,7 @@ def test_each_job_runs_in_its_own_process_and_a_failure_fails_that_job_alone(tmp
     assert "ValueError: a corrupt table: row 3" in (tmp_path / "logs" / "fails.log").read_text()
 
 
+@pytest.mark.slow
 def test_without_threads_the_spawned_job_process_runs_the_script_itself(tmp_path):
     # no --force-use-threads: Snakemake spawns a process per run: job, which runs the script in place
     proc = run(tmp_path, "--workflow-profile", "none", targets=("out/ok_a.txt", "out/fails.txt"))
@@ -142,6 +145,7 @@ def test_without_threads_the_spawned_job_process_runs_the_script_itself(tmp_path
     assert not (tmp_path / "out" / "fails.txt").exists() and proc.returncode != 0
 
 
+@pytest.mark.slow
 def test_a_lost_exit_status_is_read_from_the_jobs_own_record_or_the_job_run_again_but_a_real_255_is_a_failure(tmp_path):
     # one job at a time: a server killed by one job must not take another's status with it
     proc = run(tmp_path, "--force-use-threads", targets=("lost", "real255"), cores=1, fresh=True)
@@ -164,6 +168,7 @@ def test_an_edit_to_the_package_is_seen_against_the_fork_servers_start():
     assert _package_edited_since(0) and not _package_edited_since(time.time() + 60)
 
 
+@pytest.mark.slow
 def test_a_job_does_not_outlive_a_killed_snakemake(tmp_path):
     """Snakemake killed (SIGKILL: no handler runs) while a job runs: the job's process ends within a second
     or so, and never writes its output later (over what a newer run may have written there)."""

@@ -68,6 +68,7 @@ SMALL = ROOT / "examples" / "h200_unsupported_backends"  # 9 captures on the H20
 
 
 @pytest.mark.skipif(not SMALL.exists(), reason="no committed small H200 example")
+@pytest.mark.slow
 def test_render_profile_remakes_every_kind_of_derived_output(tmp_path):
     """From a copied result set, delete a per-shape plot, a timeline, a scaling plot, the summary,
     the kernel table, the findings and the report (HTML and PDF): the render profile re-makes each of

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from attnprof.runtime.imports import import_closure
 
@@ -61,6 +62,7 @@ for script, stmts in json.loads(sys.stdin.read()).items():
 """
 
 
+@pytest.mark.slow
 def test_the_closure_holds_every_module_each_scripts_imports_load():
     """Python's own import system: each script's import statements (those inside its log block included) run in a
     fresh child, and the attnprof modules it loaded must all be in the script's closure."""

@@ -366,6 +366,7 @@ def test_capture_self_check_on_a_trace_that_lost_gpu_events(tmp_path):
     assert check_own_trace(cut, spec)["status"] == "failed" and "truncated" in check_own_trace(cut, spec)["reason"]
 
 
+@pytest.mark.slow
 def test_capture_with_too_few_complete_forwards_is_incomplete_trace(tmp_path):
     """A real CPU capture: 2 forwards profiled, 3 required."""
     from attnprof.runtime.isolation import run_isolated

@@ -25,12 +25,14 @@ def importable(monkeypatch):
     monkeypatch.syspath_prepend(str(USER_DIR))
 
 
+@pytest.mark.slow
 def test_a_wrong_user_variant_is_flagged_by_the_float64_check(tmp_path, importable):
     rec = run_isolated(spec("bad", custom={"function": "attnprof_test_variant:wrong"}), tmp_path / "t.json.gz", tmp_path / "s.json",
                        timeout_s=300)
     assert rec["status"] == "ok" and rec["rel_error_ok"] is False and rec["rel_error"] > 0.1  # causal mask forgotten
 
 
+@pytest.mark.slow
 def test_missing_user_function_is_a_recorded_failure(tmp_path, importable):
     rec = run_isolated(spec("gone", custom={"function": "attnprof_test_variant:nothing_here"}), tmp_path / "t.json.gz",
                        tmp_path / "s.json", timeout_s=300)

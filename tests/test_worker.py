@@ -57,6 +57,7 @@ def test_the_queue_serves_a_round_before_the_next_and_the_process_ending_capture
     assert served == ["env", "r1 math", "r1 naive", "r1 flex", "r1 mine", "r2 naive"]
 
 
+@pytest.mark.slow
 def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tmp_path, fresh_capture):
     a = in_worker(tmp_path, spec("naive"), "a")
     b = in_worker(tmp_path, spec("sdpa_math"), "b")
@@ -77,6 +78,7 @@ def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tm
     assert kernel_table(frames, "sdpa_math", SHAPE.key).empty  # CPU run: no GPU events
 
 
+@pytest.mark.slow
 def test_queued_captures_are_served_round_by_round_each_round_in_a_fresh_process(tmp_path):
     """Capture jobs of two rounds waiting at once (Snakemake started more jobs than one round holds): the
     supervisor serves the earlier round first, whatever order they came in, and a new round gets a new capture
@@ -113,6 +115,7 @@ def test_timing_quartiles_and_budget(tmp_path):
     assert rec["host"]["cpu_count"] == os.cpu_count()
 
 
+@pytest.mark.slow
 def test_any_failure_ends_the_capture_process(tmp_path):
     first = in_worker(tmp_path, spec("naive"), "a")
     failed = in_worker(tmp_path, spec("naive", _test_fail_phase="timing"), "b")
@@ -124,6 +127,7 @@ def test_any_failure_ends_the_capture_process(tmp_path):
     assert not alive(failed["worker"]["pid"])
 
 
+@pytest.mark.slow
 def test_unsupported_backends_are_recorded_alike_in_a_reused_process(tmp_path, fresh_capture):
     fresh, _, _ = fresh_capture("sdpa_cudnn")  # run_isolated: a fresh process
     a = in_worker(tmp_path, spec("sdpa_efficient"), "a")
@@ -135,6 +139,7 @@ def test_unsupported_backends_are_recorded_alike_in_a_reused_process(tmp_path, f
 
 
 @pytest.mark.parametrize("crash,signame", [("abort", "SIGABRT")])
+@pytest.mark.slow
 def test_crash_in_the_worker_is_a_recorded_failure(tmp_path, crash, signame):
     rec = in_worker(tmp_path, spec("naive", _test_crash=crash))
     assert rec["status"] == "failed" and rec["reason"].startswith(f"capture process killed by {signame}")
@@ -142,11 +147,13 @@ def test_crash_in_the_worker_is_a_recorded_failure(tmp_path, crash, signame):
     assert in_worker(tmp_path, spec("naive"), "d")["status"] == "ok"  # a fresh process serves the next one
 
 
+@pytest.mark.slow
 def test_timeout_in_the_worker_is_a_recorded_failure(tmp_path):
     rec = in_worker(tmp_path, spec("naive", _test_sleep_s=60), timeout_s=2)
     assert rec["status"] == "failed" and rec["reason"].startswith("capture timed out after 2 s")
 
 
+@pytest.mark.slow
 def test_capture_process_killed_from_outside_is_interrupted(tmp_path):
     pid_file = tmp_path / "child.pid"
     killer = threading.Thread(target=lambda: os.kill(wait_for_pid(pid_file), signal.SIGKILL), daemon=True)
@@ -163,6 +170,7 @@ CLIENT = ("import json, sys; from pathlib import Path; from attnprof.runtime.wor
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.slow
 def test_killed_job_stops_its_capture(tmp_path, sig):
     """A Snakemake job killed mid-capture: the capture stops with it, so the next job's capture
     never overlaps it, and no status is left behind."""
