@@ -196,7 +196,8 @@ _NAMED = "ATTNPROF_TESTS_NAMED"
 
 def pytest_configure(config):
     """Tests named on the command line (a file, a node id) run whatever their tier: the default ``-m 'not slow'``
-    applies to a ``pytest`` without test names or its own ``-m`` only, so that ``pytest tests/test_worker.py`` runs that file's slow tests too."""
+    applies only to a ``pytest`` without test names or an ``-m`` of its own, so that ``pytest tests/test_worker.py``
+    runs that file's slow tests too."""
     if config.option.markexpr != "not slow":
         return
     if hasattr(config, "workerinput"):
