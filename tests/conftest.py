@@ -151,9 +151,11 @@ SLOW_FIXTURES = {"run_dir", "workspace", "fresh_capture", "rendered_h200", "own_
 
 
 def is_slow(item) -> bool:
-    """Whether ``item`` belongs to the slow tier: marked ``slow`` or ``workflow``, or using a :data:`SLOW_FIXTURES` one."""
+    """Whether ``item`` belongs to the slow tier: marked ``slow`` or ``workflow``, or using a :data:`SLOW_FIXTURES` one
+    (a parametrize argument of the same name is no use of the fixture: it replaces it)."""
+    params = set(item.callspec.params) if hasattr(item, "callspec") else set()
     return bool(item.get_closest_marker("slow") or item.get_closest_marker("workflow")
-                or SLOW_FIXTURES & set(item.fixturenames))
+                or SLOW_FIXTURES & (set(item.fixturenames) - params))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -214,8 +216,9 @@ def pytest_terminal_summary(terminalreporter, config):
     """Say how to run the tests that the default ``-m 'not slow'`` left out, so that nobody takes the quick tier for
     the whole suite."""
     if config.option.markexpr == "not slow":  # (the count is not known here: xdist's workers deselect)
-        terminalreporter.write_line("the quick tier: the slow one (Snakemake runs, capture processes, kills, compiles, "
-                                    "whole-report PDFs) was left out; `python -m pytest -m slow` runs it, CI runs both")
+        terminalreporter.write_line("the quick tier only: slow tests (Snakemake runs, capture processes, kills, compiles, "
+                                    "whole-report PDFs) were left out; the same command with `-m slow` runs them, CI runs "
+                                    "both tiers")
 
 
 # --- mutation testing (mutmut 3: pyproject [tool.mutmut], benchmarks/mutation.py) -----------------
