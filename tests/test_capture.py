@@ -69,6 +69,7 @@ def test_missing_gpu_is_recorded_not_raised(tmp_path):
     assert all(rec["phases"][n]["status"] == "skipped" for n in PHASES[1:])
 
 
+@pytest.mark.slow
 def test_timeout_becomes_failed(tmp_path):
     rec = run_isolated(spec("naive"), tmp_path / "t.json.gz", tmp_path / "s.json", timeout_s=0.05)
     assert rec["status"] == "failed" and "timed out" in rec["reason"]

@@ -107,6 +107,7 @@ def test_queued_captures_are_served_round_by_round_each_round_in_a_fresh_process
     assert [records[n]["repeat"] for n in order] == [1, 1, 2, 2]
 
 
+@pytest.mark.slow
 def test_timing_quartiles_and_budget(tmp_path):
     rec = in_worker(tmp_path, spec("naive", timing={"repeats": 40, "input_sets": 2, "budget_s": 1e-9, "min_repeats": 4}))
     t = rec["timing"]
