@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -189,6 +190,60 @@ def pytest_collection_modifyitems(config, items):
                     break
                 item._id = NodeId.parse(f"{item.nodeid}@{group}")
     return result
+
+
+#: Modules whose process is a capture (a torch import and a profiler start): a quick-tier test must not start one.
+CAPTURE_MODULES = ("attnprof.runtime.worker", "attnprof.runtime.isolation")
+#: Snakemake options that run no job: the only Snakemake calls a quick-tier test may make (a parse, a plan).
+NO_JOB_OPTIONS = ("-n", "--dry-run", "--dryrun", "--lint", "--list-rules", "--summary")
+
+
+def slow_start(args) -> str | None:
+    """What makes the command ``args`` (a list, as ``subprocess.Popen`` takes it, or a string) a slow-tier start, or
+    None: ``python -m`` of a :data:`CAPTURE_MODULES` module, or Snakemake (``-m snakemake`` or its executable) without
+    one of :data:`NO_JOB_OPTIONS`."""
+    words = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
+    modules = {b for a, b in zip(words, words[1:]) if a == "-m"} | {w[2:] for w in words if w.startswith("-m") and len(w) > 2}
+    for module in CAPTURE_MODULES:
+        if module in modules:
+            return f"a capture process ({module})"
+    runs_snakemake = "snakemake" in modules or bool(words) and Path(words[0]).name == "snakemake"
+    if runs_snakemake and not set(words) & set(NO_JOB_OPTIONS):
+        return "Snakemake with jobs"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _quick_tier_guard(request, monkeypatch):
+    """In a quick-tier test (not marked ``slow``), starting a capture process or Snakemake with jobs fails the test
+    with what to do, before anything starts: the quick tier stays quick by a rule, not by a stopwatch."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(what: str, args) -> None:
+        shown = " ".join(map(str, args))[:160] if isinstance(args, (list, tuple)) else str(args)[:160]
+        pytest.fail(f"{request.node.nodeid} starts {what} ({shown}) but is not in the slow tier: mark it "
+                    "@pytest.mark.slow (docs/contributing.md, 'Tests and lint')", pytrace=False)
+
+    popen_init = subprocess.Popen.__init__
+
+    def guarded_popen(self, args, *a, **k):
+        what = slow_start(args)
+        if what:
+            refuse(what, args)
+        popen_init(self, args, *a, **k)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded_popen)
+    import snakemake_cli  # the tests' Snakemake runner (a fork server): its arguments are Snakemake's own
+
+    cli_run = snakemake_cli.run
+
+    def guarded_run(args, *a, **k):
+        if not set(map(str, args)) & set(NO_JOB_OPTIONS):
+            refuse("Snakemake with jobs", ["snakemake", *args])
+        return cli_run(args, *a, **k)
+
+    monkeypatch.setattr(snakemake_cli, "run", guarded_run)
 
 
 #: Set by the controlling pytest process for its xdist workers, which parse the command line again and cannot tell
