@@ -87,6 +87,7 @@ from pathlib import Path
 
 from attnprof.measure.env import host_load
 from attnprof.measure.lock import device_lock
+from attnprof.model.gpus import bare_uuid
 from attnprof.model.names import backward_range_name
 from attnprof.model.variants import COMPILED, CONTROL, Shape, runs_on
 from attnprof.measure.forwards import gradient_relative_errors, make_forward, relative_error, torch_dtype
@@ -610,7 +611,7 @@ def gpu_record(assigned: dict | None) -> tuple[dict, str | None]:
            "torch_uuid": seen or None, "torch_name": props.name}
     uuid = (assigned or {}).get("uuid") or ""
     if uuid and seen and not uuid.upper().startswith("MIG-"):
-        if uuid.lower().removeprefix("gpu-") != seen.lower().removeprefix("gpu-"):
+        if bare_uuid(uuid) != bare_uuid(seen):
             return rec, (f"the capture's job holds GPU {uuid} ({assigned.get('name')}), but cuda:0 in its process is "
                          f"GPU-{seen} ({props.name}): CUDA_VISIBLE_DEVICES did not reach the capture process")
     return rec, None

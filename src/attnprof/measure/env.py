@@ -37,14 +37,14 @@ def detect_gpu() -> str | None:
 
     try:
         gpus = visible_gpus(node_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
-    except ValueError:  # GPU rows in another format: the run id names the first GPU nvidia-smi lists by name
-        rows = [r for r in _nvidia_smi("name") if r and not r.lower().startswith(("no devices", "nvidia-smi has failed"))]
-        return rows[0] if rows else None
-    named = [g.name for g in gpus if g.name]  # a MIG instance has no model of its own in nvidia-smi's list
-    if gpus and not named:
-        rows = _nvidia_smi("name")
-        return rows[0] if rows else None
-    return named[0] if named else None
+    except ValueError:  # GPU rows in another format
+        gpus = None
+    named = [g.name for g in gpus or [] if g.name]  # a MIG instance has no model of its own in nvidia-smi's list
+    if named or gpus == []:
+        return named[0] if named else None
+    # rows in another format, or MIG instances only: the first GPU nvidia-smi lists by name
+    rows = [r for r in _nvidia_smi("name") if r and not r.lower().startswith(("no devices", "nvidia-smi has failed"))]
+    return rows[0] if rows else None
 
 
 def package_version(name: str) -> str | None:

@@ -49,13 +49,23 @@ def parse_nvidia_smi(text: str) -> list[Gpu]:
     return gpus
 
 
+def bare_uuid(uuid) -> str:
+    """A GPU UUID as UUIDs are compared here: lower case, without nvidia-smi's 'GPU-' (torch reports it without;
+    CUDA_VISIBLE_DEVICES and the config key ``gpus`` take either)."""
+    return str(uuid).lower().removeprefix("gpu-")
+
+
+def names_gpu(prefix, gpu: Gpu) -> bool:
+    """Whether ``prefix`` (a UUID or its beginning, with or without 'GPU-', any case) names ``gpu``; an empty one
+    names none."""
+    key = bare_uuid(prefix)
+    return bool(key) and bare_uuid(gpu.uuid).startswith(key)
+
+
 def _matches(entry: str, gpu: Gpu) -> bool:
     """Whether one entry of CUDA_VISIBLE_DEVICES names ``gpu``: its index, or its UUID or a unique prefix of it, with
     or without 'GPU-' (as CUDA reads it)."""
-    if entry.isdigit():
-        return int(entry) == gpu.index
-    uuid = gpu.uuid.lower().removeprefix("gpu-")
-    return uuid.startswith(entry.lower().removeprefix("gpu-"))
+    return int(entry) == gpu.index if entry.isdigit() else names_gpu(entry, gpu)
 
 
 def visible_gpus(gpus: list[Gpu], cuda_visible_devices: str | None) -> list[Gpu]:
@@ -97,8 +107,7 @@ def select_gpus(visible: list[Gpu], choice) -> list[Gpu]:
         if isinstance(entry, int) and not isinstance(entry, bool):
             found = [visible[entry]] if 0 <= entry < len(visible) else []
         else:
-            key = str(entry).lower().removeprefix("gpu-")
-            found = [g for g in visible if g.uuid.lower().removeprefix("gpu-").startswith(key)] if key else []
+            found = [g for g in visible if names_gpu(entry, g)]
         if len(found) != 1:
             what = "names no visible GPU" if not found else f"names {len(found)} GPUs"
             raise ValueError(f"gpus: {entry!r} {what}; the visible GPUs are {listed}\n  fix: gpus: all, or a list "
