@@ -6,30 +6,18 @@ with script_log(sm.log[0]) as log:
     import json
     from pathlib import Path
 
+    from attnprof.measure.calibrate import calibrate
     from attnprof.measure.gpus import job_environ
+    from attnprof.runtime.worker import call_where_captures_run
 
     p = sm.params
     interp = dict(getattr(p, "interpreter", None) or {})  # an A/B run's environment (config environments)
-    # on one of the run's GPUs, held as a capture holds it (several GPUs: the first free one), pinned by its UUID
+    # on one of the run's GPUs, held as a capture holds it (several GPUs: the first free one), pinned by its UUID, in
+    # the process the captures use
     with job_environ(p.device, sm.resources, interp.get("env"), say=lambda m: print(f"attnprof: {m}", file=log)) as (gpu, env):
-        args = [p.device, gpu.as_dict() if gpu is not None else None]
-        if p.mode == "worker":  # on the device the captures use, in the same warm process
-            from attnprof.runtime.worker import call_in_worker
-
-            result = call_in_worker(p.device, "attnprof.measure.calibrate:calibrate", args, idle_s=sm.resources.worker_idle_s,
-                                    worker_log=Path(sm.log[0]).parent / "capture_worker.log", python=interp.get("python"),
-                                    env=env)
-        elif interp:
-            from attnprof.measure.env import call_in_interpreter
-
-            result = call_in_interpreter(interp["python"], env, "attnprof.measure.calibrate:calibrate", args)
-        else:
-            import os
-
-            os.environ.update(env or {})  # before torch is imported in this job process: cuda:0 is the GPU held
-            from attnprof.measure.calibrate import calibrate
-
-            result = calibrate(*args)
+        result = call_where_captures_run(calibrate, [p.device, gpu.as_dict() if gpu is not None else None], p.mode,
+                                         p.device, sm.resources.worker_idle_s,
+                                         Path(sm.log[0]).parent / "capture_worker.log", interp.get("python"), env)
     with open(sm.output[0], "w") as fh:
         json.dump(result, fh, indent=2, sort_keys=True)
     print(json.dumps(result), file=log)

@@ -71,7 +71,7 @@ import time
 from pathlib import Path
 
 from attnprof.measure.capture import log
-from attnprof.measure.env import interpreter_environ, torch_build, torch_build_of
+from attnprof.measure.env import call_in_interpreter, interpreter_environ, torch_build, torch_build_of
 from attnprof.model.variants import Shape, ends_capture_process
 from attnprof.runtime.isolation import (
     INTERRUPT_SIGNALS,
@@ -312,6 +312,23 @@ def call_in_worker(device: str, target: str, args: list | None = None, timeout_s
     if "error" in msg:
         raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
     return msg["result"]
+
+
+def call_where_captures_run(function, args: list, mode: str, device: str, idle_s: float, worker_log: Path,
+                            python: str | None = None, env: dict | None = None):
+    """Call ``function`` (one of :data:`CALLS`: the environment record, the calibration) with ``args`` (JSON values)
+    where the run's captures run, and return its JSON result: in the warm capture worker (``mode`` 'worker',
+    :func:`call_in_worker`); else in a fresh process of an A/B environment's Python (``python``,
+    :func:`attnprof.measure.env.call_in_interpreter`); else in this job process, with ``env`` set first (before torch
+    is imported here: ``cuda:0`` is then the GPU ``env`` pins). ``env``: the variables over the process's environment
+    (an A/B environment's, the pinned GPU). Raises as those calls do."""
+    target = f"{function.__module__}:{function.__name__}"
+    if mode == "worker":
+        return call_in_worker(device, target, args, idle_s=idle_s, worker_log=worker_log, python=python, env=env)
+    if python:
+        return call_in_interpreter(python, env, target, args)
+    os.environ.update(env or {})
+    return function(*args)
 
 
 def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, answer_s: float,
