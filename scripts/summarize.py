@@ -17,7 +17,7 @@ with script_log(sm.log[0]) as log:
     from attnprof.analysis.backward import backward_summary
     from attnprof.model.names import CAPTURE_FILES
     from attnprof.analysis.records import ENV_CHECK_KEYS, STATUS_KEYS, check_capture_record, load_env, load_record
-    from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, summary_row
+    from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, repeat_noise, summary_row
 
     # the run's env.json: an input of the rule where it names one, else results/<run>/env.json when it is there
     env_path = getattr(sm.input, "env", None)
@@ -44,9 +44,15 @@ with script_log(sm.log[0]) as log:
         per_pair.setdefault((row["variant"], row["shape_key"]), []).append(row)
         # when the capture began (Unix s): what tells an A/B run's rounds were captured interleaved (compare)
         started[(row["variant"], row["shape_key"], row["repeat"])] = status.get("capture_started_at") or status.get("started_at")
-    repeats = [{**r, "started_at": started[(r["variant"], r["shape_key"], r["repeat"])]} for rows in per_pair.values() for r in rows]
+    for rows in per_pair.values():
+        for r in rows:
+            r["started_at"] = started[(r["variant"], r["shape_key"], r["repeat"])]
+    repeats = [r for rows in per_pair.values() for r in rows]
     pd.DataFrame(repeats, columns=REPEAT_COLUMNS).to_csv(sm.output.repeats, index=False)
-    summary = [combine_repeats(rows, sm.params.confidence) for rows in per_pair.values()]
+    # the between-process noise pooled over each variant's shapes (attnprof.analysis.stats.pool_noise)
+    noise = repeat_noise(per_pair)
+    expected = int((env or {}).get("config", {}).get("repeats") or 0) or None
+    summary = [combine_repeats(rows, sm.params.confidence, noise[key], expected) for key, rows in per_pair.items()]
     derive_columns(pd.DataFrame(summary)).to_csv(sm.output.summary, index=False)  # and the declared formulas (GB/s)
     frames = [pd.read_csv(p) for p in sm.input.kernels]
     concat_tables(frames).to_csv(sm.output.kernels, index=False)

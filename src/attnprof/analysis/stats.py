@@ -1,60 +1,102 @@
-"""Statistics of repeated captures: the between-run interval of a time, and the change verdict of a ratio.
+"""Statistics of repeated captures: the noise model, the rerun interval of a time, and the verdict of a ratio.
 
-A *repeat* is one independent capture of a (variant, shape): its own capture process round, trace and
+A *repeat* is one independent capture of a (variant, shape), a *cell*: its own capture process round, trace and
 tables (config ``repeats``). Each repeat gives one number per time, the median over its profiled forwards
-(the *repeat median*, ms). The forwards of one capture share the process, the CUDA context, the
-allocations and the library plans, so their spread (the within-capture min-max or IQR) says nothing about
-what a rerun draws again; only the spread *between* repeats does (pyperf, asv and Chromium's Pinpoint
-repeat whole processes for the same reason).
+(the *repeat median*, ms). The forwards of one capture share the process, the CUDA context, the allocations
+and the library plans, so their spread says nothing about what a rerun draws again; only the spread *between*
+repeats does (pyperf, asv and Chromium's Pinpoint repeat whole processes for the same reason).
 
-Both functions work on the logarithms of the repeat medians: times are positive and their run-to-run
-changes multiplicative (a clock or a plan a few per cent off), and a ratio's interval is then the exponent
-of a difference's interval. With the 3-10 repeats that a report can afford, they use Student's t rather
-than a bootstrap: a percentile bootstrap of 3 values cannot reach outside their min-max and undercovers.
+Everything works on the logarithms of the repeat medians: times are positive and their run-to-run changes
+multiplicative, and a ratio's interval is then the exponent of a difference's interval.
 
-* :func:`between_run_interval`: a *prediction* interval for the median a rerun with as many repeats will
-  report (not a confidence interval of the mean: a reader wants to know what a rerun holds). The rerun
-  states the median of its ``n`` repeat medians; around the mean of the ``n`` observed log values its
-  variance is ``s**2 * (1/n + k/n)``, k = :data:`MEDIAN_VARIANCE` (a median of n varies about pi/2 times as
-  much as a mean), so the interval is ``exp(mean ± t_{(1+c)/2, n-1} * s * sqrt((1 + k)/n))`` (the
-  prediction interval for a future mean, Hahn & Meeker, *Statistical Intervals*, 2nd ed., 2017, sec. 4.6,
-  with the future mean's variance replaced by the median's; Student's t assumes the log medians are
-  roughly normal). tests/test_stats.py checks its coverage by simulation.
-* :func:`compare_ratio`: Welch's t interval for the ratio of two result sets' geometric-mean repeat
-  medians, and the verdict *changed* / *same* / *inconclusive* against a practical threshold: changed when
-  the interval excludes 1 and the ratio lies beyond ``1 ± threshold``; same when the whole interval lies
-  within ``1 ± threshold`` (an equivalence test: two one-sided tests at the same level, Schuirmann 1987);
-  inconclusive otherwise, with the repeats per side that would decide it at the same spread.
-* :func:`compare_paired`: the same verdict for two environments of one A/B run (config ``environments``), whose
-  captures alternate round by round on one device: the geometric mean of the per-round ratios with a paired t
-  interval, which takes out the drift the two share.
+**The noise model** (:func:`pool_noise`). Three repeats give a cell's spread 2 degrees of freedom (t multiplier
+4.30): too few to decide anything. The between-process variance of the log medians is therefore *pooled* over
+the cells of one variant (its shapes, and in a compare both result sets): ``s_p**2 = sum (n_i - 1) s_i**2 /
+sum (n_i - 1)`` with ``sum (n_i - 1)`` degrees of freedom (the pooled variance of one-way ANOVA). A cell whose own
+variance is larger than the others' pool beyond chance (one-sided F test, :data:`HETEROGENEITY_ALPHA`; e.g. a
+cell whose processes land in two modes) keeps its own variance and degrees of freedom.
+
+**Which rerun.** The interval of a result set (:func:`between_run_interval`) is for a rerun *on the same machine
+in the same sitting* (a sitting: one stretch of time on one machine). Between sittings a whole block of cells
+moves together (clocks, the GPU drawn, temperature): measured on the H200, :data:`SITTING_SD`. A comparison of
+result sets from different sittings (:func:`compare_ratio` with ``sitting_sd``) adds ``2 * sitting_sd**2`` to the
+variance of the log ratio; the paired rounds of one A/B run (:func:`compare_paired`) share their sitting and
+keep the within-sitting noise.
+
+**The verdict** (:func:`judge`) answers "more than X?" for the practical threshold X (``threshold``; in logs
+``theta = ln(1 + X)``): *slower*/*faster* "by more than X" when the whole 95 % interval of the log ratio lies
+beyond ``±theta``; *same* "within X" when the 90 % interval lies inside ``[-theta, theta]`` (two one-sided tests
+at 5 % each, Schuirmann 1987); otherwise *inconclusive* (undetermined), with the rounds per side at which the rule
+would decide with :data:`POWER` (:func:`rounds_needed`). :func:`joint_control` controls the rows of one compare
+jointly (Benjamini-Hochberg at 5 % on the rows' p values for "beyond X", scipy.stats.false_discovery_control) and
+:func:`false_alarm_probability` gives each row's chance of a false "changed" if nothing changed, whose sum a
+compare states.
+
+**Host (CPU) times** are not given a parametric interval (:func:`host_range`): a capture's forwards are one draw of
+the host's state, and a handful of draws spread over an order of magnitude. They are stated as the median over
+captures, the floor (the lowest capture median) and the min-max range, whose distribution-free coverage of one
+new capture is ``(n - 1)/(n + 1)`` (order statistics: the new draw is equally likely to take any of the n + 1
+ranks).
+
+docs/statistics.md states the rule's false-alarm rate and power, measured by simulating this exact code
+(tests/test_stats.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
+import numpy as np
+from scipy import optimize as _opt
 from scipy import stats as _st
 
-#: Confidence level of the between-run interval and of the change verdict's ratio interval.
+#: Confidence level of the rerun interval and of a ratio's interval.
 CONFIDENCE = 0.95
+#: Confidence level of the equivalence ("same within X") interval: two one-sided tests at 5 % each.
+EQUIVALENCE_CONFIDENCE = 0.90
+#: Power at which :func:`rounds_needed` and :func:`detectable_change` plan.
+POWER = 0.8
+#: Level of the one-sided F test at which a cell keeps its own, larger variance instead of the pool.
+HETEROGENEITY_ALPHA = 0.01
+#: Rate at which :func:`joint_control` keeps the false "changed" rows among a compare's rows (Benjamini-Hochberg).
+FALSE_DISCOVERY_RATE = 0.05
+#: Standard deviation of a sitting's shift of a log time (a sitting: one stretch of time on one machine). Calibrated
+#: on the H200 from an A/A across sittings: the committed default sweep against a new one of the same build on
+#: another day (benchmarks/sittings_h200.json; docs/statistics.md).
+SITTING_SD = 0.006
 #: Variance of the median of n normal values over the variance of their mean: pi/2 for large n (the median's
 #: asymptotic relative efficiency is 2/pi; e.g. Kenney & Keeping, Mathematics of Statistics, 1962, sec. 13.13),
 #: 1.35 at n = 3; the larger value keeps the rerun interval at or above its stated level for every n.
 MEDIAN_VARIANCE = math.pi / 2
-#: Most repeats :func:`compare_ratio` suggests; beyond this it says "more than".
+#: Most rounds :func:`rounds_needed` suggests; beyond this it says "more than".
 MAX_REPEATS_SUGGESTED = 50
+#: Words for the rerun a result set's interval is for.
+SAME_SITTING = "same machine, same sitting"
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The between-process noise of one cell's log repeat medians: ``sd`` (standard deviation of the log
+    medians, about the relative standard deviation between repeats), ``df`` (its degrees of freedom),
+    ``cells`` (how many cells it was pooled over; 1 for a cell's own) and ``own`` (True when the cell kept its
+    own variance because it is larger than the pool's: :func:`pool_noise`)."""
+
+    sd: float
+    df: float
+    cells: int = 1
+    own: bool = True
 
 
 def _kept(values: Sequence[float | None]) -> list[float]:
-    """The values that are times: None and NaN left out; ValueError for one <= 0."""
+    """The values that are times: None and NaN left out; ValueError for one <= 0 or infinite."""
     out = []
     for v in values:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             continue
-        if v <= 0:
-            raise ValueError(f"repeat medians must be positive times, got {v!r}")
+        if not v > 0 or math.isinf(v):
+            raise ValueError(f"repeat medians must be positive, finite times, got {v!r}")
         out.append(float(v))
     return out
 
@@ -63,92 +105,254 @@ def _logs(values: Sequence[float | None]) -> list[float]:
     return [math.log(v) for v in _kept(values)]
 
 
-def between_run_interval(medians: Sequence[float | None], confidence: float = CONFIDENCE) -> dict:
-    """Between-run statistics of one time from its repeat medians.
+def _spread(logs: Sequence[float]) -> tuple[float, int] | None:
+    """(sample variance, degrees of freedom) of ``logs``; None for fewer than 2 values."""
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = sum(logs) / n
+    return sum((x - mean) ** 2 for x in logs) / (n - 1), n - 1
 
-    medians: the median time per forward (any unit, > 0) of each repeat; None/NaN entries (a repeat
-    without that time) are left out. Returns ``{"n", "center", "lo", "hi", "rel_sd"}``: n, the repeats
-    counted; center, the median of the repeat medians (the number a report states); lo and hi, the
-    prediction interval at ``confidence`` for the median a rerun with n repeats will state (module
-    docstring; None when n < 2: one repeat has no between-run spread); rel_sd, the standard deviation of
-    the log medians (about the relative standard deviation between repeats; None when n < 2).
-    Raises ValueError for a median <= 0."""
+
+def _pool(spreads: Sequence[tuple[float, int]]) -> tuple[float, int] | None:
+    """The pooled (variance, df) of ``spreads`` [(variance, df)]: the df-weighted mean variance; None when empty."""
+    df = sum(d for _, d in spreads)
+    return (sum(v * d for v, d in spreads) / df, df) if df else None
+
+
+def _larger_than_pool(spread: tuple[float, int], rest: tuple[float, int] | None, alpha: float) -> bool:
+    """True when ``spread``'s variance exceeds the pool ``rest`` beyond chance: one-sided F test at ``alpha``."""
+    if rest is None:
+        return False
+    (v, d), (vr, dr) = spread, rest
+    if vr == 0:
+        return v > 0
+    return float(_st.f.sf(v / vr, d, dr)) < alpha
+
+
+def pool_noise(cells: Mapping[Hashable, Sequence[float | None]], alpha: float = HETEROGENEITY_ALPHA) -> dict:
+    """The noise of each cell of one pool (the cells of one variant: its shapes, and in a compare both sides).
+
+    cells: {key: the cell's repeat medians (any unit, > 0; None/NaN left out)}, or for a paired compare the
+    per-round ratios. Returns {key: :class:`Noise` | None}: a cell whose variance exceeds the pool of the
+    others beyond chance (one-sided F test at ``alpha``, scipy.stats.f) keeps its own (``own`` True); every
+    other cell, one of a single repeat included, gets the pool of the cells not kept apart (module docstring).
+    None for a cell with neither (no cell of the pool has 2 repeats). ValueError for a median <= 0."""
+    spreads = {k: s for k, v in cells.items() if (s := _spread(_logs(v))) is not None}
+    apart = {k for k, s in spreads.items()
+             if _larger_than_pool(s, _pool([t for j, t in spreads.items() if j != k]), alpha)}
+    pooled_from = [s for k, s in spreads.items() if k not in apart]
+    pool = _pool(pooled_from)
+    out = {}
+    for k in cells:
+        if k in apart:
+            out[k] = Noise(math.sqrt(spreads[k][0]), spreads[k][1], 1, True)
+        elif pool is not None:
+            out[k] = Noise(math.sqrt(pool[0]), pool[1], len(pooled_from), len(pooled_from) == 1 and k in spreads)
+        else:
+            out[k] = None
+    return out
+
+
+def _t(q: float, df: float) -> float:
+    return float(_st.t.ppf(q, df))
+
+
+def between_run_interval(medians: Sequence[float | None], confidence: float = CONFIDENCE, noise: Noise | None = None) -> dict:
+    """Between-run statistics of one time from its repeat medians: the interval a rerun's median will hold on the
+    same machine in the same sitting (:data:`SAME_SITTING`).
+
+    medians: the median time per forward (any unit, > 0) of each repeat; None/NaN entries (a repeat without that
+    time) are left out. noise: the cell's :class:`Noise` from :func:`pool_noise` (default: its own repeats'
+    spread). Returns ``{"n", "center", "lo", "hi", "rel_sd", "df"}``: n, the repeats counted; center, the median
+    of the repeat medians (the number a report states); lo and hi, the prediction interval at ``confidence``
+    for the median a rerun with n repeats will state: ``exp(mean ± t_{(1+c)/2, df} * sd * sqrt((1 + k)/n))``, k
+    = :data:`MEDIAN_VARIANCE` (Hahn & Meeker, *Statistical Intervals*, 2nd ed., 2017, sec. 4.6, with the future
+    mean's variance replaced by the median's), None without a spread; rel_sd and df: the noise's sd of the log
+    medians and its degrees of freedom (None without). Raises ValueError for a median <= 0."""
     kept = sorted(_kept(medians))  # the stated center is one of the values (or the mean of two), never exp(log(x))
     logs = [math.log(v) for v in kept]
     n = len(logs)
+    out = {"n": n, "center": None, "lo": None, "hi": None, "rel_sd": None, "df": None}
     if n == 0:
-        return {"n": 0, "center": None, "lo": None, "hi": None, "rel_sd": None}
-    center = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
-    if n < 2:
-        return {"n": 1, "center": center, "lo": None, "hi": None, "rel_sd": None}
+        return out
+    out["center"] = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
+    if noise is None:
+        own = _spread(logs)
+        noise = None if own is None else Noise(math.sqrt(own[0]), own[1])
+    if noise is None:
+        return out
     mean = sum(logs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    # the observed mean's variance s**2/n plus the rerun's median's, about pi/2 times a mean's (module docstring)
-    half = float(_st.t.ppf((1 + confidence) / 2, n - 1)) * sd * math.sqrt((1 + MEDIAN_VARIANCE) / n)
+    half = _t((1 + confidence) / 2, noise.df) * noise.sd * math.sqrt((1 + MEDIAN_VARIANCE) / n)
     # the stated center must lie inside what is stated to hold
-    return {"n": n, "center": center, "lo": min(math.exp(mean - half), center), "hi": max(math.exp(mean + half), center),
-            "rel_sd": sd}
+    out.update(lo=min(math.exp(mean - half), out["center"]), hi=max(math.exp(mean + half), out["center"]),
+               rel_sd=noise.sd, df=noise.df)
+    return out
+
+
+def host_range(medians: Sequence[float | None]) -> dict:
+    """Host (CPU) time of one cell over its captures, without a parametric interval (module docstring).
+
+    medians: each capture's median host time per forward (any unit, > 0; None/NaN left out). Returns ``{"n",
+    "center", "floor", "lo", "hi", "coverage"}``: center, the median over captures; floor = lo, the lowest
+    capture median; hi, the highest; coverage, the chance that one new capture's median falls in [lo, hi],
+    ``(n - 1)/(n + 1)`` for n i.i.d. draws of any continuous distribution (None below 2 captures)."""
+    kept = sorted(_kept(medians))
+    n = len(kept)
+    if n == 0:
+        return {"n": 0, "center": None, "floor": None, "lo": None, "hi": None, "coverage": None}
+    center = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
+    return {"n": n, "center": center, "floor": kept[0], "lo": kept[0] if n > 1 else None, "hi": kept[-1] if n > 1 else None,
+            "coverage": (n - 1) / (n + 1) if n > 1 else None}
+
+
+def false_alarm_probability(se: float, df: float, threshold: float, confidence: float = CONFIDENCE) -> float:
+    """Chance that :func:`judge` calls a row slower or faster by more than ``threshold`` when nothing changed
+    (log ratio 0), for a row whose log ratio has standard error ``se`` with ``df`` degrees of freedom: the
+    statistic ``(d - theta)/se_hat`` is noncentral t with noncentrality ``-theta/se`` (scipy.stats.nct), and the
+    rule fires when it exceeds ``t_{(1+c)/2, df}``; both directions. 0 for se = 0 and threshold > 0."""
+    theta = math.log1p(threshold)
+    if se <= 0:
+        return 0.0 if theta > 0 else 1.0
+    return 2 * float(_st.nct.sf(_t((1 + confidence) / 2, df), df, -theta / se))
+
+
+def power_changed(change: float, se: float, df: float, threshold: float, confidence: float = CONFIDENCE) -> float:
+    """Chance that :func:`judge` calls a true relative change ``change`` (ratio - 1, > 0 slower) "by more than
+    ``threshold``", for a row of standard error ``se`` (log ratio) and ``df`` degrees of freedom: noncentral t
+    as in :func:`false_alarm_probability`, noncentrality ``(|ln(1 + change)| - theta)/se``."""
+    theta = math.log1p(threshold)
+    d = abs(math.log1p(change))
+    if se <= 0:
+        return 1.0 if d > theta else 0.0
+    return float(_st.nct.sf(_t((1 + confidence) / 2, df), df, (d - theta) / se))
+
+
+def judge(d: float, se: float, df: float, threshold: float, confidence: float = CONFIDENCE) -> dict:
+    """The verdict on a log ratio ``d`` (b over a) of standard error ``se`` with ``df`` degrees of freedom against
+    the practical threshold ``threshold`` (a fraction; module docstring). Returns ``{"verdict", "lo", "hi",
+    "lo90", "hi90", "p", "false_alarm", "why"}``: lo/hi the ratio's interval at ``confidence``, lo90/hi90 at
+    :data:`EQUIVALENCE_CONFIDENCE`; p the one-sided p value of "beyond X in the direction observed" doubled (the
+    row's p for :func:`joint_control`; p < 1 - confidence exactly when the interval lies beyond X)."""
+    theta = math.log1p(threshold)
+    pct = f"{100 * threshold:g} %"
+    half = _t((1 + confidence) / 2, df) * se
+    half90 = _t((1 + EQUIVALENCE_CONFIDENCE) / 2, df) * se
+    out = {"lo": math.exp(d - half), "hi": math.exp(d + half), "lo90": math.exp(d - half90), "hi90": math.exp(d + half90),
+           "false_alarm": false_alarm_probability(se, df, threshold, confidence)}
+    if se > 0:
+        out["p"] = min(1.0, 2 * float(_st.t.sf((abs(d) - theta) / se, df)))
+    else:
+        out["p"] = 0.0 if abs(d) > theta else 1.0
+    if d - half > theta or d + half < -theta:
+        out.update(verdict="slower" if d > 0 else "faster",
+                   why=f"{'slower' if d > 0 else 'faster'} by more than {pct}: the whole {confidence:.0%} interval lies beyond")
+    elif -theta <= d - half90 and d + half90 <= theta:
+        out.update(verdict="same", why=f"the same within {pct}: the {EQUIVALENCE_CONFIDENCE:.0%} interval lies inside")
+    else:
+        out.update(verdict="inconclusive",
+                   why=f"undetermined: the {confidence:.0%} interval ({out['lo']:.3f}-{out['hi']:.3f}) neither lies beyond "
+                       f"±{pct} nor, at {EQUIVALENCE_CONFIDENCE:.0%}, inside it")
+    return out
+
+
+def rounds_needed(d: float, var_a: float, var_b: float, n: int, df: float, threshold: float, sitting_var: float = 0.0,
+                  paired: bool = False, power: float = POWER, confidence: float = CONFIDENCE) -> int | None:
+    """Rounds per side at which :func:`judge` decides an undetermined row with chance ``power``, if the log ratio
+    is ``d`` and the log variances per round ``var_a``/``var_b`` (paired: ``var_a`` is the paired differences'
+    and ``var_b`` is ignored) stay as estimated: the smallest m in n+1 .. :data:`MAX_REPEATS_SUGGESTED` whose
+    standard error ``sqrt((var_a + var_b)/m + 2*sitting_var)`` (paired: ``sqrt(var_a/m)``) and degrees of
+    freedom ``df + (m - n)`` (each added round adds one) give the rule that power, aiming at "changed" when
+    ``|d|`` lies beyond ``ln(1 + threshold)`` and at "same" otherwise (noncentral t: scipy.stats.nct).
+    ``MAX_REPEATS_SUGGESTED + 1`` ("more than that") when none does, among them when the sitting term alone is
+    too wide; None when ``d`` is at the threshold itself (no number of rounds decides it)."""
+    theta = math.log1p(threshold)
+    margin = abs(abs(d) - theta)
+    if margin == 0:
+        return None
+    changed = abs(d) > theta
+    m = np.arange(n + 1, MAX_REPEATS_SUGGESTED + 1)
+    se = np.sqrt(var_a / m) if paired else np.sqrt((var_a + var_b) / m + 2 * sitting_var)
+    if not se.all():
+        return n + 1
+    dfm = df + (m - n)
+    crit = _st.t.ppf((1 + (confidence if changed else EQUIVALENCE_CONFIDENCE)) / 2, dfm)
+    enough = np.flatnonzero(_st.nct.sf(crit, dfm, margin / se) >= power)
+    return int(m[enough[0]]) if len(enough) else MAX_REPEATS_SUGGESTED + 1
+
+
+def _welch(var_a: float, n_a: int, df_a: float, var_b: float, n_b: int, df_b: float, sitting_var: float) -> tuple[float, float]:
+    """(standard error, Welch-Satterthwaite df) of a difference of two means of log medians, plus a known
+    variance ``2*sitting_var`` (it adds no uncertainty of its own)."""
+    ua, ub = var_a / n_a, var_b / n_b
+    se2 = ua + ub + 2 * sitting_var
+    denom = (ua ** 2 / df_a if df_a else 0.0) + (ub ** 2 / df_b if df_b else 0.0)
+    # the known term adds no df of its own, but the estimate never gets more df than its two variances hold
+    return math.sqrt(se2), (min(se2 ** 2 / denom, df_a + df_b) if denom > 0 else float(max(df_a + df_b, 1)))
+
+
+def _own_noise(logs: list[float]) -> Noise | None:
+    s = _spread(logs)
+    return None if s is None else Noise(math.sqrt(s[0]), s[1])
+
+
+def _result(n_a: int, n_b: int, **kw) -> dict:
+    return {"verdict": "inconclusive", "ratio": None, "lo": None, "hi": None, "lo90": None, "hi90": None,
+            "n_a": n_a, "n_b": n_b, "repeats_needed": None, "why": "", "se": None, "df": None, "p": None,
+            "false_alarm": None, **kw}
 
 
 def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                  confidence: float = CONFIDENCE) -> dict:
-    """Change verdict for one time between a baseline ``a`` and ``b``, each the repeat medians of one
-    result set (same unit, > 0; None/NaN left out).
+                  confidence: float = CONFIDENCE, noise_a: Noise | None = None, noise_b: Noise | None = None,
+                  sitting_sd: float = 0.0) -> dict:
+    """Verdict for one time between a baseline ``a`` and ``b``, each the repeat medians of one result set (same
+    unit, > 0; None/NaN left out), captured in different processes and not paired round by round.
 
-    threshold: the practical threshold as a fraction (0.02: a change under 2 % is not a change worth
-    reporting). Returns ``{"verdict", "ratio", "lo", "hi", "n_a", "n_b", "repeats_needed", "why"}``:
-    ratio = geometric mean of b / geometric mean of a; lo, hi: its Welch t interval at ``confidence``;
-    verdict "slower" or "faster" (changed: the interval excludes 1 and the ratio lies beyond
-    ``1 ± threshold``), "same" (the interval lies inside ``[1/(1+threshold), 1+threshold]``) or
-    "inconclusive"; repeats_needed (inconclusive only): repeats per side at which the same estimate and
-    spread would decide, ``None`` when fewer than 2 repeats are on a side (no spread to scale) and
-    ``MAX_REPEATS_SUGGESTED + 1`` for "more than that"; why: the verdict in words.
+    threshold: the practical threshold as a fraction (0.02: a change under 2 % is not worth reporting).
+    noise_a/noise_b: each side's :class:`Noise` (:func:`pool_noise`; default: its own repeats' spread).
+    sitting_sd: the between-sitting sd added for result sets of different sittings (:data:`SITTING_SD`; 0 for
+    one sitting). Returns ``{"verdict", "ratio", "lo", "hi", "lo90", "hi90", "n_a", "n_b", "repeats_needed",
+    "why", "se", "df", "p", "false_alarm"}``: ratio = geometric mean of b / geometric mean of a; the rest from
+    :func:`judge` with the Welch-Satterthwaite df; repeats_needed (undetermined only): :func:`rounds_needed`.
     Raises ValueError for a median <= 0 or a threshold < 0."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     la, lb = _logs(a), _logs(b)
-    na, nb = len(la), len(lb)
-    out = {"verdict": "inconclusive", "ratio": None, "lo": None, "hi": None, "n_a": na, "n_b": nb,
-           "repeats_needed": None, "why": ""}
-    if na == 0 or nb == 0:
+    out = _result(len(la), len(lb))
+    if not la or not lb:
         out["why"] = "no time on one side"
         return out
-    ma, mb = sum(la) / na, sum(lb) / nb
-    d = mb - ma
+    d = sum(lb) / len(lb) - sum(la) / len(la)
     out["ratio"] = math.exp(d)
-    if na < 2 or nb < 2:
-        out["why"] = (f"{min(na, nb)} repeat on one side: no between-run spread to judge a change against "
+    noise_a, noise_b = noise_a or _own_noise(la), noise_b or _own_noise(lb)
+    if noise_a is None or noise_b is None:
+        out["why"] = (f"{min(len(la), len(lb))} repeat on one side: no between-run spread to judge a change against "
                       "(config repeats >= 2 on both)")
         return out
-    va = sum((x - ma) ** 2 for x in la) / (na - 1)
-    vb = sum((x - mb) ** 2 for x in lb) / (nb - 1)
-    se2 = va / na + vb / nb
-    if se2 > 0:  # Welch-Satterthwaite degrees of freedom
-        df = se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
-        half = float(_st.t.ppf((1 + confidence) / 2, df)) * math.sqrt(se2)
-    else:
-        df, half = float(na + nb - 2), 0.0
-    lo, hi = d - half, d + half
-    out.update(lo=math.exp(lo), hi=math.exp(hi))
-    _decide(out, d, lo, hi, half, max(na, nb), threshold, confidence)
+    va, vb, sv = noise_a.sd ** 2, noise_b.sd ** 2, sitting_sd ** 2
+    se, df = _welch(va, len(la), noise_a.df, vb, len(lb), noise_b.df, sv)
+    out.update(judge(d, se, df, threshold, confidence), se=se, df=df)
+    if out["verdict"] == "inconclusive":
+        n = max(len(la), len(lb))
+        out["repeats_needed"] = rounds_needed(d, va, vb, n, df, threshold, sv, confidence=confidence)
     return out
 
 
 def compare_paired(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                   confidence: float = CONFIDENCE) -> dict:
-    """Change verdict for one time between two environments captured in one A/B run (config ``environments``),
-    from the rounds' pairs: ``a[k]`` and ``b[k]`` are the repeat medians (same unit, > 0) of round k in the
-    baseline and the other environment, captured back to back on one device (ABBA order). A round with None/NaN
-    on either side is left out whole. ValueError when ``a`` and ``b`` differ in length, for a median <= 0 or a
-    threshold < 0.
+                   confidence: float = CONFIDENCE, noise: Noise | None = None) -> dict:
+    """Verdict for one time between two environments captured in one A/B run (config ``environments``), from the
+    rounds' pairs: ``a[k]`` and ``b[k]`` are the repeat medians (same unit, > 0) of round k in the baseline and
+    the other environment, captured back to back on one device (ABBA order). A round with None/NaN on either
+    side is left out whole. noise: the :class:`Noise` of the per-round log ratios (:func:`pool_noise` over the
+    cells' ratios ``b_k/a_k``; default: this row's own). ValueError when ``a`` and ``b`` differ in length, for a
+    median <= 0 or a threshold < 0.
 
     The pairing takes out what the two environments' captures of one round share -- the drift of clocks, load
-    and temperature over the run -- which the unpaired :func:`compare_ratio` counts as noise: on the per-round
-    log ratios ``d_k = ln b_k - ln a_k``, the ratio is ``exp(mean d)`` (the geometric mean of the per-round
-    ratios) with the paired Student t interval ``exp(mean d ± t_{(1+c)/2, n-1} s_d / sqrt(n))``
-    (scipy.stats.ttest_1samp(d).confidence_interval; e.g. Montgomery, Design and Analysis of Experiments, 8th
-    ed., 2013, sec. 2.5.1). The verdict and the other keys are :func:`compare_ratio`'s, with the same thresholds
-    (``n_a`` = ``n_b`` = the rounds paired; repeats_needed: rounds), plus ``paired`` True."""
+    and temperature over the run, the sitting -- which the unpaired :func:`compare_ratio` counts as noise: on the
+    per-round log ratios ``d_k = ln b_k - ln a_k``, the ratio is ``exp(mean d)`` with standard error ``s_d/sqrt(n)``
+    (the paired t; e.g. Montgomery, Design and Analysis of Experiments, 8th ed., 2013, sec. 2.5.1). The verdict
+    and keys are :func:`compare_ratio`'s (``n_a`` = ``n_b`` = the rounds paired; repeats_needed: rounds), plus
+    ``paired`` True."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     if len(a) != len(b):
@@ -156,53 +360,72 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], thresho
     pairs = [(x, y) for x, y in zip(a, b) if _kept([x]) and _kept([y])]
     d = [math.log(y) - math.log(x) for x, y in pairs]
     n = len(d)
-    out = {"verdict": "inconclusive", "ratio": None, "lo": None, "hi": None, "n_a": n, "n_b": n,
-           "repeats_needed": None, "why": "", "paired": True}
+    out = _result(n, n, paired=True)
     if n == 0:
         out["why"] = "no round with a time on both sides"
         return out
     mean = sum(d) / n
     out["ratio"] = math.exp(mean)
-    if n < 2:
+    noise = noise or _own_noise(d)
+    if noise is None:
         out["why"] = "1 paired round: no spread between rounds to judge a change against (config repeats >= 2)"
         return out
-    if max(d) - min(d) > 1e-12:  # below: the same ratio in every round up to rounding
-        lo, hi = _st.ttest_1samp(d, 0.0).confidence_interval(confidence)
-        lo, hi = float(lo), float(hi)
-    else:  # every round gave the same ratio: no spread (scipy's interval would be NaN)
-        lo = hi = mean
-    out.update(lo=math.exp(lo), hi=math.exp(hi))
-    _decide(out, mean, lo, hi, (hi - lo) / 2, n, threshold, confidence, "rounds")
+    se = noise.sd / math.sqrt(n)
+    out.update(judge(mean, se, noise.df, threshold, confidence), se=se, df=noise.df)
+    if out["verdict"] == "inconclusive":
+        out["repeats_needed"] = rounds_needed(mean, noise.sd ** 2, 0.0, n, noise.df, threshold, paired=True,
+                                              confidence=confidence)
+        out["why"] += f" (paired over {n} rounds)"
     return out
 
 
-def _decide(out: dict, d: float, lo: float, hi: float, half: float, n: int, threshold: float, confidence: float,
-            unit: str = "repeats") -> None:
-    """Fill ``out``'s verdict, why and repeats_needed from the log ratio ``d`` and its interval [lo, hi]
-    (half-width ``half``, from ``n`` repeats or rounds per side): :func:`compare_ratio`'s rule."""
-    theta = math.log1p(threshold)
-    pct = f"{100 * threshold:g} %"
-    if -theta <= lo and hi <= theta:
-        out.update(verdict="same", why=f"the {confidence:.0%} interval lies within ±{pct}")
-    elif (lo > 0 or hi < 0) and abs(d) >= theta:
-        out.update(verdict="slower" if d > 0 else "faster",
-                   why=f"the {confidence:.0%} interval excludes 1 and the change is beyond ±{pct}")
-    else:
-        # the half-width shrinks about as 1/sqrt(n): the n at which it would fit the decision's margin
-        margin = abs(d) if abs(d) >= theta else theta - abs(d)
-        need = MAX_REPEATS_SUGGESTED + 1 if margin <= 0 else math.ceil(n * (half / margin) ** 2)
-        out.update(repeats_needed=min(max(need, n + 1), MAX_REPEATS_SUGGESTED + 1),
-                   why=(f"the {confidence:.0%} interval ({out['lo']:.3f}-{out['hi']:.3f}) neither excludes 1 beyond "
-                        f"±{pct} nor lies within it" + ("" if unit == "repeats" else f" (paired over {n} {unit})")))
+def paired_ratios(a: Sequence[float | None], b: Sequence[float | None]) -> list[float]:
+    """The per-round ratios ``b_k / a_k`` of the rounds with a time on both sides (:func:`compare_paired`'s
+    pairs): what :func:`pool_noise` pools for a paired compare."""
+    return [y / x for x, y in zip(a, b) if _kept([x]) and _kept([y])]
 
 
-def detectable_change(rel_sd: float, n: int, threshold: float, power: float = 0.8, confidence: float = CONFIDENCE) -> float:
-    """The smallest relative change (ratio - 1, a fraction) that :func:`compare_ratio` calls changed with
-    probability ``power`` between two result sets of ``n`` repeats each whose log repeat medians have standard
-    deviation ``rel_sd`` (the usual two-sample power approximation with Student's t, df 2n - 2:
-    (t_{(1+c)/2} + t_{power}) * sd * sqrt(2/n)); never below ``threshold``. ValueError for n < 2."""
-    if n < 2:
+def joint_control(rows: Sequence[dict], rate: float = FALSE_DISCOVERY_RATE) -> dict:
+    """Control the "changed" verdicts of one compare's rows jointly: Benjamini-Hochberg at ``rate`` on the rows'
+    ``p`` (:func:`judge`; scipy.stats.false_discovery_control). A row called slower or faster whose adjusted p
+    exceeds ``rate`` becomes "inconclusive", its why saying so. Changes ``rows`` in place (each a dict with
+    ``verdict``, ``p``, ``false_alarm`` and ``why``; rows without a p are left alone). Returns
+    ``{"rows": judged rows, "expected_false": the sum of their false_alarm (at most the expected number of false
+    "changed" rows if nothing changed), "withheld": rows turned undetermined}``."""
+    judged = [r for r in rows if r.get("p") is not None]
+    withheld = 0
+    if judged:
+        adjusted = _st.false_discovery_control([r["p"] for r in judged], method="bh")
+        for r, q in zip(judged, adjusted):
+            if r["verdict"] in ("slower", "faster") and float(q) > rate:
+                withheld += 1
+                r.update(verdict="inconclusive",
+                         why=f"{r['why']}, but not after the joint control of {len(judged)} rows (Benjamini-Hochberg at "
+                             f"{rate:.0%}: adjusted p {float(q):.2g})")
+    return {"rows": len(judged), "expected_false": sum(r["false_alarm"] or 0.0 for r in judged), "withheld": withheld}
+
+
+def detectable_change(rel_sd: float, n: int, threshold: float, power: float = POWER, confidence: float = CONFIDENCE,
+                      df: float | None = None, sitting_sd: float = 0.0, rows: int = 1) -> float:
+    """The smallest relative change (ratio - 1, a fraction) that :func:`compare_ratio` followed by
+    :func:`joint_control` calls "by more than ``threshold``" with chance ``power``, between two result sets of
+    ``n`` repeats each whose log repeat medians have sd ``rel_sd`` with ``df`` degrees of freedom (default 2n - 2,
+    each side's own) and a sitting sd ``sitting_sd`` between them, when it is the one changed row among ``rows``
+    (Benjamini-Hochberg then asks p <= rate/rows of it, i.e. the ``1 - (1 - confidence)/rows`` interval). Solved
+    for the exact power of the rule (:func:`power_changed`, noncentral t) with scipy.optimize.brentq; tests check
+    it by simulating the rule. ValueError for n < 2 without ``df``."""
+    if n < 2 and df is None:
         raise ValueError(f"a detectable change needs at least 2 repeats, got {n}")
-    df = 2 * n - 2
-    d = (float(_st.t.ppf((1 + confidence) / 2, df)) + float(_st.t.ppf(power, df))) * rel_sd * math.sqrt(2 / n)
-    return max(math.expm1(d), threshold)
+    df = 2 * n - 2 if df is None else df
+    se = math.sqrt(2 * rel_sd ** 2 / n + 2 * sitting_sd ** 2)
+    level = 1 - (1 - confidence) / rows
+    if se == 0:
+        return threshold
+
+    def short(change: float) -> float:
+        return power_changed(change, se, df, threshold, level) - power
+
+    hi = threshold + 1e-6
+    while short(hi) < 0:
+        hi = 2 * hi + 0.01
+    return float(_opt.brentq(short, threshold, hi, xtol=1e-7))

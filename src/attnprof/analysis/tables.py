@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -80,7 +81,7 @@ REPEAT_COUNTS = ("kernels_per_forward", "memcpy_per_forward", "memset_per_forwar
 #: summary.csv columns of the repeats: configured, counted (status ok), and what happened to the others.
 REPEAT_SUMMARY_COLUMNS = ["repeats", "repeats_ok", "repeats_note",
                           *(f"{between}_run_{end}" for _, _, between in REPEAT_TIMES for end in ("lo", "hi")),
-                          "device_ms_run_sd_pct", "cpu_ms_run_sd_pct", "gpus"]
+                          "device_ms_run_sd_pct", "cpu_ms_run_sd_pct", "device_ms_run_df", "gpus"]
 SUMMARY_COLUMNS += REPEAT_SUMMARY_COLUMNS
 #: summary.csv columns computed from its other columns (declared with a formula in attnprof.model.columns):
 #: :func:`derive_columns` fills them, after every other column.
@@ -518,32 +519,155 @@ def _blank(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
+#: Host (CPU) times of :data:`REPEAT_TIMES`: stated over the captures without a parametric interval
+#: (attnprof.analysis.stats.host_range): ``<between>_run_lo``/``_hi`` are the lowest and highest capture medians.
+HOST_TIMES = ("cpu_ms_per_forward", "cpu_ms_per_backward")
+#: A capture's host time and its own timed calls (perf_counter, repeat 1) that differ by this factor or more are two
+#: draws of a different host: the capture is named, its host time not counted.
+HOST_CONTRADICTION = 10.0
+#: Columns of a capture's trace quality (assess_forwards): a combined row takes them from the repeat its note names.
+TRACE_QUALITY_COLUMNS = ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
+                         "incomplete_forwards", "bad_time_events")
+
+
+def repeat_noise(per_pair: Mapping[tuple[str, str], list[dict]]) -> dict[tuple[str, str], dict]:
+    """The pooled between-process noise (attnprof.analysis.stats.pool_noise) of every device time of
+    :data:`REPEAT_TIMES`, pooled over the shapes of each variant. per_pair: {(variant, shape_key): the
+    per-repeat rows of :func:`combine_repeats`}. Returns {(variant, shape_key): {median column: Noise | None}}
+    for :func:`combine_repeats`' ``noise``. Host times are not pooled (:func:`combine_repeats`)."""
+    from attnprof.analysis.stats import pool_noise
+
+    out: dict[tuple[str, str], dict] = {key: {} for key in per_pair}
+    variants = {v for v, _ in per_pair}
+    for med, _, _ in REPEAT_TIMES:
+        if med in HOST_TIMES:
+            continue
+        for variant in variants:
+            cells = {key: [r.get(med) for r in rows if r.get("status") == "ok" and not _blank(r.get(med))]
+                     for key, rows in per_pair.items() if key[0] == variant}
+            for key, noise in pool_noise(cells).items():
+                out[key][med] = noise
+    return out
+
+
+def _repeat_notes(rows: list[dict], ok: list[dict], expected: int | None) -> list[str]:
+    """What a combined row must say about its repeats: those not ok (with their reason), rounds that
+    ``expected`` asks for and no capture gave, and copies (a repeat whose capture started at the same moment as
+    another's: one capture, not two)."""
+    notes = [f"repeat {r['repeat']} {r.get('status')}: {str(r.get('reason') or '')[:200]}".rstrip(": ")
+             for r in rows if r.get("status") != "ok"]
+    found = {int(r["repeat"]) for r in rows}
+    missing = sorted(set(range(1, (expected or 0) + 1)) - found)
+    if missing:
+        notes.append(f"repeat{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {expected} missing "
+                     "(no capture record): not counted")
+    return notes
+
+
+def _copies(ok: list[dict]) -> tuple[list[dict], list[str]]:
+    """``ok`` without the repeats that copy an earlier one (same ``started_at``: one capture process), and a note
+    per copy."""
+    seen: dict = {}
+    kept, notes = [], []
+    for r in ok:
+        at = r.get("started_at")
+        if not _blank(at) and at in seen:
+            notes.append(f"repeat {r['repeat']} is a copy of repeat {seen[at]} (the same capture start, {at}): "
+                         "counted once")
+            continue
+        if not _blank(at):
+            seen[at] = r["repeat"]
+        kept.append(r)
+    return kept, notes
+
+
+def _host_contradicted(r: dict, med: str, timed: float | None) -> bool:
+    """True when the capture's host time ``r[med]`` and the timed calls' median ``timed`` (ms) differ by
+    :data:`HOST_CONTRADICTION` or more (a forward's host time only: the timed calls are forwards)."""
+    v = r.get(med)
+    return (med == "cpu_ms_per_forward" and not _blank(v) and not _blank(timed) and timed > 0 and v > 0
+            and max(v / timed, timed / v) >= HOST_CONTRADICTION)
+
+
+def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict], list[str]]:
+    """The repeats whose ``med`` is counted, and a note for each ok repeat that is not: no such time while
+    others have one (its trace note says why), or a host time its own timed calls contradict."""
+    have = [r for r in ok if not _blank(r.get(med))]
+    notes = []
+    if have and len(have) < len(ok):
+        for r in ok:
+            if _blank(r.get(med)):
+                why = str(r.get("trace_note") or "no such time in its trace")[:200]
+                notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {len(have)} of {len(ok)} repeats")
+    bad = [r for r in have if _host_contradicted(r, med, timed)]
+    for r in bad:
+        notes.append(f"repeat {r['repeat']}: {med} {r[med]:.3g} ms against {timed:.3g} ms of the timed calls "
+                     f"(x{HOST_CONTRADICTION:g} or more apart: another job beside the capture?): not counted")
+    return [r for r in have if r not in bad], notes
+
+
+def _combine_time(row: dict, counted: list[dict], med: str, within: str, between: str, confidence: float,
+                  noise) -> None:
+    """One time of :data:`REPEAT_TIMES` over the counted repeats, into ``row``: the median, the rerun interval
+    (device times: attnprof.analysis.stats.between_run_interval with the pooled ``noise``; host times: the
+    min-max over captures, attnprof.analysis.stats.host_range), the sd of the log medians, and the within-capture
+    spread of the middle repeat (an even count: the lower of the two middle ones)."""
+    from attnprof.analysis.stats import between_run_interval, host_range
+
+    values = [r[med] for r in counted]
+    stats = between_run_interval(values, confidence, noise)
+    if med in HOST_TIMES:
+        host = host_range(values)
+        stats.update(lo=host["lo"], hi=host["hi"])
+    row[med] = stats["center"]
+    row[f"{between}_run_lo"], row[f"{between}_run_hi"] = stats["lo"], stats["hi"]
+    if med.endswith("_per_forward"):
+        row[f"{between}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
+        row[f"{between}_run_df"] = stats["df"] if med not in HOST_TIMES else None
+    if counted:
+        middle = sorted(counted, key=lambda r: (r[med], int(r["repeat"])))[(len(counted) - 1) // 2]
+        for end in ("min", "max", "q1", "q3"):
+            row[f"{within}_{end}"] = middle.get(f"{within}_{end}")
+
+
+def _trace_notes(row: dict, ok: list[dict]) -> None:
+    """Every counted repeat's trace note into ``row``'s (``repeat k: ...`` for repeats after the first), with the
+    trace-quality columns of the first repeat that has one, so that its finding's counts match its words."""
+    damaged = [r for r in ok if r.get("trace_note")]
+    if not damaged:
+        return
+    row["trace_note"] = "; ".join(r["trace_note"] if int(r["repeat"]) == 1 and len(ok) == 1
+                                  else f"repeat {r['repeat']}: {r['trace_note']}" for r in damaged)
+    row.update({c: damaged[0].get(c) for c in TRACE_QUALITY_COLUMNS})
+
+
+def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Mapping[str, object] | None = None,
+                    expected: int | None = None) -> dict:
     """One summary.csv row from the per-repeat rows of one (variant, shape), repeat 1 first.
 
-    rows: :func:`summary_row` (plus the backward's columns) of each repeat, each with a ``repeat`` key
-    (1-based). Repeat 1 carries what is measured once (status, correctness, independent timings, memory,
-    compile); a row whose repeat 1 is not ``ok`` is repeat 1's row. Otherwise every repeat with status
-    ``ok`` is counted: each time of :data:`REPEAT_TIMES` becomes the median of the counted repeats'
-    medians, with the within-capture spread of the middle repeat (by that median; of an even count the lower
-    of the two middle ones) and the between-run
-    interval (:func:`attnprof.analysis.stats.between_run_interval`: None with one repeat) at ``confidence``
-    (default attnprof.analysis.stats.CONFIDENCE); counts (:data:`REPEAT_COUNTS`) must agree, else they are left
-    empty; repeats not counted are named with their status in ``repeats_note``. TFLOP/s follows the
-    combined device time, the forward's (``tflops``) and the backward's (``backward_tflops``, from
-    ``backward_gflop``: :func:`backward_tflops`)."""
-    from attnprof.analysis.stats import CONFIDENCE, between_run_interval
+    rows: :func:`summary_row` (plus the backward's columns and ``started_at``) of each repeat, each with a
+    ``repeat`` key (1-based). Repeat 1 carries what is measured once (status, correctness, independent timings,
+    memory, compile); a row whose repeat 1 is not ``ok`` is repeat 1's row. Otherwise every repeat with status
+    ``ok`` is counted, once (a copy of another, same ``started_at``, is not a repeat): each time of
+    :data:`REPEAT_TIMES` becomes the median of the counted repeats' medians with its rerun interval at
+    ``confidence`` (default attnprof.analysis.stats.CONFIDENCE; device times with ``noise``, {median column:
+    Noise} from :func:`repeat_noise`; host times the min-max over captures) and the within-capture spread of the
+    middle repeat; counts (:data:`REPEAT_COUNTS`) must agree, else they are left empty. ``repeats_note`` names
+    every repeat not counted and why: not ok, missing of the ``expected`` rounds, a copy, a time its trace lacks
+    (impossible GPU times), a host time its timed calls contradict; ``trace_note`` holds every repeat's.
+    TFLOP/s follows the combined device time (``tflops``; ``backward_tflops``: :func:`backward_tflops`)."""
+    from attnprof.analysis.stats import CONFIDENCE
 
     rows = sorted(rows, key=lambda r: int(r.get("repeat") or 1))
     row = dict(rows[0])
     # the GPUs the repeats ran on (several on a node of several GPUs: a repeat takes whichever is free)
     row.update(repeats=len(rows), gpus=";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None)
+    notes = _repeat_notes(rows, [], expected)
     if row.get("status") != "ok":
-        row.update(repeats_ok=0)
+        row.update(repeats_ok=0, repeats_note="; ".join(notes))
         return {c: row.get(c) for c in SUMMARY_COLUMNS}
-    ok = [r for r in rows if r.get("status") == "ok"]
-    notes = [f"repeat {r['repeat']} {r.get('status')}: {str(r.get('reason') or '')[:200]}".rstrip(": ")
-             for r in rows if r.get("status") != "ok"]
+    ok, copy_notes = _copies([r for r in rows if r.get("status") == "ok"])
+    notes += copy_notes
     for col in REPEAT_COUNTS:
         values = {r.get(col) for r in ok if not _blank(r.get(col))}
         if len(values) > 1:
@@ -551,16 +675,10 @@ def combine_repeats(rows: list[dict], confidence: float | None = None) -> dict:
             notes.append(f"{col} differs between repeats ({listing}): not published")
             row[col] = None
     for med, within, between in REPEAT_TIMES:
-        counted = [r for r in ok if not _blank(r.get(med))]
-        stats = between_run_interval([r[med] for r in counted], confidence or CONFIDENCE)
-        row[med] = stats["center"]
-        row[f"{between}_run_lo"], row[f"{between}_run_hi"] = stats["lo"], stats["hi"]
-        if med.endswith("_per_forward"):
-            row[f"{between}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
-        if counted:  # the within-capture spread of the middle repeat (an even count: the lower of the two middle ones)
-            middle = sorted(counted, key=lambda r: (r[med], int(r["repeat"])))[(len(counted) - 1) // 2]
-            for end in ("min", "max", "q1", "q3"):
-                row[f"{within}_{end}"] = middle.get(f"{within}_{end}")
+        counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
+        notes += time_notes
+        _combine_time(row, counted, med, within, between, confidence or CONFIDENCE, (noise or {}).get(med))
+    _trace_notes(row, ok)
     row["repeats_ok"] = len(ok)
     row["repeats_note"] = "; ".join(notes)
     if row.get("forward_gflop") and row.get("device_ms_per_forward"):

@@ -154,14 +154,23 @@ declare(_S, "gpus", "",
         "the GPUs this variant and shape's repeats ran on, by UUID, `;`-separated (on a node of several GPUs a repeat "
         "takes whichever GPU is free, so its rerun interval holds the spread between GPUs too); empty on a CPU run")
 declare(_S, "repeats repeats_ok repeats_note", "",
-        "captures of this variant and shape (`config.repeats`), those counted (status `ok`), and the others named with "
-        "their status and reason (also counts that differ between repeats, then left empty)")
-declare(_S, "device_ms_run_lo device_ms_run_hi cpu_ms_run_lo cpu_ms_run_hi", "ms",
-        "the between-run interval: 95 % prediction interval for the median a rerun with as many repeats will state "
-        "(Student's t over the log repeat medians, `attnprof.analysis.stats.between_run_interval`); empty with one "
-        "repeat")
+        "captures of this variant and shape (`config.repeats`), those counted (status `ok`, a copy of another counted "
+        "once), and every repeat not counted in a time, named with the reason: its status, a round missing, a copy, "
+        "a time its trace lacks (impossible GPU times), a host time its own timed calls contradict; also counts that "
+        "differ between repeats, then left empty")
+declare(_S, "device_ms_run_lo device_ms_run_hi", "ms",
+        "the rerun interval, same machine and same sitting: 95 % prediction interval for the median a rerun with as "
+        "many repeats will state (Student's t over the log repeat medians, the between-process variance pooled over "
+        "the variant's shapes: `attnprof.analysis.stats.between_run_interval`, `pool_noise`)")
+declare(_S, "cpu_ms_run_lo cpu_ms_run_hi", "ms",
+        "host time over the captures, no parametric interval: the lowest capture median (the floor) and the highest; "
+        "one new capture falls inside with probability (n-1)/(n+1) for n captures (`attnprof.analysis.stats.host_range`)")
 declare(_S, "device_ms_run_sd_pct cpu_ms_run_sd_pct", "%",
-        "standard deviation of the log repeat medians ×100: about the relative spread between repeats")
+        "standard deviation of the log repeat medians ×100 (device: the pooled one the interval uses): about the "
+        "relative spread between repeats")
+declare(_S, "device_ms_run_df", "",
+        "degrees of freedom of the device time's between-process variance (pooled over the variant's shapes; a cell "
+        "whose variance is larger than the pool beyond chance keeps its own)")
 declare(_S, "device_ms_backward_run_lo device_ms_backward_run_hi cpu_ms_backward_run_lo cpu_ms_backward_run_hi", "ms",
         "the same interval for the backward's times per backward")
 declare(_S, "timed_ms_median", "ms",
