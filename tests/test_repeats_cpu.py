@@ -30,11 +30,10 @@ def test_summary_intervals_recomputed_from_the_per_repeat_table(name):
     for variant, rep in ok.groupby("variant"):
         m = rep["cpu_ms_per_forward"].to_numpy(float)
         logs = np.log(m)
-        half = st.t.ppf(0.975, 4) * logs.std(ddof=1) * np.sqrt((1 + np.pi / 2) / 5)
         row = summary.loc[variant]
         assert row["cpu_ms_per_forward"] == np.median(m)  # five repeats: one of them, exactly
-        assert row["cpu_ms_run_lo"] == pytest.approx(min(np.exp(logs.mean() - half), np.median(m)), rel=1e-9)
-        assert row["cpu_ms_run_hi"] == pytest.approx(max(np.exp(logs.mean() + half), np.median(m)), rel=1e-9)
+        # host times: no parametric interval, the floor and the highest capture median (stats.host_range)
+        assert row["cpu_ms_run_lo"] == m.min() and row["cpu_ms_run_hi"] == m.max()
         assert row["cpu_ms_run_sd_pct"] == pytest.approx(100 * logs.std(ddof=1), rel=1e-9)
         assert row["repeats"] == row["repeats_ok"] == 5
 
@@ -49,7 +48,7 @@ def test_two_runs_of_one_config_are_not_a_change():
 
 
 @pytest.mark.parametrize("variant,factor", [("naive_inplace", 1.6), ("sdpa_flash", 0.6)])
-def test_a_stretched_copy_is_found_with_its_factor_inside_the_interval(variant, factor):
+def test_a_stretched_copy_shows_its_factor_but_host_times_of_two_sittings_are_not_judged(variant, factor):
     a, b = load("cpu-aa-a"), load("cpu-aa-a")
     b["name"] = "stretched"
     for table in (b["summary"], b["repeats"]):
@@ -58,8 +57,8 @@ def test_a_stretched_copy_is_found_with_its_factor_inside_the_interval(variant, 
     pair = compare_runs([a, b])["pairs"][0]
     rows = {r["variant"]: r for r in pair["rows"]}
     hit = rows[variant]
-    assert hit["verdict"] == ("slower" if factor > 1 else "faster")
-    assert hit["ratio"] == pytest.approx(factor) and hit["ratio_lo"] < factor < hit["ratio_hi"]
-    # the others are the same repeats on both sides: never a change (their interval comes from their own spread)
-    assert all(r["verdict"] in ("same", "inconclusive", "not comparable") for v, r in rows.items() if v != variant)
+    # unpaired host times: the ratio is shown, never judged (a verdict on host times needs paired rounds)
+    assert hit["verdict"] == "not judged" and "paired rounds" in hit["why"] and hit["ratio_lo"] is None
+    assert hit["ratio"] == pytest.approx(factor)
+    assert all(r["verdict"] in ("not judged", "not comparable") for v, r in rows.items() if v != variant)
     assert all(r["ratio"] == pytest.approx(1.0) for v, r in rows.items() if v != variant and r["ratio"] is not None)

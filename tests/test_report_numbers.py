@@ -1,5 +1,6 @@
 """The report's numbers come from the findings and the report data (attnprof.render.report); the
 templates only format them."""
+import math
 import re
 from pathlib import Path
 
@@ -68,31 +69,33 @@ def test_compare_context_in_percent_with_counts_and_changed_rows():
     assert cmp["noise_floor_pct"] == pytest.approx(2.0) and cmp["confidence_pct"] == pytest.approx(90.0)
     pair = cmp["pairs"][0]
     assert [r["variant"] for r in pair["changed"]] == ["a"] and pair["kernels_differ"] == ["a at s"]
-    assert pair["counts"] == {"slower": 1, "faster": 0, "same": 1, "inconclusive": 1, "not comparable": 0}
+    assert pair["counts"] == {"slower": 1, "faster": 0, "same": 1, "inconclusive": 1, "not judged": 0, "not comparable": 0}
     assert "noise_floor_pct" not in doc  # compare.json's document is not changed
 
 
-def test_compare_context_detection_limit_from_the_interval_half_widths():
-    """The smallest change a comparison could find: a row's limit is its ratio interval's half-width on the log scale
-    (as a change in %), at least the practical threshold; the pair states the limit most rows reach."""
-    import math
+def test_compare_context_detection_limit_from_each_row_s_power():
+    """The smallest change a comparison finds with 80 % power: a row's limit solves the rule's power (noncentral t at
+    the row's se and df) for the change, checked here against scipy.stats.nct directly; never under the threshold;
+    the pair states the limit most rows reach; rows not judged (host times of two sittings) promise nothing."""
+    from scipy import stats as st
 
-    def row(v, lo, hi, verdict="inconclusive"):
-        return {"variant": v, "shape_key": "s", "verdict": verdict, "ratio": math.sqrt(lo * hi), "ratio_lo": lo, "ratio_hi": hi,
+    def row(v, se, df, verdict="inconclusive"):
+        return {"variant": v, "shape_key": "s", "verdict": verdict, "ratio": 1.0, "se": se, "df": df,
                 "repeats_a": 5, "repeats_b": 5}
 
-    rows = [row("a", 0.9, 1.1), row("b", 0.5, 2.0), row("c", 0.8, 1.25), row("d", 0.98, 1.02, "same"),
-            {"variant": "e", "shape_key": "s", "verdict": "not comparable"}]
+    rows = [row("a", 0.01, 8), row("b", 0.05, 8), row("c", 0.02, 30), row("d", 0.0, 8, "same"),
+            {"variant": "e", "shape_key": "s", "verdict": "not comparable"}, row("f", 0.01, 8, "not judged")]
     doc = {"noise_floor": 0.02, "noise_floor_host": 0.2, "pairs": [{"rows": rows, "threshold": 0.05}]}
     det = compare_context(doc, "")["cmp"]["pairs"][0]["detection"]
-    limits = sorted(max(100 * math.expm1((math.log(r["ratio_hi"]) - math.log(r["ratio_lo"])) / 2), 5.0) for r in rows[:4])
-    assert det["rows"] == 4 and det["within"] == 3  # most: more than half of the rows with an interval
-    assert det["pct"] == pytest.approx(limits[2]) and det["pct"] == pytest.approx(25.0)  # c: 0.8-1.25, half-width ln 1.25
-    assert det["min_pct"] == pytest.approx(5.0) and det["at_threshold"]  # d: inside the threshold, so the threshold
-    assert det["max_pct"] == pytest.approx(100.0) and det["repeats"] == "5 / 5"
+    assert det["rows"] == 4 and det["within"] == 3  # most: more than half of the judged rows
+    theta = math.log(1.05)
+    for se, df, pct in ((0.02, 30, det["pct"]), (0.05, 8, det["max_pct"])):
+        nc = (math.log1p(pct / 100) - theta) / se
+        assert st.nct.sf(st.t.ppf(0.975, df), df, nc) == pytest.approx(0.8, abs=1e-4)
+    assert det["min_pct"] == pytest.approx(5.0) and det["at_threshold"]  # d: no spread, so the threshold itself
+    assert det["repeats"] == "5 / 5"
     one_repeat = {"noise_floor": 0.02, "pairs": [{"rows": [{"variant": "a", "shape_key": "s", "verdict": "inconclusive"}]}]}
     assert compare_context(one_repeat, "")["cmp"]["pairs"][0]["detection"] is None
-
 
 def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
     """Two CPU runs of one config (tests/fixtures/cpu_repeats): the first lines say nothing changed, the detection
@@ -116,30 +119,34 @@ def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
     head = "No change shown" if counts["inconclusive"] else "Nothing changed"
     assert f"{head} (threshold ±20 %): no time changed beyond the threshold, and no kernel or op was added or removed." in text
     assert ("cannot be ruled out" in text) == bool(counts["inconclusive"])
-    assert f"a change of {det['pct']:.0f}" in text and "5 / 5 per side" in text
+    # host times of two sittings: shown, not judged, so no detection limit is promised
+    assert det is None and counts["not judged"] == 5 and "5 host times of two sittings are shown, not judged" in text
+    assert "Detection limit: none" in text
     assert "Environment and config: 2 differences" in text and "config.run cpu-aa-a &rarr; cpu-aa-b" in text
 
 
-def test_the_detection_limit_of_a_cpu_run_uses_the_host_threshold():
-    """A CPU run's host times are judged against compare.noise_floor_host (20 %): the report never promises a
-    smaller detectable change than compare would call."""
+def test_the_detection_limit_is_the_rule_s_own_and_host_times_promise_none():
+    """A CPU run's host times are judged only in a paired A/B: the methods promise no detectable change for them. A
+    GPU run's sentence states the change compare finds with 80 % power against another sitting and in a paired A/B,
+    each stats.detectable_change of the rows' spreads (an independent call here), larger across sittings."""
     import re
 
     import pandas as pd
 
+    from attnprof.analysis.stats import SITTING_SD, detectable_change
     from attnprof.render.report import repeats_text
 
-    # host times 1 % apart between repeats, no device times (a CPU run): compare would call nothing under 20 %
     summary = pd.DataFrame({"variant": ["a", "b"], "cpu_ms_run_sd_pct": [1.0, 1.5], "device_ms_run_sd_pct": [None, None]})
     text = repeats_text({"repeats": 5, "compare": {"noise_floor": 0.02, "noise_floor_host": 0.2}}, summary)
-    limits = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|&ndash;)", text.split("% power)")[1].split("Calibrated")[0])]
-    assert limits == [20.0, 20.0, 20.0], limits
-    # the same spreads as device times (a GPU run): the device threshold, 2 %, and the spread decide
-    gpu = summary.rename(columns={"cpu_ms_run_sd_pct": "device_ms_run_sd_pct", "device_ms_run_sd_pct": "cpu_ms_run_sd_pct"})
-    text = repeats_text({"repeats": 5, "compare": {"noise_floor": 0.02, "noise_floor_host": 0.2}}, gpu)
-    limits = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|&ndash;)", text.split("% power)")[1].split("Calibrated")[0])]
-    assert all(2.0 <= x < 20.0 for x in limits), limits
-
+    assert "% power" not in text and "only in a paired A/B run" in text and "67&nbsp;% probability" in text  # (5-1)/(5+1)
+    gpu = pd.DataFrame({"variant": ["a", "b", "c"], "device_ms_run_sd_pct": [0.5, 1.0, 2.0], "device_ms_run_df": [8, 8, 4]})
+    text = repeats_text({"repeats": 5, "compare": {"noise_floor": 0.02}}, gpu)
+    nums = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|&ndash;)", text.split("80&nbsp;% power")[1])]
+    other = [100 * detectable_change(sd / 100, 5, 0.02, df=2 * d, sitting_sd=SITTING_SD) for sd, d in ((0.5, 8), (1.0, 8), (2.0, 4))]
+    paired = [100 * detectable_change(sd / 100, 5, 0.02, df=2 * d) for sd, d in ((0.5, 8), (1.0, 8), (2.0, 4))]
+    assert nums[:3] == [round(other[1], 1), round(other[0], 1), round(other[2], 1)]
+    assert nums[4:7] == [round(paired[1], 1), round(paired[0], 1), round(paired[2], 1)]
+    assert other[1] > paired[1] > 2.0
 
 def test_page_1_states_the_backward_and_the_compile_of_the_beyond_example():
     """The beyond example profiles the backward and two compiled variants: page 1 names the fastest backward among the

@@ -28,13 +28,18 @@ import pandas as pd
 
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
 from attnprof.analysis.recipe import diff_recipes
-from attnprof.analysis.stats import CONFIDENCE, compare_paired, compare_ratio
+from attnprof.analysis.stats import (CONFIDENCE, SITTING_SD, compare_paired, compare_ratio, joint_control, paired_ratios,
+                                     pool_noise)
 from attnprof.analysis.trace import short_kernel_name
 from attnprof.model.variants import CONTROL
 
 #: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
 #: a pair's ``counts`` lists them.
-VERDICTS = ("slower", "faster", "same", "inconclusive", "not comparable")
+VERDICTS = ("slower", "faster", "same", "inconclusive", "not judged", "not comparable")
+#: Why an unpaired compare of host times gives no verdict (attnprof.analysis.stats.host_range): a capture's host time
+#: is one draw of the host's state, and draws of different sittings differ by more than any threshold worth stating.
+HOST_UNJUDGED = ("host times of different sittings are shown, not judged: a verdict on host times needs paired rounds "
+                 "(an A/B run, config environments)")
 #: Changes smaller than this fraction are not worth reporting (config ``compare.noise_floor``'s default): the
 #: practical threshold of :func:`attnprof.analysis.stats.compare_ratio` for device times.
 NOISE_FLOOR = 0.02
@@ -84,11 +89,19 @@ def repeat_medians(repeats: pd.DataFrame | None, summary_row: pd.Series, variant
     return [] if v is None else [v]
 
 
-def _verdict(a: list[float], b: list[float], noise_floor: float, confidence: float) -> dict:
-    """compare_ratio's result with the keys the compare table reads."""
-    c = compare_ratio(a, b, noise_floor, confidence)
+def _verdict(a: list[float], b: list[float], noise_floor: float, confidence: float, noise=(None, None),
+             sitting_sd: float = SITTING_SD) -> dict:
+    """compare_ratio's result with the keys the compare table reads: two result sets of different sittings, each
+    side's noise pooled (``noise``: the two sides' attnprof.analysis.stats.Noise)."""
+    c = compare_ratio(a, b, noise_floor, confidence, noise[0], noise[1], sitting_sd)
+    return _row_keys(c)
+
+
+def _row_keys(c: dict) -> dict:
+    """A verdict of attnprof.analysis.stats under the keys of a compare row."""
     return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],
-            "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"]}
+            "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"], "p": c.get("p"),
+            "false_alarm": c.get("false_alarm"), "df": c.get("df"), "se": c.get("se")}
 
 
 def _dispatch(findings: dict, shape_key: str, key: str = "headline") -> str | None:
@@ -184,7 +197,9 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     unpaired = ab_unpaired_reason(a, b)
     paired = unpaired is None
     rows = []
-    keys = sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
+    keys = [(v, k) for v, k in sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
+            if v != CONTROL]
+    pools = {col: noise_pools(a, b, keys, col, paired) for col in (med, med.replace("per_forward", "per_backward"))}
     for variant, shape_key in keys:
         if variant == CONTROL:  # the profiler's control: checked below, never ranked with the attention variants
             continue
@@ -207,19 +222,22 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
         row["timed_ratio"] = ib / ia if ia and ib else None
         if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
-            row.update(_time_verdict(a, b, ra, rb, variant, shape_key, med, noise_floor, confidence, paired))
+            row.update(_time_verdict(a, b, ra, rb, variant, shape_key, med, noise_floor, confidence, paired,
+                                     pools[med].get((variant, shape_key))))
         else:
             row.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                        repeats_needed=None, why="no time in one of the result sets")
         back = _backward_change(ra, rb, med)
         if back["bwd_a_ms"] and back["bwd_b_ms"]:
             col = med.replace("per_forward", "per_backward")
-            v = _time_verdict(a, b, ra, rb, variant, shape_key, col, noise_floor, confidence, paired)
+            v = _time_verdict(a, b, ra, rb, variant, shape_key, col, noise_floor, confidence, paired,
+                              pools[col].get((variant, shape_key)))
             back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
-                        bwd_repeats_needed=v["repeats_needed"])
+                        bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_false_alarm=v["false_alarm"])
         row.update(back)
         row.update(_compile_change(ra, rb))
         rows.append(row)
+    joint = joint_rows(rows)
     shapes = sorted(set(sa["shape_key"]) & set(sb["shape_key"]))
     dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s),
                  "statement_a": _dispatch(a["findings"], s, "statement"), "statement_b": _dispatch(b["findings"], s, "statement")}
@@ -241,11 +259,28 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     if unpaired:
         notes.append(unpaired)
     notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
-    return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
+    return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "joint": joint,
+            "sitting_sd": None if paired else SITTING_SD, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
             "notes": notes, "accounting": accounting, "paired": paired, "support": support_changes(sa, sb),
             "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
             "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
             "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
+
+
+def joint_rows(rows: list[dict]) -> dict:
+    """The joint control of every time verdict of one pair, forwards and backwards (attnprof.analysis.stats.
+    joint_control, Benjamini-Hochberg): a row called changed that does not survive it becomes inconclusive,
+    in place. Returns joint_control's summary (rows judged, expected false "changed" rows if nothing changed,
+    rows withheld)."""
+    views = [{"verdict": r["verdict"], "p": r.get("p"), "false_alarm": r.get("false_alarm"), "why": r.get("why", ""),
+              "row": r, "prefix": ""} for r in rows]
+    views += [{"verdict": r["bwd_verdict"], "p": r.get("bwd_p"), "false_alarm": r.get("bwd_false_alarm"),
+               "why": r.get("bwd_why", ""), "row": r, "prefix": "bwd_"} for r in rows if r.get("bwd_p") is not None]
+    out = joint_control(views)
+    for v in views:
+        v["row"][f"{v['prefix']}verdict"] = v["verdict"]
+        v["row"][f"{v['prefix']}why"] = v["why"]
+    return out
 
 
 def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str) -> dict:
@@ -351,15 +386,43 @@ def paired_repeat_medians(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, vari
     return [ma.get(k) for k in rounds], [mb.get(k) for k in rounds]
 
 
+def noise_pools(a: dict, b: dict, keys: list[tuple[str, str]], col: str, paired: bool) -> dict:
+    """The pooled noise (attnprof.analysis.stats.pool_noise) of time column ``col`` for every (variant, shape) of
+    ``keys``, pooled over the shapes of each variant: paired, over the cells' per-round ratios, {key: Noise};
+    unpaired, over both result sets' repeat medians, {key: (Noise of a, Noise of b)}."""
+    out = {}
+    for variant in {v for v, _ in keys}:
+        own = [k for k in keys if k[0] == variant]
+        if paired:
+            cells = {k: paired_ratios(*paired_repeat_medians(a["repeats"], b["repeats"], *k, col)) for k in own}
+            out.update(pool_noise(cells))
+            continue
+        cells = {(side, k): _repeat_medians(x, k, col) for side, x in (("a", a), ("b", b)) for k in own}
+        pooled = pool_noise(cells)
+        out.update({k: (pooled[("a", k)], pooled[("b", k)]) for k in own})
+    return out
+
+
+def _repeat_medians(x: dict, key: tuple[str, str], col: str) -> list[float]:
+    s = x["summary"]
+    row = s[(s["variant"] == key[0]) & (s["shape_key"] == key[1])]
+    return repeat_medians(x.get("repeats"), row.iloc[0] if len(row) else pd.Series(dtype=object), key[0], key[1], col)
+
+
 def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str, col: str,
-                  noise_floor: float, confidence: float, paired: bool) -> dict:
+                  noise_floor: float, confidence: float, paired: bool, noise=None) -> dict:
     """The verdict of time column ``col`` for one row: paired over the rounds (compare_paired) when ``paired``
     (two result sets of one A/B run whose rounds were interleaved, :func:`ab_pairing`), else :func:`_verdict`
-    (compare_ratio) on the repeat medians. Keys of :func:`_verdict`, plus ``paired``."""
+    (compare_ratio, with the sitting term) on the repeat medians; ``noise``: the row's entry of
+    :func:`noise_pools`. A host time compared unpaired gets "not judged" (:data:`HOST_UNJUDGED`). Keys of
+    :func:`_verdict`, plus ``paired``."""
     if paired:
         xa, xb = paired_repeat_medians(a["repeats"], b["repeats"], variant, shape_key, col)
-        c = compare_paired(xa, xb, noise_floor, confidence)
-        return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],
-                "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"], "paired": True}
-    return {**_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
-                       repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence), "paired": False}
+        return {**_row_keys(compare_paired(xa, xb, noise_floor, confidence, noise)), "paired": True}
+    out = {**_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
+                      repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence,
+                      noise or (None, None)), "paired": False}
+    if col.startswith("cpu_ms"):
+        out.update(verdict="not judged", why=HOST_UNJUDGED, ratio_lo=None, ratio_hi=None, p=None, false_alarm=None,
+                   repeats_needed=None)
+    return out

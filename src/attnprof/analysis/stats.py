@@ -330,7 +330,12 @@ def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshol
                       "(config repeats >= 2 on both)")
         return out
     va, vb, sv = noise_a.sd ** 2, noise_b.sd ** 2, sitting_sd ** 2
-    se, df = _welch(va, len(la), noise_a.df, vb, len(lb), noise_b.df, sv)
+    if noise_a == noise_b and not noise_a.own:  # one pooled estimate serves both sides: its df once
+        within = va * (1 / len(la) + 1 / len(lb))
+        se = math.sqrt(within + 2 * sv)
+        df = min(se ** 4 / (within ** 2 / noise_a.df), 2 * noise_a.df) if within > 0 else noise_a.df
+    else:
+        se, df = _welch(va, len(la), noise_a.df, vb, len(lb), noise_b.df, sv)
     out.update(judge(d, se, df, threshold, confidence), se=se, df=df)
     if out["verdict"] == "inconclusive":
         n = max(len(la), len(lb))
@@ -405,27 +410,33 @@ def joint_control(rows: Sequence[dict], rate: float = FALSE_DISCOVERY_RATE) -> d
     return {"rows": len(judged), "expected_false": sum(r["false_alarm"] or 0.0 for r in judged), "withheld": withheld}
 
 
+def detectable_at(se: float, df: float, threshold: float, power: float = POWER, confidence: float = CONFIDENCE) -> float:
+    """The relative change (ratio - 1, a fraction) that :func:`judge` calls "by more than ``threshold``" with chance
+    ``power`` for a row of standard error ``se`` (log ratio) with ``df`` degrees of freedom: :func:`power_changed`
+    solved for the change (scipy.optimize.brentq); ``threshold`` itself for se = 0."""
+    if se <= 0:
+        return threshold
+
+    def short(change: float) -> float:
+        return power_changed(change, se, df, threshold, confidence) - power
+
+    hi = threshold + 1e-6
+    while short(hi) < 0:
+        hi = 2 * hi + 0.01
+    return float(_opt.brentq(short, threshold, hi, xtol=1e-7))
+
+
 def detectable_change(rel_sd: float, n: int, threshold: float, power: float = POWER, confidence: float = CONFIDENCE,
                       df: float | None = None, sitting_sd: float = 0.0, rows: int = 1) -> float:
     """The smallest relative change (ratio - 1, a fraction) that :func:`compare_ratio` followed by
     :func:`joint_control` calls "by more than ``threshold``" with chance ``power``, between two result sets of
     ``n`` repeats each whose log repeat medians have sd ``rel_sd`` with ``df`` degrees of freedom (default 2n - 2,
     each side's own) and a sitting sd ``sitting_sd`` between them, when it is the one changed row among ``rows``
-    (Benjamini-Hochberg then asks p <= rate/rows of it, i.e. the ``1 - (1 - confidence)/rows`` interval). Solved
-    for the exact power of the rule (:func:`power_changed`, noncentral t) with scipy.optimize.brentq; tests check
-    it by simulating the rule. ValueError for n < 2 without ``df``."""
+    (Benjamini-Hochberg then asks p <= rate/rows of it, i.e. the ``1 - (1 - confidence)/rows`` interval): the exact
+    power of the rule (:func:`detectable_at`, noncentral t); tests check it by simulating the rule. ValueError for
+    n < 2 without ``df``."""
     if n < 2 and df is None:
         raise ValueError(f"a detectable change needs at least 2 repeats, got {n}")
     df = 2 * n - 2 if df is None else df
     se = math.sqrt(2 * rel_sd ** 2 / n + 2 * sitting_sd ** 2)
-    level = 1 - (1 - confidence) / rows
-    if se == 0:
-        return threshold
-
-    def short(change: float) -> float:
-        return power_changed(change, se, df, threshold, level) - power
-
-    hi = threshold + 1e-6
-    while short(hi) < 0:
-        hi = 2 * hi + 0.01
-    return float(_opt.brentq(short, threshold, hi, xtol=1e-7))
+    return detectable_at(se, df, threshold, power, 1 - (1 - confidence) / rows)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
-from attnprof.analysis.stats import detectable_change
+from attnprof.analysis.stats import SAME_SITTING, SITTING_SD, detectable_at, detectable_change
 from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_run_interval
 from attnprof.findings.expectations import WITHIN_NOISE
 from attnprof.findings.metrics import KERNEL_COUNT
@@ -72,35 +72,53 @@ def study_counts(expectations: dict) -> dict[str, int]:
             if e["metric"] == KERNEL_COUNT and not e.get("source")}
 
 
+def detection_text(n: int, floor: float, dev: pd.Series, df: pd.Series) -> str:
+    """The sentence on what compare finds against this result set (80 % power, attnprof.analysis.stats.detectable_change
+    at each row's pooled spread ``dev`` (%, sd of the log medians) and degrees of freedom ``df``): against another
+    sitting (the sitting term added) and in a paired A/B round by round (none), over the run's rows."""
+    def limits(sitting: float) -> list[float]:
+        out = [100 * detectable_change(v / 100, n, floor, df=2 * d if d == d and d else None, sitting_sd=sitting)
+               for v, d in zip(dev, df.reindex(dev.index))]
+        return sorted(out)
+
+    other, paired = limits(SITTING_SD), limits(0.0)
+    mid = len(other) // 2
+    return (f" With as many repeats, <code>compare</code> calls a change &ldquo;more than {100 * floor:g}&nbsp;%&rdquo; "
+            f"with 80&nbsp;% power from {other[mid]:.1f}&nbsp;% against a result set of another sitting "
+            f"({other[0]:.1f}&ndash;{other[-1]:.1f}&nbsp;% over its variants and shapes; the sitting term, "
+            f"{100 * SITTING_SD:g}&nbsp;% per sitting, included) and from {paired[mid]:.1f}&nbsp;% in a paired A/B run "
+            f"({paired[0]:.1f}&ndash;{paired[-1]:.1f}&nbsp;%), as simulated in docs/statistics.md.")
+
+
 def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
-    """The methods' sentence on repeats: how many, what a repeat re-draws, what the rerun interval means
-    (attnprof.analysis.stats), and the largest between-run spread of the run."""
+    """The methods' sentence on repeats: how many, what a repeat re-draws, what the rerun interval means and for which
+    rerun (attnprof.analysis.stats: same machine, same sitting), how host times are stated, the largest between-run
+    spread of the run and what compare can find against it."""
     n = int(cfg.get("repeats", 1))
     if n < 2:
         return ("this result set has one repeat (config <code>repeats</code> 1): its times have no between-run spread, "
                 "and the IQR below them (first to third quartile over the forwards) says nothing about a rerun.")
-    def spread(col):
-        return summary[col].dropna() if col in summary else pd.Series(dtype=float)
+    def col(name):
+        return summary[name].dropna() if name in summary else pd.Series(dtype=float)
 
-    dev, host = spread("device_ms_run_sd_pct"), spread("cpu_ms_run_sd_pct")
-    parts = [f"{what} by up to {v.max():.1f}&nbsp;%" for what, v in (("device times", dev), ("host times", host)) if len(v)]
+    dev, host = col("device_ms_run_sd_pct"), col("cpu_ms_run_sd_pct")
+    parts = [f"{what} moved by up to {v.max():.1f}&nbsp;%" for what, v in (("device times", dev), ("host times", host))
+             if len(v)]
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
                if parts else "")
-    floor = (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR)
-    if not len(dev):  # a CPU run: its host times are what compare judges, against the host threshold
-        dev = host
-        floor = (cfg.get("compare") or {}).get("noise_floor_host", NOISE_FLOOR_HOST)
-    if len(dev):  # what compare could find against a rerun with as many repeats (attnprof.analysis.stats.detectable_change)
-        lim = [100 * detectable_change(v / 100, n, floor) for v in (dev.min(), dev.median(), dev.max())]
-        largest += (f" Against a rerun with as many repeats, <code>compare</code> would find (80&nbsp;% power) a change of "
-                    f"{lim[1]:.1f}&nbsp;% at the median spread of this run ({lim[0]:.1f}&ndash;{lim[2]:.1f}&nbsp;% over its "
-                    "variants and shapes). Calibrated on an H200 (docs/statistics.md): two sweeps minutes apart gave no "
-                    "changed verdict in 61 pairs, and a known 3.3&nbsp;% change was found with 3.3&nbsp;% inside its interval.")
+    if len(dev):
+        largest += detection_text(n, (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR), dev,
+                                  col("device_ms_run_df"))
+    coverage = 100 * (n - 1) / (n + 1)
     return (f"each (variant, shape) was captured {n} times (repeats), in rounds over the whole grid, each round in a fresh "
             "capture process: a repeat re-draws the process, the CUDA context, the allocations and the libraries' plan "
             "choices, and the time between repeats; the host and the GPU stay the same. The number stated is the median of "
-            "the repeat medians; <i>rerun</i> is the 95&nbsp;% prediction interval for the median a rerun with as many repeats "
-            "will state (Student's t over the log repeat medians; docs/statistics.md); IQR is the within-capture spread "
+            f"the repeat medians; <i>rerun</i> is the 95&nbsp;% prediction interval for the median a rerun with as many repeats "
+            f"will state on the {SAME_SITTING} (Student's t over the log repeat medians, the between-process variance "
+            "pooled over the variant's shapes; docs/statistics.md); another day or machine moves a whole block of cells "
+            "beyond it, which <code>compare</code> adds. Host times have no such interval: they are the median over the "
+            f"captures with the lowest and highest capture (one new capture falls inside with {coverage:.0f}&nbsp;% "
+            "probability), and compare judges them only in a paired A/B run. IQR is the within-capture spread "
             "(first to third quartile over the forwards of the median repeat), which a rerun does not hold." + largest)
 
 
@@ -289,11 +307,13 @@ def compare_context(doc: dict, css: str) -> dict:
         threshold = pair.get("threshold", doc["noise_floor"])
         # a compare.json written before notes and the rest were recorded: empty lists
         recipes = pair.get("recipes") or []
+        # a compare.json written before the joint control and the sitting term were recorded: none stated
         pairs.append({"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-                      "accounting": None, **pair, **recipe_context(recipes),
+                      "accounting": None, "paired": False, "joint": None, "sitting_sd": None, **pair, **recipe_context(recipes),
                       "dispatch_changed": [d for d in pair.get("dispatch") or [] if d.get("a") != d.get("b")],
                       "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
                       "threshold_pct": 100 * threshold, "kernels_differ": kernels_differ, "ops_differ": ops_differ,
+                      "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None,
                       "detection": detection_limit(rows, threshold)})
     cmp["pairs"] = pairs
     return {"cmp": cmp, "css": css}
@@ -323,19 +343,17 @@ def recipe_context(recipes: list[dict]) -> dict:
 
 
 def detection_limit(rows: list[dict], threshold: float) -> dict | None:
-    """The smallest change the verdicts of one comparison could find, from each row's ratio interval: a row's limit
-    is the interval's half-width (on the log scale, as a change in %, exp(half) - 1), and never under the practical
-    threshold, since a change inside it is called same whatever the interval; a true change of that size puts the
-    interval clear of 1 about half the time, a larger one more often. ``pct``: the limit that most rows (more than
-    half of those with an interval) reach, with how many (``within`` of ``rows``), the range over the rows, and the
-    repeats per side. None when no row has an interval (one repeat: nothing can be called changed)."""
+    """The smallest change the verdicts of one comparison find with 80 % power, per row from its standard error and
+    degrees of freedom (attnprof.analysis.stats.detectable_at: the exact power of the rule "the whole 95 % interval
+    beyond the threshold"; never under the threshold). ``pct``: the limit that most rows (more than half of those
+    judged) reach, with how many (``within`` of ``rows``), the range over the rows, and the repeats per side. None
+    when no row was judged (one repeat, or host times of two sittings: nothing can be called changed)."""
     limits, repeats = [], set()
     for r in rows:
-        lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
-        if not (_ok(lo) and _ok(hi)) or lo <= 0 or hi <= 0:
+        se, df = r.get("se"), r.get("df")
+        if not (_ok(se) and _ok(df)) or r.get("verdict") == "not judged":
             continue
-        half = (math.log(hi) - math.log(lo)) / 2
-        limits.append(max(100 * math.expm1(half), 100 * threshold))
+        limits.append(100 * detectable_at(se, df, threshold))
         repeats.add((r.get("repeats_a"), r.get("repeats_b")))
     if not limits:
         return None
@@ -346,7 +364,7 @@ def detection_limit(rows: list[dict], threshold: float) -> dict | None:
     def side(v):
         return "?" if not v else (str(v[0]) if len(v) == 1 else f"{v[0]}\u2013{v[-1]}")
     return {"pct": limits[most - 1], "within": most, "rows": len(limits), "min_pct": limits[0], "max_pct": limits[-1],
-            "at_threshold": limits[0] <= 100 * threshold + 1e-9, "repeats": f"{side(ra)} / {side(rb)}"}
+            "at_threshold": limits[0] <= 100 * threshold + 1e-6, "repeats": f"{side(ra)} / {side(rb)}"}
 
 
 def _load_range(summary: pd.DataFrame) -> str:
