@@ -45,3 +45,15 @@ def test_a_b_finds_the_known_change_and_nothing_else():
     known = 1 + (spin["calib-b"] - spin["calib-a"]) / 1e3 / base
     assert 1.02 < known < 1.05  # about 3 %, as designed (7,000 more cycles)
     assert changed[0]["ratio_lo"] <= known <= changed[0]["ratio_hi"]
+
+
+def test_a_a_across_sittings_calls_nothing_changed_and_its_intervals_hold_1():
+    """Known answer, no change: one build and config on the H200 in two sittings (the calibration sweep and a new one
+    of 2026-12-02 on another GPU of the pool, benchmarks/calibration/results/h200-sitting2). compare adds the sitting
+    term: no row is called changed, at least 90 % of the 95 % intervals hold 1.0, and the pair states its expected
+    false "changed" rows (well under one)."""
+    pair = compare_runs([calibrate.load(calibrate.SWEEP), calibrate.load("h200-sitting2")])["pairs"][0]
+    assert pair["counts"]["slower"] == pair["counts"]["faster"] == 0 and pair["sitting_sd"] > 0
+    rows = [r for r in pair["rows"] if r["ratio_lo"] is not None]
+    assert len(rows) == 61 and sum(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in rows) >= 0.9 * 61
+    assert pair["joint"]["rows"] == 61 and 0 < pair["joint"]["expected_false"] < 0.5

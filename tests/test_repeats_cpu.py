@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as st
 
 from attnprof.analysis.compare import compare_runs
 
