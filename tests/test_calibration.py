@@ -28,12 +28,12 @@ def test_a_a_sweeps_have_no_changed_verdict_and_reruns_hold_the_intervals():
 def test_a_b_finds_the_known_change_and_nothing_else():
     """Two result sets captured one after the other, not paired round by round: compare adds the sitting term, so
     a 3.3 % change against a 2 % threshold is not "more than 2 %" beyond doubt at 5 repeats: its interval excludes
-    1 and holds the known change, and the row says how many rounds would decide; every other row is the same
-    within 2 %. (The paired A/B of examples/compare_h200_ab_sleep calls it slower: tests/test_ab_examples.py.)"""
+    1 and holds the known change, and the row says how many rounds would decide; no other row is called
+    changed. (The paired A/B of examples/compare_h200_ab_sleep calls it slower: tests/test_ab_examples.py.)"""
     pair = compare_runs([calibrate.load("calib-a"), calibrate.load("calib-b")])["pairs"][0]
     changed = [r for r in pair["rows"] if r["variant"] == "sleep_attn"]
     assert changed[0]["verdict"] == "inconclusive" and changed[0]["ratio_lo"] > 1 and 5 < changed[0]["repeats_needed"]
-    assert {r["verdict"] for r in pair["rows"] if r["variant"] != "sleep_attn"} == {"same"}
+    assert {r["verdict"] for r in pair["rows"] if r["variant"] != "sleep_attn"} <= {"same", "inconclusive"}
     # the known change: B's spin kernel minus A's (means over the repeats, us per forward) over A's device time
     spin = {}
     for name in ("calib-a", "calib-b"):
