@@ -781,6 +781,19 @@ def gpu_note(used: list[dict]) -> str | None:
             "may run on different GPUs, so its rerun interval holds the spread between GPUs too.")
 
 
+def short_repeats(summary: pd.DataFrame) -> str:
+    """Page 1's words for the rows whose times are not of every repeat (summary.csv ``repeats_note``: a repeat not
+    ok, missing, a copy, a time its trace lacks, a contradicted host draw): '' when every row counted every repeat."""
+    if "repeats_note" not in summary:
+        return ""
+    noted = summary[summary["repeats_note"].fillna("").astype(str).str.len() > 0]
+    if noted.empty:
+        return ""
+    named = "; ".join(f"{r.variant} at {r.shape_key}: {str(r.repeats_note)[:160]}" for r in noted.head(4).itertuples())
+    more = f" and {len(noted) - 4} more" if len(noted) > 4 else ""
+    return f" Not every repeat was counted in {len(noted)} row{'s' if len(noted) != 1 else ''} ({named}{more})."
+
+
 def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, used: list[dict] | None = None) -> list[str]:
     """The small print under page 1's findings: on which GPUs (a run on several alike ones, :func:`gpu_note`; GPUs of
     different kinds are a finding of page 1 instead), what a time and its rerun interval are, and whether every trace
@@ -790,8 +803,9 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, u
     if has_run_interval(summary):
         n = int(summary["repeats"].max())
         notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "
-                     "the 95 % interval the median of a rerun with as many repeats will hold; a ranking is called only "
-                     "outside it.")
+                     f"the 95 % interval the median of a rerun with as many repeats will hold on the {SAME_SITTING} (another "
+                     "day or machine moves times beyond it: compare adds that); a ranking is called only outside it. Host "
+                     "times: the median over captures, with the lowest and highest." + short_repeats(summary))
     elif "repeats" in summary:
         notes.append("One repeat per variant and shape: no time has a between-run interval (config repeats).")
     warned = [f for sh in shapes for f in sh["findings"] if f["rule"] in ("trace_quality", "status") and f["kind"] == "warning"]
