@@ -181,3 +181,23 @@ def test_schema_messages_name_the_key_for_every_kind_of_error():
     why = message(profiler={"range_name": "attn_fwd", "warmup_calls": 3})
     assert why.startswith("config: profiler has no key 'schedule' (it is required)")
     assert "(1 more problem" in message(device="gpu", repeats=0)
+
+
+def test_thresholds_and_the_seed_are_bounded_and_the_message_names_the_key_and_the_fix():
+    """Issue 33 kind 6 and 9: a threshold given in per cent (2 for 0.02, 20 for 0.20) and a seed no generator takes
+    (2**64, -1) are refused at parse time, naming the key, the range and an example value."""
+    from attnprof.model.config import schema_message
+
+    def msg(**over):
+        return schema_message({**DEFAULTS, **over}, SCHEMA, command_line={}, defaults=DEFAULTS)
+
+    cmp = {"runs": ["a", "b"], "name": "x", "noise_floor": 0.02}
+    for key, bad in (("noise_floor", 2), ("noise_floor", 1.5), ("noise_floor_host", 20), ("noise_floor", -0.1)):
+        why = msg(compare={**cmp, key: bad})
+        assert why and f"compare.{key} = {bad}" in why and "a fraction" in why, why
+    assert "noise_floor: 0.02" in msg(compare={**cmp, "noise_floor": 2})
+    assert msg(compare=cmp) is None and msg(compare={**cmp, "noise_floor": 0.5}) is None
+    for bad in (2 ** 64, 2 ** 32, -1):
+        why = msg(seed=bad)
+        assert why and f"seed = {bad}" in why and "0 to 4294967295" in why and "seed=0" in why, why
+    assert msg(seed=2 ** 32 - 1) is None

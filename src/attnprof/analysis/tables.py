@@ -600,10 +600,12 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
                 why = str(r.get("trace_note") or "no such time in its trace")[:200]
                 notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {len(have)} of {len(ok)} repeats")
     bad = [r for r in have if _host_contradicted(r, med, timed)]
+    kept = [r for r in have if r not in bad] or have  # every draw contradicted: stated, with the note, not dropped
     for r in bad:
         notes.append(f"repeat {r['repeat']}: {med} {r[med]:.3g} ms against {timed:.3g} ms of the timed calls "
-                     f"(x{HOST_CONTRADICTION:g} or more apart: another job beside the capture?): not counted")
-    return [r for r in have if r not in bad], notes
+                     f"(x{HOST_CONTRADICTION:g} or more apart: another job beside the capture?)"
+                     + (": not counted" if r not in kept else ": no other capture to count"))
+    return kept, notes
 
 
 def _combine_time(row: dict, counted: list[dict], med: str, within: str, between: str, confidence: float,

@@ -786,7 +786,7 @@ def short_repeats(summary: pd.DataFrame) -> str:
     ok, missing, a copy, a time its trace lacks, a contradicted host draw): '' when every row counted every repeat."""
     if "repeats_note" not in summary:
         return ""
-    noted = summary[summary["repeats_note"].fillna("").astype(str).str.len() > 0]
+    noted = summary[summary["repeats_note"].map(lambda v: isinstance(v, str) and bool(v))]
     if noted.empty:
         return ""
     named = "; ".join(f"{r.variant} at {r.shape_key}: {str(r.repeats_note)[:160]}" for r in noted.head(4).itertuples())
