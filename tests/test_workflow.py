@@ -159,12 +159,19 @@ def test_the_sweep_over_two_shapes_runs_end_to_end(run_dir):
             assert len(fw) == row.forwards_profiled == 2 and fw["complete"].all(), (row.shape_key, row.variant, k)
             medians.append(fw["cpu_us"].median() / 1e3)
             tables.append(fw)
-        # summary: the median of the repeats' medians (two repeats: their mean) of the range's host time, us -> ms
-        assert row.cpu_ms_per_forward == pytest.approx(sum(medians) / 2, rel=1e-9), (row.shape_key, row.variant)
+        # summary: the median of the repeats' medians (two repeats: their mean) of the range's host time, us -> ms; a
+        # repeat whose host time its timed calls contradict by 10x (a job beside it) is named and left out while
+        # another remains (tables.HOST_CONTRADICTION)
+        timed = row.timed_ms_median
+        counted = [m for m in medians if max(m / timed, timed / m) < 10] or medians
+        assert row.cpu_ms_per_forward == pytest.approx(sum(counted) / len(counted), rel=1e-9), (row.shape_key, row.variant)
+        assert (len(counted) < len(medians)) == ("timed calls" in str(row.repeats_note))
         assert row.repeats == row.repeats_ok == REPEATS
-        # the rerun interval holds the stated value; the within-capture spread is the middle repeat's (of two: the faster)
-        assert row.cpu_ms_run_lo <= row.cpu_ms_per_forward <= row.cpu_ms_run_hi
-        middle = tables[medians.index(min(medians))]
+        # the host range (lowest-highest capture) holds the stated value; the within-capture spread is the middle
+        # repeat's (of two: the faster)
+        if len(counted) > 1:
+            assert row.cpu_ms_run_lo <= row.cpu_ms_per_forward <= row.cpu_ms_run_hi
+        middle = tables[medians.index(min(counted))]
         assert row.cpu_ms_min == pytest.approx(middle["cpu_us"].min() / 1e3, rel=1e-9)
         assert row.cpu_ms_max == pytest.approx(middle["cpu_us"].max() / 1e3, rel=1e-9)
     # repeats.csv: one row per capture, each repeat's own median
