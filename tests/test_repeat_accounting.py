@@ -84,3 +84,23 @@ def test_page_1_and_the_row_name_the_repeat_that_was_not_counted():
     assert "Every capture's trace was complete" not in notes and "1 captures have an incomplete trace" in notes
     template = (ROOT / "report" / "report.html.j2").read_text()
     assert "repeats: {{ r.repeats_note }}" in template
+
+
+def test_the_pool_counts_what_the_row_counts_a_copy_once():
+    """repeat_noise pools the repeats combine_repeats counts: a copied repeat (same started_at) would add a zero
+    deviation and narrow every interval of the variant; it enters once. Expected: the pooled variance of the two
+    shapes' distinct repeats by numpy (one-way ANOVA's within-group mean square)."""
+    import numpy as np
+
+    from attnprof.analysis.tables import repeat_noise
+
+    def rows(shape, values, copy=False):
+        out = [{"variant": "v", "shape_key": shape, "status": "ok", "repeat": k + 1, "started_at": 100.0 * k,
+                "device_ms_per_forward": m} for k, m in enumerate(values)]
+        return out + ([{**out[0], "repeat": len(out) + 1}] if copy else [])
+
+    a, b = [1.0, 1.02, 0.99], [2.0, 2.06, 1.97]
+    noise = repeat_noise({("v", "s1"): rows("s1", a, copy=True), ("v", "s2"): rows("s2", b)})
+    pooled = (2 * np.var(np.log(a), ddof=1) + 2 * np.var(np.log(b), ddof=1)) / 4
+    got = noise[("v", "s1")]["device_ms_per_forward"]
+    assert got.df == 4 and got.sd == pytest.approx(np.sqrt(pooled), rel=1e-12)

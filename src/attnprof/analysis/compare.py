@@ -30,6 +30,7 @@ from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_c
 from attnprof.analysis.recipe import diff_recipes
 from attnprof.analysis.stats import (CONFIDENCE, SITTING_SD, compare_paired, compare_ratio, joint_control, paired_ratios,
                                      pool_noise)
+from attnprof.analysis.tables import HOST_TIMES
 from attnprof.analysis.trace import short_kernel_name
 from attnprof.model.variants import CONTROL
 
@@ -199,10 +200,10 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     rows = []
     keys = [(v, k) for v, k in sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
             if v != CONTROL]
-    pools = {col: noise_pools(a, b, keys, col, paired) for col in (med, med.replace("per_forward", "per_backward"))}
+    # the profiler's control is left out of the keys: checked below, never ranked with the attention variants
+    pools = {col: noise_pools(a, b, keys, col, paired) for col in (med, med.replace("per_forward", "per_backward"))
+             if _judged(col, paired)}
     for variant, shape_key in keys:
-        if variant == CONTROL:  # the profiler's control: checked below, never ranked with the attention variants
-            continue
         ra = sa[(sa["variant"] == variant) & (sa["shape_key"] == shape_key)].iloc[0]
         rb = sb[(sb["variant"] == variant) & (sb["shape_key"] == shape_key)].iloc[0]
         row = {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
@@ -223,7 +224,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         row["timed_ratio"] = ib / ia if ia and ib else None
         if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
             row.update(_time_verdict(a, b, ra, rb, variant, shape_key, med, noise_floor, confidence, paired,
-                                     pools[med].get((variant, shape_key))))
+                                     pools.get(med, {}).get((variant, shape_key))))
         else:
             row.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                        repeats_needed=None, why="no time in one of the result sets")
@@ -231,7 +232,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
         if back["bwd_a_ms"] and back["bwd_b_ms"]:
             col = med.replace("per_forward", "per_backward")
             v = _time_verdict(a, b, ra, rb, variant, shape_key, col, noise_floor, confidence, paired,
-                              pools[col].get((variant, shape_key)))
+                              pools.get(col, {}).get((variant, shape_key)))
             back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
                         bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_false_alarm=v["false_alarm"])
         row.update(back)
@@ -386,6 +387,11 @@ def paired_repeat_medians(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, vari
     return [ma.get(k) for k in rounds], [mb.get(k) for k in rounds]
 
 
+def _judged(col: str, paired: bool) -> bool:
+    """Whether time column ``col`` gets a verdict: device times always, host times (tables.HOST_TIMES) only paired."""
+    return paired or col not in HOST_TIMES
+
+
 def noise_pools(a: dict, b: dict, keys: list[tuple[str, str]], col: str, paired: bool) -> dict:
     """The pooled noise (attnprof.analysis.stats.pool_noise) of time column ``col`` for every (variant, shape) of
     ``keys``, pooled over the shapes of each variant: paired, over the cells' per-round ratios, {key: Noise};
@@ -422,7 +428,7 @@ def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, 
     out = {**_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
                       repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence,
                       noise or (None, None)), "paired": False}
-    if col.startswith("cpu_ms"):
+    if not _judged(col, paired):
         out.update(verdict="not judged", why=HOST_UNJUDGED, ratio_lo=None, ratio_hi=None, p=None, false_alarm=None,
                    repeats_needed=None)
     return out

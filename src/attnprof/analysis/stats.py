@@ -362,8 +362,7 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], thresho
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     if len(a) != len(b):
         raise ValueError(f"paired repeat medians need one value per round on each side, got {len(a)} and {len(b)}")
-    pairs = [(x, y) for x, y in zip(a, b) if _kept([x]) and _kept([y])]
-    d = [math.log(y) - math.log(x) for x, y in pairs]
+    d = [math.log(r) for r in paired_ratios(a, b)]
     n = len(d)
     out = _result(n, n, paired=True)
     if n == 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import statistics
 from collections.abc import Mapping
 
 import pandas as pd
@@ -543,17 +544,16 @@ def repeat_noise(per_pair: Mapping[tuple[str, str], list[dict]]) -> dict[tuple[s
         if med in HOST_TIMES:
             continue
         for variant in variants:
-            cells = {key: [r.get(med) for r in rows if r.get("status") == "ok" and not _blank(r.get(med))]
+            cells = {key: [r.get(med) for r in _counted_repeats(rows) if not _blank(r.get(med))]
                      for key, rows in per_pair.items() if key[0] == variant}
             for key, noise in pool_noise(cells).items():
                 out[key][med] = noise
     return out
 
 
-def _repeat_notes(rows: list[dict], ok: list[dict], expected: int | None) -> list[str]:
-    """What a combined row must say about its repeats: those not ok (with their reason), rounds that
-    ``expected`` asks for and no capture gave, and copies (a repeat whose capture started at the same moment as
-    another's: one capture, not two)."""
+def _repeat_notes(rows: list[dict], expected: int | None) -> list[str]:
+    """What a combined row must say about its repeats: those not ok (with their reason), and rounds that
+    ``expected`` asks for and no capture gave (copies: :func:`_copies`)."""
     notes = [f"repeat {r['repeat']} {r.get('status')}: {str(r.get('reason') or '')[:200]}".rstrip(": ")
              for r in rows if r.get("status") != "ok"]
     found = {int(r["repeat"]) for r in rows}
@@ -579,6 +579,12 @@ def _copies(ok: list[dict]) -> tuple[list[dict], list[str]]:
             seen[at] = r["repeat"]
         kept.append(r)
     return kept, notes
+
+
+def _counted_repeats(rows: list[dict]) -> list[dict]:
+    """The repeats of one (variant, shape) that count: status ok, a copy of another counted once (:func:`_copies`).
+    What :func:`combine_repeats` states over and :func:`repeat_noise` pools."""
+    return _copies([r for r in rows if r.get("status") == "ok"])[0]
 
 
 def _host_contradicted(r: dict, med: str, timed: float | None) -> bool:
@@ -617,15 +623,16 @@ def _combine_time(row: dict, counted: list[dict], med: str, within: str, between
     from attnprof.analysis.stats import between_run_interval, host_range
 
     values = [r[med] for r in counted]
-    stats = between_run_interval(values, confidence, noise)
-    if med in HOST_TIMES:
-        host = host_range(values)
-        stats.update(lo=host["lo"], hi=host["hi"])
+    if med in HOST_TIMES:  # no parametric interval; the sd of the log medians only describes the spread
+        stats = {**host_range(values), "df": None,
+                 "rel_sd": statistics.stdev(math.log(v) for v in values) if len(values) > 1 else None}
+    else:
+        stats = between_run_interval(values, confidence, noise)
     row[med] = stats["center"]
     row[f"{between}_run_lo"], row[f"{between}_run_hi"] = stats["lo"], stats["hi"]
     if med.endswith("_per_forward"):
         row[f"{between}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
-        row[f"{between}_run_df"] = stats["df"] if med not in HOST_TIMES else None
+        row[f"{between}_run_df"] = stats["df"]
     if counted:
         middle = sorted(counted, key=lambda r: (r[med], int(r["repeat"])))[(len(counted) - 1) // 2]
         for end in ("min", "max", "q1", "q3"):
@@ -664,7 +671,7 @@ def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Ma
     row = dict(rows[0])
     # the GPUs the repeats ran on (several on a node of several GPUs: a repeat takes whichever is free)
     row.update(repeats=len(rows), gpus=";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None)
-    notes = _repeat_notes(rows, [], expected)
+    notes = _repeat_notes(rows, expected)
     if row.get("status") != "ok":
         row.update(repeats_ok=0, repeats_note="; ".join(notes))
         return {c: row.get(c) for c in SUMMARY_COLUMNS}

@@ -76,6 +76,7 @@ def detection_text(n: int, floor: float, dev: pd.Series, df: pd.Series) -> str:
     at each row's pooled spread ``dev`` (%, sd of the log medians) and degrees of freedom ``df``): against another
     sitting (the sitting term added) and in a paired A/B round by round (none), over the run's rows."""
     def limits(sitting: float) -> list[float]:
+        # a compare pools both result sets' cells: about twice one set's df (a row without a df: its own, 2n - 2)
         out = [100 * detectable_change(v / 100, n, floor, df=2 * d if d == d and d else None, sitting_sd=sitting)
                for v, d in zip(dev, df.reindex(dev.index))]
         return sorted(out)
