@@ -117,15 +117,38 @@ def test_timing_quartiles_and_budget(tmp_path):
 
 
 @pytest.mark.slow
-def test_any_failure_ends_the_capture_process(tmp_path):
+def test_any_failure_ends_the_process_it_happened_in(tmp_path):
+    """A later phase of repeat 1 runs in the check process (attnprof.measure.capture.run_checks): its failure ends
+    that process, never the capture process, whose own work all succeeded; a failed profile ends the capture
+    process (test_crash_in_the_worker_is_a_recorded_failure)."""
     first = in_worker(tmp_path, spec("naive"), "a")
     failed = in_worker(tmp_path, spec("naive", _test_fail_phase="timing"), "b")
-    assert failed["status"] == "ok" and failed["checks_missing"]  # the trace stands, a check is missing
-    assert failed["worker"]["pid"] == first["worker"]["pid"]
+    assert failed["status"] == "ok" and failed["checks_missing"] == [
+        "timing: out_of_memory: OutOfMemoryError: test hook _test_fail_phase: timing. Tried to allocate 1.00 GiB"]
+    assert failed["worker"]["pid"] == first["worker"]["pid"]  # the profile: the capture process, reused
+    assert failed["checks"]["pid"] == first["checks"]["pid"] != first["worker"]["pid"]  # the checks: the check process
     after = in_worker(tmp_path, spec("naive"), "c")
-    assert after["status"] == "ok" and after["worker"]["pid"] != failed["worker"]["pid"]
-    assert after["worker"]["captures_before"] == 0
-    assert not alive(failed["worker"]["pid"])
+    assert after["status"] == "ok" and not after["checks_missing"]
+    assert after["worker"]["pid"] == failed["worker"]["pid"]
+    assert after["worker"]["captures_before"] == failed["worker"]["captures_before"] + 1
+    assert after["checks"]["pid"] != failed["checks"]["pid"]
+    assert not alive(failed["checks"]["pid"])
+
+
+@pytest.mark.slow
+def test_repeat_1_profiles_in_a_process_that_never_ran_a_check(tmp_path):
+    """Item 7 of issue 32: repeat 1's float64 check, timing loops and op input types run in the check process, so
+    the capture process runs only profiles, in every round; a later repeat runs no check at all. The phases'
+    numbers are those one process gives (the timing's calls, the relative error within tolerance)."""
+    one = in_worker(tmp_path, spec("sdpa_math"), "a")
+    two = in_worker(tmp_path, spec("sdpa_math", repeat=2), "b")
+    assert one["checks"]["pid"] != one["worker"]["pid"] and alive(one["checks"]["pid"])
+    assert {n: p["status"] for n, p in one["phases"].items()} == {
+        "profile": "ok", "correctness": "ok", "grad_correctness": "skipped", "timing": "ok", "graph_timing": "skipped",
+        "input_types": "ok"}
+    assert one["phases"]["graph_timing"]["reason"] == "CPU run" and one["rel_error_ok"] is True
+    assert one["timing"]["repeats"] == 3 and one["timing"]["method"] == "perf_counter"  # spec timing: 3 calls
+    assert "checks" not in two and all(p["status"] == "skipped" for n, p in two["phases"].items() if n != "profile")
 
 
 @pytest.mark.slow

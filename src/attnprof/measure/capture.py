@@ -694,14 +694,7 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
         return record
 
     st = types.SimpleNamespace(forward=None, sets=None, out=None, grad_inputs=None, grad_out=None)  # what the phases share
-    budget = (spec["timing"]["repeats"], spec["timing"].get("budget_s"), spec["timing"].get("min_repeats", 10))
-    later = {
-        "correctness": lambda: _correctness_phase(spec, shape, st),
-        "grad_correctness": lambda: _grad_correctness_phase(spec, shape, st),
-        "timing": lambda: {"timing": _time_calls(st.forward, st.sets, device, *budget)},
-        "graph_timing": lambda: {"graph_timing": _time_graph(st.forward, *st.sets[0], *budget)},
-        "input_types": lambda: {"op_input_types": _op_input_types(st.forward, *st.sets[0])},
-    }
+    later = _later_calls(spec, shape, st, device)
     with warnings.catch_warnings(record=True) as caught, contextlib.ExitStack() as stack:
         warnings.simplefilter("always")
         stack.enter_context(torch.no_grad())
@@ -723,36 +716,156 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
                 record["oom_bytes"] = oom_bytes(record["reason"])
             if device == "cpu" and not spec.get("custom") and not runs_on(spec["variant"], device):
                 record["reason"] += CPU_BACKENDS_NOTE
-        for name in PHASES[1:]:
-            if record["status"] != "ok":
-                record["phases"][name] = _skipped("profile phase did not succeed")
-            elif name == "graph_timing" and device != "cuda":
-                record["phases"][name] = _skipped("CPU run")
-            elif name == "correctness" and spec["variant"] == CONTROL:
-                record["phases"][name] = _skipped(CONTROL_NOT_CHECKED)
-            elif name == "grad_correctness" and "backward" not in (record.get("passes") or {}):
-                record["phases"][name] = _skipped("forward-only run (passes has no backward)")
-            elif name == "grad_correctness" and record["passes"]["backward"]["status"] != "ok":
-                record["phases"][name] = _skipped(f"backward pass {record['passes']['backward']['status']}")
-            elif record["repeat"] > 1:
-                # the trace is what a repeat re-draws (the between-run interval); the correctness check, the
-                # independent timing and the op input types are measured once, in repeat 1
-                record["phases"][name] = _skipped(f"repeat {record['repeat']}: this phase runs in repeat 1 only")
-            else:
-                log(f"phase {name}")
-                record["phases"][name], produced = _run_phase(name, later[name], spec, device, caught)
-                record.update(produced)
-            if name == "correctness":
-                st.out = None  # the output is not needed after the check: free it for the later phases
-            if name == "grad_correctness":
-                st.grad_inputs = st.grad_out = None  # nor the backward's inputs after theirs
-        if record["status"] == "ok":
-            missing = {n: p for n, p in record["phases"].items() if p["status"] not in ("ok", "skipped")}
-            record["checks_missing"] = [f"{n}: {p['status']}: {p['reason']}" for n, p in missing.items()]
-            if "graph_timing" in missing:  # summary.csv's graph_error column reads it from here
-                record["graph_timing"] = {"error": missing["graph_timing"]["reason"][:500]}
+        apart = bool(spec.get("checks_apart")) and record["repeat"] == 1 and record["status"] == "ok"
+        _later_phases(spec, record, st, device, caught, later if not apart else None)
+        if apart:
+            record["checks"] = CHECKS_APART
+        _note_missing_checks(record)
         record["warnings"] = sorted({str(w.message) for w in caught})
     record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
+    return record
+
+
+#: ``record["checks"]`` of a repeat-1 capture whose later phases run in the worker's check process
+#: (:func:`run_checks`, spec ``checks_apart``), not in the process that profiled: until
+#: :func:`merge_checks` fills them in, those phases read ``skipped`` with this reason.
+CHECKS_APART = "run apart, in the check process"
+
+
+def _later_calls(spec: dict, shape: Shape, st, device: str) -> dict:
+    """The later phases' work by name (:data:`PHASES` after ``profile``), each a function returning the record keys
+    it produces; ``st`` holds the forward, the input sets and the last output."""
+    budget = (spec["timing"]["repeats"], spec["timing"].get("budget_s"), spec["timing"].get("min_repeats", 10))
+    return {
+        "correctness": lambda: _correctness_phase(spec, shape, st),
+        "grad_correctness": lambda: _grad_correctness_phase(spec, shape, st),
+        "timing": lambda: {"timing": _time_calls(st.forward, st.sets, device, *budget)},
+        "graph_timing": lambda: {"graph_timing": _time_graph(st.forward, *st.sets[0], *budget)},
+        "input_types": lambda: {"op_input_types": _op_input_types(st.forward, *st.sets[0])},
+    }
+
+
+def _skip_reason(name: str, spec: dict, record: dict, device: str) -> str | None:
+    """Why the later phase ``name`` does not run for this capture (None: it runs)."""
+    passes = record.get("passes") or {}
+    reasons = (
+        (record["status"] != "ok", "profile phase did not succeed"),
+        (name == "graph_timing" and device != "cuda", "CPU run"),
+        (name == "correctness" and spec["variant"] == CONTROL, CONTROL_NOT_CHECKED),
+        (name == "grad_correctness" and "backward" not in passes, "forward-only run (passes has no backward)"),
+        (name == "grad_correctness" and passes.get("backward", {}).get("status", "ok") != "ok",
+         f"backward pass {passes.get('backward', {}).get('status')}"),
+        # the trace is what a repeat re-draws (the between-run interval); the correctness check, the independent
+        # timing and the op input types are measured once, in repeat 1
+        (record["repeat"] > 1, f"repeat {record['repeat']}: this phase runs in repeat 1 only"),
+    )
+    return next((why for hit, why in reasons if hit), None)
+
+
+def _later_phases(spec: dict, record: dict, st, device: str, caught: list, later: dict | None) -> None:
+    """Run (or record as skipped, :func:`_skip_reason`) every later phase into ``record["phases"]`` and the keys they
+    produce into ``record``. ``later``: :func:`_later_calls`; None when they run apart (:data:`CHECKS_APART`)."""
+    for name in PHASES[1:]:
+        why = _skip_reason(name, spec, record, device) or (CHECKS_APART if later is None else None)
+        if why is not None:
+            record["phases"][name] = _skipped(why)
+        else:
+            log(f"phase {name}")
+            record["phases"][name], produced = _run_phase(name, later[name], spec, device, caught)
+            record.update(produced)
+        if name == "correctness":
+            st.out = None  # the output is not needed after the check: free it for the later phases
+        if name == "grad_correctness":
+            st.grad_inputs = st.grad_out = None  # nor the backward's inputs after theirs
+
+
+def _note_missing_checks(record: dict) -> None:
+    """``checks_missing``: "phase: status: reason" of each later phase of an ``ok`` capture that did not succeed
+    (and ``graph_timing.error``, which summary.csv's graph_error column reads)."""
+    if record["status"] != "ok":
+        return
+    missing = {n: p for n, p in record["phases"].items() if p["status"] not in ("ok", "skipped")}
+    record["checks_missing"] = [f"{n}: {p['status']}: {p['reason']}" for n, p in missing.items()]
+    if "graph_timing" in missing:
+        record["graph_timing"] = {"error": missing["graph_timing"]["reason"][:500]}
+
+
+def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.ExitStack, backward: bool) -> dict:
+    """The check process's set-up for :func:`run_checks`: what :func:`_profile_phase` leaves in ``st`` before its
+    profile (the forward, the input sets, the warm-up calls, the backward's leaf inputs and output gradient), then
+    one forward of the first input set, whose output the float64 check reads (the profiled steps ran the same
+    forward on the same inputs)."""
+    import torch
+
+    torch.manual_seed(spec["seed"])
+    st.forward, backend_context = make_forward(spec["variant"], shape, device, spec.get("custom"))
+    stack.enter_context(backend_context)
+    st.sets = make_inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
+    q, k, v = st.sets[0]
+    for _ in range(spec["warmup_calls"]):
+        st.out = st.forward(q, k, v)
+    if backward:
+        _backward_setup(spec, shape, device, st, q, k, v)
+    st.out = st.forward(q, k, v)
+    _sync(device)
+    return {}
+
+
+def run_checks(spec: dict, passes: dict | None = None) -> dict:
+    """The later phases of a repeat-1 capture (:data:`PHASES` after ``profile``: the float64 checks, the
+    independent timing, the CUDA-graph replays, the op input types), run in a process that profiles nothing:
+    the worker's check process (:mod:`attnprof.runtime.worker`). So every profiled process runs the same work
+    before its profile, whatever the round, and repeat 1 is a repeat like the others (docs/statistics.md).
+    ``spec``: the capture's; ``passes``: its record's pass outcomes (the backward's check runs when the backward
+    succeeded). Holds the device's capture lock (:func:`attnprof.measure.lock.device_lock`). Returns
+    {phases: {name: outcome}, the keys the phases produce, warnings: [str], pid, seconds}; a set-up that fails
+    is every phase's outcome (status and reason)."""
+    with device_lock(spec["device"], (spec.get("gpu") or {}).get("uuid")):
+        return _run_checks(spec, passes)
+
+
+def _run_checks(spec: dict, passes: dict | None) -> dict:
+    import torch
+
+    t0 = time.perf_counter()
+    shape, device = Shape(**spec["shape"]), spec["device"]
+    record = {"repeat": 1, "status": "ok", "phases": {}, **({"passes": passes} if passes else {})}
+    backward = "backward" in (passes or {}) and passes["backward"].get("status") == "ok"
+    st = types.SimpleNamespace(forward=None, sets=None, out=None, grad_inputs=None, grad_out=None)
+    with warnings.catch_warnings(record=True) as caught, contextlib.ExitStack() as stack:
+        warnings.simplefilter("always")
+        stack.enter_context(torch.no_grad())
+        setup, _ = _run_phase("setup", lambda: _checks_setup(spec, shape, device, st, stack, backward), spec, device,
+                              caught)
+        if setup["status"] == "ok":
+            _later_phases(spec, record, st, device, caught, _later_calls(spec, shape, st, device))
+        else:
+            record["phases"] = {name: {**setup, "reason": f"set-up in the check process: {setup['reason']}"}
+                                for name in PHASES[1:]}
+        record["warnings"] = sorted({str(w.message) for w in caught})
+    del record["repeat"], record["status"]
+    record.pop("passes", None)
+    return {**record, "pid": os.getpid(), "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def merge_checks(record: dict, result: dict | None, error: str = "") -> dict:
+    """Fill a repeat-1 capture's later phases (``record["checks"]`` :data:`CHECKS_APART`) from :func:`run_checks`'
+    ``result``; with no result, each such phase is ``failed`` with ``error`` (the check process's crash or traceback),
+    so ``checks_missing`` names it. A phase skipped for its own reason (a CPU run's CUDA graph, say) stays skipped.
+    Returns ``record``, changed in place."""
+    if record.get("checks") != CHECKS_APART:
+        return record
+    apart = [n for n, p in record["phases"].items() if p.get("reason") == CHECKS_APART]
+    if result is None:
+        for name in apart:
+            record["phases"][name] = {"status": "failed", "reason": f"check process: {error}"[:2000], "seconds": 0.0}
+        record["checks"] = {"error": error[:2000]}
+    else:
+        record.update({k: v for k, v in result.items() if k not in ("phases", "warnings", "pid", "seconds")})
+        record["phases"].update({n: result["phases"][n] for n in apart if n in result["phases"]})
+        record["warnings"] = sorted(set(record.get("warnings", [])) | set(result.get("warnings", [])))
+        record["checks"] = {"pid": result["pid"], "seconds": result["seconds"]}
+    _note_missing_checks(record)
     return record
 
 

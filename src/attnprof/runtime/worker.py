@@ -23,6 +23,12 @@ Repeats. Captures carry their repeat (round) number; the first capture of a new 
 capture process, so that each round re-draws what a new process draws (CUDA context, allocations,
 cuDNN/cuBLAS plan choices) while the captures of one round share it.
 
+Checks. Repeat 1's later phases (the float64 checks, the timing loops, the op input types) run in a second
+child, the **check process** (:data:`CHECKS_CALL`, :func:`attnprof.measure.capture.run_checks`): the client sends
+them as a call after the profile, and the supervisor serves it in that process, so the capture process of every
+round runs profiles only and repeat 1's profiles are drawn like the others'. The check process lives across
+rounds and is replaced after a check that did not fully succeed.
+
 Isolation. The capture process is never reused after a capture that did not fully succeed
 (:func:`reusable`: out of memory, failed, incomplete trace, any later phase not ``ok``,
 any check missing): the next request gets a fresh one, so a failure cannot leave state
@@ -70,7 +76,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnprof.measure.capture import log
+from attnprof.measure.capture import CHECKS_APART, log, merge_checks
 from attnprof.measure.env import call_in_interpreter, interpreter_environ, torch_build, torch_build_of
 from attnprof.model.variants import Shape, ends_capture_process
 from attnprof.runtime.isolation import (
@@ -96,8 +102,12 @@ REQUEST_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_ENV = "ATTNPROF_WORKER_REQUEST_TIMEOUT_S"
 #: Seconds a client waits beyond the capture timeout for the supervisor's answer.
 ANSWER_GRACE_S = 120.0
+#: The call that runs a repeat-1 capture's later phases (attnprof.measure.capture.run_checks): the supervisor serves it
+#: in a process of its own (the check process), never in the one that profiles, so that no profile follows a float64
+#: check or a timing loop in its own process (every round's profiles are alike: docs/statistics.md, "Repeats").
+CHECKS_CALL = "attnprof.measure.capture:run_checks"
 #: What :func:`call_in_worker` may run besides captures.
-CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure.calibrate:calibrate"})
+CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure.calibrate:calibrate", CHECKS_CALL})
 #: Seconds a client waits for a supervisor it started to listen.
 START_TIMEOUT_S = 30.0
 
@@ -162,6 +172,16 @@ def reusable(record: dict) -> bool:
                 and all(p.get("status") == "skipped" for n, p in phases.items() if n != "profile"))
     return (record.get("status") == "ok" and not record.get("checks_missing")
             and all(p.get("status") in ("ok", "skipped") for p in phases.values()))
+
+
+def _reusable_reply(reply: dict) -> bool:
+    """Whether the process that sent ``reply`` may serve on: a capture's record by :func:`reusable`; a call's result
+    unless it raised, or (the check process's :data:`CHECKS_CALL`) a phase of it did not fully succeed."""
+    if "record" in reply:
+        return reusable(reply["record"])
+    result = reply.get("result")
+    phases = result.get("phases", {}) if isinstance(result, dict) else {}
+    return "result" in reply and all(p.get("status") in ("ok", "skipped") for p in phases.values())
 
 
 # --- wire format: one JSON object per line ---------------------------------------------------
@@ -284,6 +304,9 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     status_path.parent.mkdir(parents=True, exist_ok=True)
     trace_path.unlink(missing_ok=True)
     started = time.time()
+    # repeat 1's later phases run in the check process unless this capture ends its process anyway (a user's or a
+    # compiled variant: attnprof.model.variants.ends_capture_process)
+    spec = {**spec, "checks_apart": not ends_capture_process(spec["variant"], spec.get("custom"))}
     request = {"spec": spec, "trace": str(trace_path.resolve()), "timeout_s": timeout_s}
     what = f"capture of {spec['variant']} at {Shape(**spec['shape']).key}"
     try:
@@ -295,7 +318,24 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     # the capture's own span starts when the supervisor took it; the wait behind other jobs'
     # captures (capture_mode worker: they queue there, not in Snakemake) is recorded apart
     record.setdefault("worker", {})["queued_s"] = round(msg["accepted_at"] - started, 3)
+    if record.get("checks") == CHECKS_APART:
+        try:
+            _checks_apart(spec, record, timeout_s, idle_s, worker_log, python, env)
+        except BaseException:
+            trace_path.unlink(missing_ok=True)
+            raise
     return finish_capture(record, trace_path, status_path, msg["accepted_at"])
+
+
+def _checks_apart(spec: dict, record: dict, timeout_s: float, idle_s: float, worker_log: Path | None,
+                  python: str | None, env: dict | None) -> None:
+    """Run a repeat-1 capture's later phases in the check process (:data:`CHECKS_CALL`) and merge them into
+    ``record`` (:func:`attnprof.measure.capture.merge_checks`); a check process that fails or crashes makes those
+    phases ``failed`` with its reason (``checks_missing``), as a failed phase does in one process."""
+    what = f"checks of {spec['variant']} at {Shape(**spec['shape']).key}"
+    msg = _request(spec["device"], {"call": CHECKS_CALL, "args": [spec, record.get("passes")], "timeout_s": timeout_s},
+                   idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S, python, env)
+    merge_checks(record, msg.get("result"), str(msg.get("error", ""))[-2000:])
 
 
 def call_in_worker(device: str, target: str, args: list | None = None, timeout_s: float = 600.0, idle_s: float = 60.0,
@@ -557,7 +597,7 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, dev
             ended(child.proc.wait(), (stderr_tail + child.err).decode(errors="replace"))
             return None
     send(reply)
-    if reusable(reply["record"]) if "record" in reply else "result" in reply:
+    if _reusable_reply(reply):
         return child
     child.close()  # work that did not fully succeed: the next request gets a fresh process
     return None
@@ -597,7 +637,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
         log(f"capture worker {key}: its address is held by a process of another user; not starting")
         return 1
     listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
-    child: _Child | None = None
+    procs: dict[str, _Child | None] = {"capture": None, "checks": None}  # the capture process; the check process
     pending: list = []  # (repeat, arrival, conn, request): accepted, not yet served
     seq = 0
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
@@ -619,14 +659,16 @@ def serve(key: str, device: str, idle_s: float) -> int:
                 # gets a fresh capture process)
                 pending.sort(key=lambda p: (p[0], p[1]))
                 _, _, conn, request = pending.pop(0)
+                kind = "checks" if request.get("call") == CHECKS_CALL else "capture"
                 with conn, _device_lock(device):  # the supervisors of an A/B run (one per environment) take turns
-                    child = _serve_one(conn, child, device, request)
+                    procs[kind] = _serve_one(conn, procs[kind], device, request)
     finally:
         listener.close()
         for _, _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
             conn.close()
-        if child is not None:  # idle (ours), or a signal mid-capture: either way it must not run on
-            child.kill()
+        for child in procs.values():  # idle (ours), or a signal mid-capture: either way it must not run on
+            if child is not None:
+                child.kill()
         log(f"capture worker {key} exits")
     return 0
 
