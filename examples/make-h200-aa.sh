@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The H200 interleaved A/A (issue 32): one torch build, two environments that differ only in a variable no code
+# reads (ATTNPROF_AA_SIDE), captured interleaved (ABBA rounds) on one H200 in one run. Nothing changed, so every
+# row must come out "same" or "undetermined", never slower/faster, and compare's page 1 states the expected number
+# of false "changed" rows. The default sweep without its two seq_len 16384 points (7 of the 9 shapes: the two
+# environments x 3 rounds of all nine take about 690 s, beyond one 10-minute machine lease).
+#
+#   bash examples/make-h200-aa.sh
+#
+# Writes $OUT/aa.tgz (results/nvidia-h200@{a,b} and results/compare/nvidia-h200-ab: an A/B run names its compare <run>-ab) and the log. Render the PDFs
+# elsewhere: snakemake --profile workflow/profiles/render results/compare/nvidia-h200-ab/compare.pdf
+set -euo pipefail
+source tools/device-env.sh
+py=$(command -v python3)
+cat > "$OUT/aa-h200.yaml" <<YAML
+run: auto
+repeats: 3
+shapes:
+  cuda:
+    - {batch: [8], heads: [16], seq_len: [1024, 512, 2048, 4096, 8192], head_dim: [64], dtype: [bf16], causal: [true]}
+    - {batch: [8], heads: [16], seq_len: [1024, 4096], head_dim: [128], dtype: [bf16], causal: [true]}
+  cpu:
+    - {batch: [2], heads: [8], seq_len: [512], head_dim: [64], dtype: [fp32], causal: [true]}
+environments:
+  a: {python: $py, env: {ATTNPROF_AA_SIDE: "a"}}
+  b: {python: $py, env: {ATTNPROF_AA_SIDE: "b"}}
+YAML
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+rm -rf results/nvidia-h200@a results/nvidia-h200@b results/compare/nvidia-h200-ab
+start=$(date +%s.%N)
+set +e
+timeout --signal=TERM "${AA_TIMEOUT_S:-520}" snakemake results/nvidia-h200@a/report.html \
+  results/nvidia-h200@b/report.html results/compare/nvidia-h200-ab/compare.html \
+  --cores 16 --keep-going --configfile config/config.yaml "$OUT/aa-h200.yaml" 2>&1 | tee "$OUT/snakemake.log"
+rc=${PIPESTATUS[0]}
+set -e
+echo "snakemake exit: $rc, wall $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
+tar czf "$OUT/aa.tgz" results/nvidia-h200@a results/nvidia-h200@b results/compare/nvidia-h200-ab 2>/dev/null || true
+gzip -f "$OUT/snakemake.log"
+ls -la "$OUT"
