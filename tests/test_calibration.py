@@ -6,7 +6,9 @@ its interval."""
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from attnprof.analysis.compare import compare_runs
 
@@ -57,3 +59,28 @@ def test_a_a_across_sittings_calls_nothing_changed_and_its_intervals_hold_1():
     rows = [r for r in pair["rows"] if r["ratio_lo"] is not None]
     assert len(rows) == 61 and sum(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in rows) >= 0.9 * 61
     assert pair["joint"]["rows"] == 61 and 0 < pair["joint"]["expected_false"] < 0.5
+
+
+def test_interleaved_a_a_on_the_h200_calls_nothing_changed_and_the_fused_rows_the_same():
+    """Known answer, no change, paired: examples/make-h200-aa.sh on a fresh H200 (2026-12-02): two environments of one
+    Python that differ in a variable no code reads, 3 ABBA rounds, 7 of the default sweep's 9 shapes
+    (benchmarks/calibration/results/h200-aa-{a,b}). compare pairs the rounds: no row changed, at least 90 % of the
+    fused-kernel rows (efficient, flash, cuDNN, auto) the same within the 2 % threshold, the 95 % intervals hold
+    1.0 in about 95 % of the rows, and the pair states its expected false "changed" rows."""
+    pair = compare_runs([calibrate.load("h200-aa-a"), calibrate.load("h200-aa-b")])["pairs"][0]
+    assert pair["paired"] and pair["counts"]["slower"] == pair["counts"]["faster"] == 0
+    rows = [r for r in pair["rows"] if r["ratio_lo"] is not None]
+    assert len(rows) == 49 == len({(r["variant"], r["shape_key"]) for r in rows})  # 7 variants x 7 shapes
+    fused = [r for r in rows if r["variant"] in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto")]
+    assert len(fused) == 28 and sum(r["verdict"] == "same" for r in fused) >= 0.9 * 28
+    assert sum(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in rows) >= 0.9 * 49
+    assert pair["joint"]["rows"] == 49 and 0 <= pair["joint"]["expected_false"] < 0.5
+    # every paired row's ratio is the geometric mean of its rounds' B/A ratios (an independent path: repeats.csv)
+    rep = {s: calibrate.load(f"h200-aa-{s}")["repeats"] for s in "ab"}
+    for r in rows[:5]:
+        per = []
+        for s in "ab":
+            t = rep[s]
+            per.append(t[(t["variant"] == r["variant"]) & (t["shape_key"] == r["shape_key"])].set_index("repeat")[
+                "device_ms_per_forward"])
+        assert r["ratio"] == pytest.approx(float(np.exp(np.mean(np.log(per[1] / per[0])))), rel=1e-9)
