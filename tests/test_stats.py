@@ -295,3 +295,25 @@ def test_undetermined_with_one_repeat_and_bad_threshold():
     assert one["verdict"] == "inconclusive" and one["repeats_needed"] is None
     with pytest.raises(ValueError):
         compare_ratio([1.0, 1.1], [1.0, 1.2], -0.1)
+
+
+def test_sitting_bound_flips_where_the_sitting_term_alone_gives_the_rule_80_percent_power():
+    """Closed form, independent of the code's noncentral t: with infinitely many rounds the standard error across
+    sittings is sqrt(2) * SITTING_SD, and "changed" reaches 80 % power once |d| - ln(1 + X) exceeds
+    (z_0.975 + z_0.80) * se = (1.95996 + 0.84162) * se; "same" (90 % TOST) once ln(1 + X) - |d| exceeds
+    (1.64485 + 0.84162) * se. Just inside either boundary no number of rounds decides; just outside it does."""
+    from attnprof.analysis.stats import SITTING_SD, sitting_bound
+
+    sv = SITTING_SD ** 2
+    se = math.sqrt(2) * SITTING_SD
+    theta = math.log1p(0.02)
+    changed_edge = theta + (1.95996 + 0.84162) * se
+    same_edge = theta - (1.64485 + 0.84162) * se
+    assert sitting_bound(changed_edge - 1e-3, 0.02, sv) and not sitting_bound(changed_edge + 1e-3, 0.02, sv)
+    assert sitting_bound(-(changed_edge - 1e-3), 0.02, sv) and not sitting_bound(-(changed_edge + 1e-3), 0.02, sv)
+    if same_edge > 0:  # a 2 % threshold against a 0.75 % sitting sd: "same" is out of reach at any |d|
+        assert not sitting_bound(same_edge - 1e-3, 0.02, sv)
+    else:
+        assert sitting_bound(0.0, 0.02, sv)
+    # a wider threshold (5 %) makes "same" reachable for an A/A row; one sitting (sitting_var 0) never binds
+    assert not sitting_bound(0.0, 0.05, sv) and not sitting_bound(0.01, 0.02, 0.0)

@@ -340,7 +340,27 @@ def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshol
     if out["verdict"] == "inconclusive":
         n = max(len(la), len(lb))
         out["repeats_needed"] = rounds_needed(d, va, vb, n, df, threshold, sv, confidence=confidence)
+        if out["repeats_needed"] and out["repeats_needed"] > MAX_REPEATS_SUGGESTED and sitting_bound(d, threshold, sv,
+                                                                                                    confidence):
+            out["why"] = (f"no number of rounds decides across sittings: the sitting term alone "
+                          f"(±{2 * math.sqrt(2 * sv):.1%} at two sd) is too wide for a {abs(math.expm1(d)):.1%} change "
+                          f"against ±{threshold:.0%}; a paired A/B (config environments) would decide")
     return out
+
+
+def sitting_bound(d: float, threshold: float, sitting_var: float, confidence: float = CONFIDENCE,
+                  power: float = POWER) -> bool:
+    """True when no number of rounds decides a row of log ratio ``d`` across sittings: with the within-sitting
+    noise gone (infinitely many rounds, df -> inf) the standard error is the sitting term's ``sqrt(2*sitting_var)``,
+    and :func:`judge` would still reach ``power`` neither for "changed" nor for "same" (normal limit of the
+    noncentral t: scipy.stats.norm)."""
+    if sitting_var <= 0:
+        return False
+    theta = math.log1p(threshold)
+    margin = abs(abs(d) - theta)
+    level = confidence if abs(d) > theta else EQUIVALENCE_CONFIDENCE
+    z = _st.norm.ppf((1 + level) / 2)
+    return bool(_st.norm.sf(z - margin / math.sqrt(2 * sitting_var)) < power)
 
 
 def compare_paired(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
