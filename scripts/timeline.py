@@ -1,21 +1,19 @@
-"""Snakemake script: the kernel timeline of one shape (rule timeline). Logic: attnprof.render.plots.timeline."""
+"""Snakemake script: the kernel timeline of one shape (rule timeline), drawn from the tables rule extract wrote (each
+variant's recipe.csv and forwards.csv, repeat 1), as the report's interactive timeline is. Logic:
+attnprof.render.timeline_html.lane (the bars), attnprof.render.plots.timeline (the figure)."""
 from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
-    from attnprof.render.plots import timeline
     from attnprof.analysis.records import load_record
-    from attnprof.analysis.tables import analyse_trace, forward_table
-    from attnprof.analysis.trace import load_trace
+    from attnprof.render.plots import timeline
+    from attnprof.render.timeline_html import lane, load_captures
 
-    captures = []
-    for status_path, trace_path in zip(sm.input.status, sm.input.traces):
+    rows, gpu = [], False
+    for status_path in sm.input.status:
         status = load_record(status_path, ("variant", "status", "shape_key"))  # a clear error naming file and key
-        cap = {"variant": status["variant"], "status": status["status"]}
-        if status["status"] == "ok":
-            range_name = status.get("range_name") or sm.params.range_name  # the capture's own record first
-            frames = analyse_trace(load_trace(trace_path), range_name, expect_gpu=status.get("device") == "cuda")
-            cap.update(frames=frames, forwards=forward_table(frames, status["variant"], status["shape_key"]))
-        captures.append(cap)
+        rows.append({"variant": status["variant"], "status": status["status"]})
+        gpu = gpu or status.get("device") == "cuda"
         print(f"{status['variant']}: {status['status']}", file=log)
-    timeline(captures, sm.output[0], sm.params.dpi)
+    lanes = [lane(c, gpu) for c in load_captures(rows, sm.input.recipes, sm.input.forwards, sm.wildcards.shape)]
+    timeline(lanes, sm.output[0], sm.params.dpi)

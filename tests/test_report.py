@@ -67,16 +67,20 @@ def test_a_timeline_of_many_variants_still_fits_a_page_with_its_heading(tmp_path
     import struct
 
     from attnprof.render.plots import PAGE_FIGURE_MAX_IN, timeline
+    from attnprof.analysis.recipe import recipe_table
     from attnprof.analysis.tables import analyse_trace
+    from attnprof.render.timeline_html import lane
 
     def height_in(n: int) -> float:
-        captures = []
+        lanes = []
         for i in range(n):
             v = list(h200["traces"])[i % len(h200["traces"])]
-            captures.append({"variant": f"{v}_{i}", "status": "ok", "frames": analyse_trace(h200["traces"][v], "attn_fwd"),
-                             "forwards": h200["forwards"][v]})
+            recipe = recipe_table(analyse_trace(h200["traces"][v], "attn_fwd"), v, "s", True)
+            lanes.append(lane({"variant": f"{v}_{i}", "status": "ok", "recipe": recipe, "forwards": h200["forwards"][v]},
+                              gpu=True))
+        assert all(ln["bars"] for ln in lanes)
         path = tmp_path / f"t{n}.png"
-        timeline(captures, path, dpi=50)
+        timeline(lanes, path, dpi=50)
         width_px, height_px = struct.unpack(">II", path.read_bytes()[16:24])  # the PNG header's IHDR
         return height_px / 50
 

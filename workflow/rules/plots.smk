@@ -65,7 +65,7 @@ rule scaling_plots:
 
 
 rule timeline:
-    """One profiled forward per variant of a shape, drawn from the traces (CPU launches, GPU work)."""
+    """One profiled forward per variant of a shape, drawn from the tables extract wrote (CPU launches, GPU work)."""
     input:
         code("timeline"),
         script=script_file("timeline"),
@@ -76,8 +76,15 @@ rule timeline:
             variant=grid(wc.run)[1],
             repeat=1,
         ),
-        traces=lambda wc: expand(
-            capture_file("trace"),
+        recipes=lambda wc: expand(
+            table_file("recipe"),
+            run=wc.run,
+            shape=wc.shape,
+            variant=grid(wc.run)[1],
+            repeat=1,
+        ),
+        forwards=lambda wc: expand(
+            table_file("forwards"),
             run=wc.run,
             shape=wc.shape,
             variant=grid(wc.run)[1],
@@ -95,6 +102,5 @@ rule timeline:
         "results/{run}/logs/plots/{shape}_timeline.log",
     params:
         dpi=config["plots"]["dpi"],
-        range_name=config["profiler"]["range_name"],
     run:
         run_job(locals())

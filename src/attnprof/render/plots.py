@@ -379,70 +379,33 @@ def top_level(ops: pd.DataFrame) -> pd.DataFrame:
     return ops.loc[keep]
 
 
-def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
-    """One profiled forward per variant, as a picture of the trace: the CPU row shows the
-    forward's record_function range and the launch API calls inside it, the GPU row below
-    it the kernels, memcpys and memsets it launched, coloured by kind
-    (:func:`attnprof.findings.kernel_class`), with the gaps between them. Times in µs from the
-    start of the forward's range; each variant has its own time scale. ``captures``: dicts
-    with variant, status, frames (:func:`attnprof.analysis.tables.analyse_trace`) and forwards
-    (:func:`attnprof.analysis.tables.forward_table`). Variants without a timed forward get a line
-    saying why."""
-    from attnprof.findings.kernel_names import KERNEL_CLASSES, kernel_class
-    from attnprof.analysis.trace import is_launch_api
+def timeline(lanes: list[dict], path: Path, dpi: int = 144) -> None:
+    """One profiled forward per variant, the static figure of the interactive timeline: the upper row shows the
+    forward's record_function range and the launch calls inside it, the row below the kernels, memcpys and memsets
+    they launched, coloured by kind (:func:`attnprof.findings.kernel_names.kernel_class`), with the gaps between
+    them; on a CPU run the top-level aten ops instead. Times in µs from the start of the forward's range; each
+    variant has its own time scale. ``lanes``: :func:`attnprof.render.timeline_html.lane` of each capture, drawn
+    from the tables rule extract writes (recipe.csv, forwards.csv: one source for both timelines, no trace read
+    here). A lane without bars gets a line saying why."""
+    from attnprof.findings.kernel_names import KERNEL_CLASSES
 
     # 0.62 in a variant, its rows closer together where many variants would not fit on one page
-    height = min(0.62 * len(captures) + 0.9, PAGE_FIGURE_MAX_IN)
-    fig, axes = plt.subplots(len(captures), 1, figsize=(FULL_IN, height), squeeze=False, layout="constrained")
+    height = min(0.62 * len(lanes) + 0.9, PAGE_FIGURE_MAX_IN)
+    fig, axes = plt.subplots(len(lanes), 1, figsize=(FULL_IN, height), squeeze=False, layout="constrained")
     seen = set()
-    for ax, cap in zip(axes[:, 0], captures):
-        ax.set_yticks([1, 0], ["CPU", "GPU"])
+    for ax, lane in zip(axes[:, 0], lanes):
         ax.set_ylim(-0.6, 1.6)
-        ax.set_ylabel(cap["variant"], rotation=0, ha="right", va="center", fontsize=8, fontweight="bold")
+        ax.set_ylabel(lane["variant"], rotation=0, ha="right", va="center", fontsize=8, fontweight="bold")
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        f = pick_forward(cap["forwards"]) if cap["status"] == "ok" else None
-        if f is None:
-            why = cap["status"] if cap["status"] != "ok" else "no forward with complete GPU times"
-            ax.text(0.01, 0.5, f"not drawn: {why}", transform=ax.transAxes, va="center", color="#B00020")
+        if lane["why"] is not None:
+            ax.text(0.01, 0.5, f"not drawn: {lane['why']}", transform=ax.transAxes, va="center", color="#B00020")
             ax.set_xticks([])
             ax.set_yticks([])  # no rows to name
             continue
-        rng = cap["frames"]["ranges"].set_index("forward").loc[f]
-        t0 = rng["ts"]
-        api = cap["frames"]["api"]
-        api = api[(api["forward"] == f)]
-        gpu = cap["frames"]["gpu"]
-        gpu = gpu[(gpu["forward"] == f) & gpu["time_ok"]]
-        ax.broken_barh([(0, rng["cpu_us"])], (1.32, 0.12), color="#DDDDDD")
-        launch = api[is_launch_api(api["name"])]
-        other = api[~is_launch_api(api["name"])]
-        ax.broken_barh(list(zip(other["ts"] - t0, other["dur"].clip(lower=0.3))), (0.75, 0.5), color="#B8B8B8")
-        ax.broken_barh(list(zip(launch["ts"] - t0, launch["dur"].clip(lower=0.3))), (0.75, 0.5), color=LAUNCH_COLOR)
-        for _, g in gpu.iterrows():
-            cls = kernel_class(g["name"], g["category"])
-            seen.add(cls)
-            ax.broken_barh([(g["ts"] - t0, max(g["dur"], 0.3))], (-0.25, 0.5), color=CLASS_COLORS[cls], edgecolor="white", linewidth=0.3)
-        if gpu.empty:  # CPU run: the second row shows the forward's top-level aten ops instead
-            ax.set_yticks([1, 0], ["range", "aten ops"])
-            ops = top_level(cap["frames"]["ops"][cap["frames"]["ops"]["forward"] == f])
-            ax.broken_barh(list(zip(ops["ts"] - t0, ops["dur"])), (-0.25, 0.5), color=COLORS["cpu"], edgecolor="white", linewidth=0.3)
-            for _, o in ops.iterrows():
-                if o["dur"] > 0.08 * rng["cpu_us"]:
-                    # dark text: readable on the green, and an underscore that reaches below the bar stays visible
-                    ax.text(o["ts"] - t0 + o["dur"] / 2, 0, o["name"].removeprefix("aten::"), ha="center", va="center",
-                            fontsize=7, color="#111111", clip_on=True)
-            seen.add("aten op")
-        end = max(rng["cpu_us"], (gpu["end"].max() - t0) if len(gpu) else 0)
-        ax.set_xlim(0, end * 1.02)
-        busy = gpu["dur"].sum()
-        ax.text(1.0, 1.0, f"forward {f}: {len(gpu)} GPU events, {busy:.1f} µs busy of {end:.1f} µs" if len(gpu)
-                else f"forward {f}: {end:.0f} µs on the host", transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5,
-                color="#444")
-        ax.tick_params(axis="x", labelsize=7)
+        seen |= _draw_lane(ax, lane)
     axes[-1, 0].set_xlabel("µs from the start of the forward's range (each row its own scale)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=LAUNCH_COLOR, label="launch call (CPU)"),
-               plt.Rectangle((0, 0), 1, 1, color="#B8B8B8", label="other CUDA API call")]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=LAUNCH_COLOR, label="launch call (CPU)")]
     handles += [plt.Rectangle((0, 0), 1, 1, color=CLASS_COLORS[c], label=c) for c in KERNEL_CLASSES if c in seen]
     if "aten op" in seen:
         handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS["cpu"], label="top-level aten op (CPU run: no GPU)")]
@@ -450,3 +413,31 @@ def timeline(captures: list[dict], path: Path, dpi: int = 144) -> None:
     fig.suptitle("One forward per variant: the aten ops on the host (CPU run)" if "aten op" in seen
                  else "One forward per variant: CPU launches and the GPU work they start")
     _save(fig, path, dpi)
+
+
+#: Where a lane's rows sit on the timeline's axes (y, height) by bar row.
+_LANE_ROWS = {"range": (1.32, 0.12), "launch": (0.75, 0.5), "gpu": (-0.25, 0.5)}
+
+
+def _draw_lane(ax, lane: dict) -> set:
+    """Draw one lane's bars (:func:`attnprof.render.timeline_html.lane`) on ``ax``; returns the kinds drawn."""
+    work = [b for b in lane["bars"] if b["row"] == "gpu"]
+    ops = [b for b in work if b["cls"] == "aten op"]
+    ax.set_yticks([1, 0], ["range", "aten ops"] if ops else ["CPU", "GPU"])
+    for b in lane["bars"]:
+        ax.broken_barh([(b["x"], max(b["w"], 0.3))], _LANE_ROWS[b["row"]], color=b["color"],
+                       **({"edgecolor": "white", "linewidth": 0.3} if b["row"] == "gpu" else {}))
+    rng = lane["range_us"]
+    for b in ops:
+        if b["w"] > 0.08 * rng:
+            # dark text: readable on the green, and an underscore that reaches below the bar stays visible
+            ax.text(b["x"] + b["w"] / 2, 0, b["title"].split("\n")[0].removeprefix("aten::"), ha="center",
+                    va="center", fontsize=7, color="#111111", clip_on=True)
+    end = max([rng] + [b["x"] + b["w"] for b in work])
+    ax.set_xlim(0, end * 1.02)
+    busy = sum(b["w"] for b in work)
+    ax.text(1.0, 1.0, f"forward {lane['forward']}: {end:.0f} µs on the host" if ops or not work
+            else f"forward {lane['forward']}: {len(work)} GPU events, {busy:.1f} µs busy of {end:.1f} µs",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5, color="#444")
+    ax.tick_params(axis="x", labelsize=7)
+    return {b["cls"] for b in work}
