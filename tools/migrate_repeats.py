@@ -5,13 +5,35 @@ repeat layout (captures/<shape>/<variant>/r1/...), so that it re-renders and com
 
 Its env.json records no `repeats`: it reads as a result set of one repeat (no between-run interval). Tables,
 plots and the report are remade from the traces by the next run (snakemake --profile workflow/profiles/render
-results/<run>/report.pdf). Moves with git mv where the folder is tracked by git, else with a rename."""
+results/<run>/report.pdf). Moves with git mv where the folder is tracked by git, else with a rename.
+
+Exits 1, moving nothing, for a path that is not a result set's folder (missing, a file, the captures folder itself);
+names every capture file of the old layout it leaves behind (a trace without its status.json: not a capture) and
+exits 1 then too, after moving the rest."""
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from attnprof.model.names import CAPTURE_FILES, repeat_dir  # noqa: E402
+
+
+def result_set_problem(run_dir: Path) -> str | None:
+    """Why ``run_dir`` is not a result set's folder this tool can migrate, with the fix; None when it is."""
+    if not run_dir.exists():
+        return f"{run_dir}: no such folder; give a result set's folder, e.g. results/<run>"
+    if not run_dir.is_dir():
+        return f"{run_dir}: a file, not a result set's folder; give the folder that holds it, e.g. results/<run>"
+    if not (run_dir / "captures").is_dir():
+        hint = f" (give {run_dir.parent}, the folder above it)" if run_dir.name == "captures" else ""
+        return f"{run_dir}: not a result set's folder: it holds no captures/ folder{hint}"
+    return None
+
+
+def left_behind(run_dir: Path) -> list[Path]:
+    """The capture files of the old layout (captures/<shape>/<variant>/<file>) still there: a trace or status
+    without its partner, or any left after a move."""
+    return sorted(p for name in CAPTURE_FILES.values() for p in run_dir.glob(f"captures/*/*/{name}"))
 
 
 def migrate(run_dir: Path) -> int:
@@ -36,8 +58,28 @@ def migrate(run_dir: Path) -> int:
     return moved
 
 
+def main(args: list[str]) -> int:
+    """Migrate each result set of ``args``; 0 when every one is a result set and nothing of the old layout is left."""
+    problems = [p for p in (result_set_problem(Path(a)) for a in args) if p]
+    if problems:
+        print("\n".join(problems) + "\nnothing moved", file=sys.stderr)
+        return 1
+    status = 0
+    for arg in args:
+        try:
+            print(f"{arg}: {migrate(Path(arg))} capture files moved into {repeat_dir(1)}/")
+        except FileExistsError as exc:  # half migrated before: the rest of this result set stays as it is
+            print(f"{exc} (half migrated before? compare the two and remove one)", file=sys.stderr)
+            status = 1
+        for path in left_behind(Path(arg)):
+            partner = "status.json" if path.name == CAPTURE_FILES["trace"] else "trace"
+            print(f"{path}: left behind, not moved: no {partner} beside it, so it is no capture of the old layout "
+                  f"(restore its {partner} and run this again, or remove it)", file=sys.stderr)
+            status = 1
+    return status
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    for arg in sys.argv[1:]:
-        print(f"{arg}: {migrate(Path(arg))} capture files moved into {repeat_dir(1)}/")
+    sys.exit(main(sys.argv[1:]))

@@ -23,16 +23,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pandas as pd
 
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
-from attnprof.analysis.recipe import diff_recipes
+from attnprof.analysis.recipe import diff_recipes, recipe_table_problem
+from attnprof.analysis.records import RecordError, load_record
 from attnprof.analysis.stats import (CONFIDENCE, SITTING_SD, compare_paired, compare_ratio, joint_control, paired_ratios,
                                      pool_noise)
-from attnprof.analysis.tables import HOST_TIMES
+from attnprof.analysis.tables import HOST_TIMES, concat_tables
 from attnprof.analysis.trace import short_kernel_name
+from attnprof.model.names import REPEAT_PREFIX, RUN_FILES
 from attnprof.model.variants import CONTROL
+from attnprof.runtime.integrity import file_problem
 
 #: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
 #: a pair's ``counts`` lists them.
@@ -328,11 +332,24 @@ def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR, confidence:
     of the time it compared (``noise_floor`` for device times, ``noise_floor_host`` for a CPU run's host times)."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two result sets")
+    check_one_device(runs)
     pairs = [compare_pair(runs[0], other, noise_floor, confidence, noise_floor_host, classify) for other in runs[1:]]
     for p in pairs:
         p["counts"] = {v: sum(r["verdict"] == v for r in p["rows"]) for v in VERDICTS}
     return {"baseline": runs[0]["name"], "noise_floor": noise_floor, "noise_floor_host": noise_floor_host,
             "confidence": confidence, "pairs": pairs}
+
+
+def check_one_device(runs: list[dict]) -> None:
+    """Refuse result sets of different devices (:func:`device_of`): a GPU result set's device times and kernels
+    against a CPU one's host times and aten ops are different devices' work, not a change of the profiler's
+    accounting nor of any variant. Raises ValueError naming each result set's device and the fix."""
+    devices = {r["name"]: device_of(r) for r in runs}
+    if len(set(devices.values())) > 1:
+        said = ", ".join(f"{n} on {'a GPU (cuda)' if d == 'cuda' else 'the CPU'}" for n, d in devices.items())
+        raise ValueError(f"compare refuses result sets of different devices ({said}, as their env.json record): "
+                         "GPU kernels and device times do not compare with CPU ops and host times. Fix: list in "
+                         "compare.runs result sets of one device")
 
 
 # --- A/B pairing (issue 20 part 1: config environments; attnprof.analysis.stats.compare_paired) -----------------
@@ -432,3 +449,160 @@ def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, 
         out.update(verdict="not judged", why=HOST_UNJUDGED, ratio_lo=None, ratio_hi=None, p=None, false_alarm=None,
                    repeats_needed=None)
     return out
+
+
+# --- Reading a result set (scripts/compare.py) ------------------------------------------------------------------
+# compare runs without a rebuild (the README's command allows compare's own rules only), so it computes with no file
+# it cannot check: every table and findings.json it reads must match the SHA-256 its writer recorded
+# (attnprof.runtime.integrity.file_problem), hold the columns compare reads, and hold times its writer could write.
+# A file that does not is refused, named, with the fix; never read as a change between the result sets.
+
+class ResultSetError(ValueError):
+    """A result set compare refuses to read: the message names the file, what is wrong and the fix."""
+
+
+#: The README's command that re-derives a result set's tables, findings and report from its traces.
+RERENDER = ".venv/bin/snakemake --profile workflow/profiles/render {run_dir}/report.pdf --forcerun extract"
+#: The time columns compare computes with (summary.csv, repeats.csv): each value a positive number of ms, or empty.
+TIME_COLUMNS = ("device_ms_per_forward", "cpu_ms_per_forward", "device_ms_per_backward", "cpu_ms_per_backward")
+#: The columns compare reads, per table of a result set; a table without one is damaged (its writer writes them all).
+REQUIRED_COLUMNS = {"summary": ("variant", "shape_key", "status", "device_ms_per_forward", "cpu_ms_per_forward"),
+                    "repeats": ("variant", "shape_key", "repeat", "status", *TIME_COLUMNS),
+                    "kernels": ("variant", "shape_key", "kernel"), "ops": ("variant", "shape_key", "op")}
+#: The tables whose time values are checked (:data:`TIME_COLUMNS`, and the independent timing of summary.csv).
+_TIMED = {"summary": (*TIME_COLUMNS, "timed_ms_median"), "repeats": TIME_COLUMNS}
+
+
+def rerender_fix(run_dir) -> str:
+    """The fix for a result set whose derived files are damaged, missing or unchecked: re-derive them."""
+    return f"Fix: re-render the result set from its traces ({RERENDER.format(run_dir=run_dir)}), then compare again"
+
+
+def predates_control(env: dict) -> bool:
+    """Whether env.json ``env`` is a result set's captured by a version without the profiler's control
+    (attnprof.analysis.control): its config lacks ``environments``, which came with the control (issue 20; every later
+    env.json records it, ``{}`` for a run without A/B). An env.json without a config cannot say so: False."""
+    config = env.get("config")
+    return isinstance(config, dict) and "environments" not in config
+
+
+def load_result_set(name: str, files: dict) -> dict:
+    """Result set ``name`` as :func:`compare_pair` reads it, from ``files`` ({kind: path, or [paths] for the per-capture
+    tables}: summary, kernels, env, findings, repeats, ops (repeat 1's), and, where its captures are here, recipe and
+    recipe_backward (every repeat's)); its folder is summary.csv's. Each file but env.json must be what its writer wrote
+    (its SHA-256 sidecar), and control.csv is read from the folder unless env.json predates the control
+    (:func:`predates_control`). Raises :class:`ResultSetError` naming every file that is missing, unchecked or damaged,
+    or the first column or value compare cannot use, each with the fix."""
+    run_dir = Path(files["summary"]).parent
+    fix = rerender_fix(run_dir)
+    env = _record(files["env"], (), fix)
+    control = None if predates_control(env) and not (run_dir / RUN_FILES["control"]).exists() else \
+        run_dir / RUN_FILES["control"]
+    checked = [files[k] for k in ("summary", "kernels", "repeats", "findings")] + list(files.get("ops") or [])
+    checked += [p for k in ("recipe", "recipe_backward") for p in files.get(k) or []] + ([control] if control else [])
+    problems = [f"{p}: {why}" for p in checked if (why := file_problem(run_dir, p))]
+    if problems:
+        raise ResultSetError(f"result set {name} cannot be compared: " + "; ".join(problems) + f". {fix}")
+    run = {"name": name, "env": env, "findings": _record(files["findings"], ("shapes",), fix),
+           **{k: _table(files[k], k, fix) for k in ("summary", "kernels", "repeats")},
+           "ops": concat_tables([_table(p, "ops", fix) for p in files.get("ops") or []])}
+    _check_repeats_cover(run, files["repeats"], fix)
+    run["recipes"], run["recipe_problems"] = _recipes(files, fix), []
+    if control:
+        run["control_check"] = _control_check(control, run_dir, device_of(run), env)
+    return run
+
+
+def _record(path, keys, fix: str) -> dict:
+    try:
+        return load_record(path, keys)
+    except RecordError as exc:
+        raise ResultSetError(f"{exc}. {fix}") from None
+
+
+def _read_csv(path, fix: str) -> pd.DataFrame:
+    """``path`` read as a CSV table; an empty or unparsable file raises ResultSetError (damaged)."""
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ResultSetError(f"{path}: damaged: an empty file (no header, no rows), which its writer never leaves. "
+                             f"{fix}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ResultSetError(f"{path}: damaged: not a CSV table ({exc}). {fix}") from None
+
+
+def _table(path, kind: str, fix: str) -> pd.DataFrame:
+    """Table ``kind`` (REQUIRED_COLUMNS' keys) of a result set, read and checked: its columns, and its times."""
+    frame = _read_csv(path, fix)
+    missing = [c for c in REQUIRED_COLUMNS[kind] if c not in frame.columns]
+    if missing:
+        raise ResultSetError(f"{path}: damaged: column{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing "
+                             f"(its writer writes {', '.join(REQUIRED_COLUMNS[kind])}). {fix}")
+    if why := time_value_problem(frame, _TIMED.get(kind, ())):
+        raise ResultSetError(f"{path}: {why}. {fix}")
+    return frame
+
+
+def time_value_problem(frame: pd.DataFrame, columns) -> str | None:
+    """The first value of ``columns`` in ``frame`` that is not a time (a positive, finite number; an empty cell is no
+    time, and fine), named by column, line of the file (the header is line 1) and row, or None."""
+    for col in (c for c in columns if c in frame.columns):
+        raw = frame[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        bad = raw.notna() & ~((num > 0) & (num < float("inf")))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            row = frame.iloc[i]
+            where = " ".join(str(row[k]) for k in ("variant", "shape_key", "repeat") if k in frame.columns)
+            return (f"column {col}, line {i + 2} ({where}): {raw.iloc[i]!r} is not a time (a positive number of ms; "
+                    "its writer leaves a cell without a time empty)")
+    return None
+
+
+def _check_repeats_cover(run: dict, path, fix: str) -> None:
+    """repeats.csv must list captures where summary.csv has an ok row: a header-only one is damaged, never one repeat."""
+    s, r = run["summary"], run["repeats"]
+    if (s["status"] == "ok").any() and not len(r):
+        raise ResultSetError(f"{path}: damaged: no rows, while {Path(path).with_name(RUN_FILES['summary'])} has "
+                             f"{int((s['status'] == 'ok').sum())} ok rows made from them. {fix}")
+
+
+def _recipes(files: dict, fix: str) -> dict:
+    """{(variant, shape_key, pass): [recipe table per repeat, repeat 1 first]} from ``files``' recipe tables
+    (.../tables/<shape>/<variant>/r<k>/recipe.csv; none when the result set was copied without its captures), each
+    read and checked (attnprof.analysis.recipe.recipe_table_problem); a (variant, shape, pass) whose tables are all
+    header-only (a pass not run) is left out."""
+    out: dict = {}
+    for kind, pass_ in (("recipe", "forward"), ("recipe_backward", "backward")):
+        for p in files.get(kind) or []:
+            *_, shape, variant, rep, _file = Path(p).parts
+            frame = _read_csv(p, fix)
+            if why := recipe_table_problem(frame):
+                raise ResultSetError(f"{p}: damaged: {why}. {fix}")
+            out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = frame
+    return {k: [v[r] for r in sorted(v)] for k, v in out.items() if any(len(t) for t in v.values())}
+
+
+def _control_check(path: Path, run_dir: Path, device: str, env: dict) -> dict:
+    """The self-check (attnprof.analysis.control.check_control_table) of control.csv at ``path``. Raises
+    ResultSetError when the table cannot be read, or when a result set captured with the control
+    (:func:`predates_control` False) lists no capture of it, or holds captures but not the control's: its control
+    was lost, which is damage, never a result set from before the self-check."""
+    table = _read_csv(path, rerender_fix(run_dir))
+    try:
+        check = check_control_table(table, device)
+    except ValueError as exc:
+        raise ResultSetError(f"{path}: damaged: {exc}. {rerender_fix(run_dir)}") from None
+    if predates_control(env):
+        return check
+    captures = run_dir / "captures"
+    lost = captures.is_dir() and not any(captures.glob(f"*/{CONTROL}"))
+    if lost or not len(table):
+        what = (f"{captures} holds no capture of the control (captures/<shape>/{CONTROL} deleted?)" if lost
+                else f"{path} lists no capture of the control")
+        raise ResultSetError(
+            f"{what}, while {run_dir / RUN_FILES['env']} records a version that captures it (config.environments "
+            f"present): the result set is damaged, its profiler self-check lost. Fix: restore captures/<shape>/{CONTROL} "
+            f"from the original copy of the result set and re-render ({RERENDER.format(run_dir=run_dir)}); "
+            "a re-render cannot remake a capture")
+    return check
