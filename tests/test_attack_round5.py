@@ -332,4 +332,39 @@ def test_migrate_moves_a_whole_old_result_set_and_says_a_half_migrated_one(tmp_p
     # of my own: a capture copied back into the old layout beside its r1/ copy
     shutil.copy2(run / "captures" / SHAPE / "naive" / "r1" / "status.json", run / "captures" / SHAPE / "naive")
     proc = migrate(run)
-    assert proc.returncode == 1 and "exists already" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{run / 'captures' / SHAPE / 'naive' / 'status.json'}: left behind, not moved: " in proc.stderr
+    assert "r1/status.json exists already" in proc.stderr
+
+
+# --- the README's compare command on re-rendered copies -----------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_readme_compare_refuses_a_recipe_cut_short_after_the_render(tmp_path):
+    """Both CPU examples copied and re-rendered as the README says (extract records the recipe and ops tables'
+    sidecars), compared with the README's command: it compares; then a recipe table of the second cut at a line
+    boundary: compare fails, naming the file as damaged and the re-render command, and writes no compare.json."""
+    import snakemake_cli
+    from conftest import copy_workflow
+
+    repo = copy_workflow(tmp_path / "repo")
+    other = "cpu@torch2.14"
+    for name in (CPU, other):
+        shutil.copytree(EXAMPLES / name, repo / "results" / name, ignore=shutil.ignore_patterns("plots", "report.*"))
+        proc = snakemake_cli.run(["--profile", "workflow/profiles/render", f"results/{name}/findings.json",
+                                  "--forcerun", "extract"], cwd=repo, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (repo / "cmp.yaml").write_text(f"compare: {{runs: ['{CPU}', '{other}'], name: t}}\n")
+    command = ["--cores", "1", "compare", "--configfile", "config/config.yaml", "cmp.yaml",
+               "--allowed-rules", "compare_json", "compare_html", "compare_pdf", "compare"]
+    proc = snakemake_cli.run([*command, "--until", "compare_json"], cwd=repo, timeout=600)
+    out = repo / "results" / "compare" / "t" / "compare.json"
+    assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
+    out.unlink()
+    recipe = repo / "results" / other / "tables" / SHAPE / "naive" / "r3" / "recipe.csv"
+    recipe.write_text("".join(recipe.read_text().splitlines(keepends=True)[:-3]))
+    proc = snakemake_cli.run([*command, "--until", "compare_json"], cwd=repo, timeout=600)
+    log = (repo / "results" / "compare" / "t" / "compare_json.log").read_text()
+    assert proc.returncode != 0 and not out.exists()
+    for text in (f"results/{other}/tables/{SHAPE}/naive/r3/recipe.csv: damaged", RERENDER.format(run_dir=f"results/{other}")):
+        assert text in log, log[-3000:]

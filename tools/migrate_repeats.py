@@ -8,8 +8,8 @@ plots and the report are remade from the traces by the next run (snakemake --pro
 results/<run>/report.pdf). Moves with git mv where the folder is tracked by git, else with a rename.
 
 Exits 1, moving nothing, for a path that is not a result set's folder (missing, a file, the captures folder itself);
-names every capture file of the old layout it leaves behind (a trace without its status.json: not a capture) and
-exits 1 then too, after moving the rest."""
+names every capture file of the old layout it leaves behind (a trace without its status.json: not a capture; a file
+whose r1/ copy exists already) and exits 1 then too, after moving the rest."""
 import subprocess
 import sys
 from pathlib import Path
@@ -37,17 +37,15 @@ def left_behind(run_dir: Path) -> list[Path]:
 
 
 def migrate(run_dir: Path) -> int:
-    """Move every capture file of ``run_dir`` one level down into r1/; returns how many were moved. Raises
-    FileExistsError naming the file when its r1/ copy exists already (a half-migrated result set)."""
+    """Move every capture file of ``run_dir`` one level down into r1/; returns how many were moved. A file whose r1/
+    copy exists already (a half-migrated result set) stays where it is (:func:`left_behind` names it)."""
     moved = 0
     for status in sorted(run_dir.glob(f"captures/*/*/{CAPTURE_FILES['status']}")):
         target = status.parent / repeat_dir(1)
         for name in CAPTURE_FILES.values():
             src = status.parent / name
-            if not src.exists():
+            if not src.exists() or (target / name).exists():
                 continue
-            if (target / name).exists():
-                raise FileExistsError(f"{target / name} exists already: {src} is not moved")
             target.mkdir(exist_ok=True)
             tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], capture_output=True).returncode == 0
             if tracked:
@@ -66,17 +64,26 @@ def main(args: list[str]) -> int:
         return 1
     status = 0
     for arg in args:
-        try:
-            print(f"{arg}: {migrate(Path(arg))} capture files moved into {repeat_dir(1)}/")
-        except FileExistsError as exc:  # half migrated before: the rest of this result set stays as it is
-            print(f"{exc} (half migrated before? compare the two and remove one)", file=sys.stderr)
-            status = 1
-        for path in left_behind(Path(arg)):
-            partner = "status.json" if path.name == CAPTURE_FILES["trace"] else "trace"
-            print(f"{path}: left behind, not moved: no {partner} beside it, so it is no capture of the old layout "
-                  f"(restore its {partner} and run this again, or remove it)", file=sys.stderr)
-            status = 1
+        print(f"{arg}: {migrate(Path(arg))} capture files moved into {repeat_dir(1)}/")
+        status = max(status, say_left_behind(Path(arg)))
     return status
+
+
+def say_left_behind(run_dir: Path) -> int:
+    """Name on stderr every capture file :func:`left_behind` finds in ``run_dir``; 1 when there is one, else 0."""
+    paths = left_behind(run_dir)
+    for path in paths:
+        print(f"{path}: left behind, not moved: {_why_left(path)}", file=sys.stderr)
+    return 1 if paths else 0
+
+
+def _why_left(path: Path) -> str:
+    copy = path.parent / repeat_dir(1) / path.name
+    if copy.exists():
+        return f"{copy} exists already (half migrated before?): compare the two and remove one"
+    partner = "status.json" if path.name == CAPTURE_FILES["trace"] else CAPTURE_FILES["trace"]
+    return (f"no {partner} beside it, so it is no capture of the old layout (restore its {partner} and run this "
+            "again, or remove it)")
 
 
 if __name__ == "__main__":

@@ -495,12 +495,10 @@ def load_result_set(name: str, files: dict) -> dict:
     or the first column or value compare cannot use, each with the fix."""
     run_dir = Path(files["summary"]).parent
     fix = rerender_fix(run_dir)
-    env = _record(files["env"], (), fix)
-    control = None if predates_control(env) and not (run_dir / RUN_FILES["control"]).exists() else \
-        run_dir / RUN_FILES["control"]
-    checked = [files[k] for k in ("summary", "kernels", "repeats", "findings")] + list(files.get("ops") or [])
-    checked += [p for k in ("recipe", "recipe_backward") for p in files.get(k) or []] + ([control] if control else [])
-    problems = [f"{p}: {why}" for p in checked if (why := file_problem(run_dir, p))]
+    env = _record(files["env"], (), f"Fix: restore {files['env']} from the result set's original copy (a re-render "
+                  "keeps env.json as captured)")
+    control = _control_path(run_dir, env)
+    problems = [f"{p}: {why}" for p in _checked_files(files, control) if (why := file_problem(run_dir, p))]
     if problems:
         raise ResultSetError(f"result set {name} cannot be compared: " + "; ".join(problems) + f". {fix}")
     run = {"name": name, "env": env, "findings": _record(files["findings"], ("shapes",), fix),
@@ -511,6 +509,21 @@ def load_result_set(name: str, files: dict) -> dict:
     if control:
         run["control_check"] = _control_check(control, run_dir, device_of(run), env)
     return run
+
+
+def _control_path(run_dir: Path, env: dict) -> Path | None:
+    """The result set's control.csv, which compare reads whatever its inputs say; None for a result set captured before
+    the control (:func:`predates_control`) that has none."""
+    path = run_dir / RUN_FILES["control"]
+    return None if predates_control(env) and not path.exists() else path
+
+
+def _checked_files(files: dict, control: Path | None) -> list:
+    """Every file of ``files`` (:func:`load_result_set`) that compare reads and its writer checksummed: all but env.json."""
+    out = [files[k] for k in ("summary", "kernels", "repeats", "findings")]
+    for kind in ("ops", "recipe", "recipe_backward"):
+        out += list(files.get(kind) or [])
+    return out + ([control] if control else [])
 
 
 def _record(path, keys, fix: str) -> dict:
