@@ -187,6 +187,8 @@ def _set_cell(col, row, value):
     ("repeats.csv", "cpu_ms_per_forward", 5, -1.5),  # of my own: negative, infinite, text
     ("summary.csv", "cpu_ms_per_forward", 1, "inf"),
     ("repeats.csv", "cpu_ms_per_backward", 0, "fast"),
+    ("repeats.csv", "repeat", 3, "two"),  # counts: a text repeat number, a fractional kernel count
+    ("summary.csv", "kernels_per_forward", 0, 2.5),
 ])
 def test_a_time_that_is_no_time_is_named_by_file_column_and_line(cpu_set, table, col, row, value):
     path = cpu_set / table
@@ -194,7 +196,8 @@ def test_a_time_that_is_no_time_is_named_by_file_column_and_line(cpu_set, table,
     edit_csv(path, _set_cell(col, row, value))
     refused(cpu_set, str(path), "damaged")  # the sidecar catches the edit first
     record_checksums(cpu_set, [path])
-    message = refused(cpu_set, str(path), f"column {col}, line {row + 2} ({variant}", "is not a time")
+    message = refused(cpu_set, str(path), f"column {col}, line {row + 2} ({variant}", "damaged")
+    assert "is not a time" in message or "is not a count" in message
     assert repr(value if isinstance(value, str) else float(value)) in message or str(value) in message
 
 
@@ -284,6 +287,20 @@ def test_a_nul_byte_read_from_yaml_is_named_too():
 
     config = yaml.safe_load('environments: {a: {python: x, env: {V: "x\\0y"}}, b: {python: y}}')
     assert [p.split(":")[0] for p in config_problems({"shapes": GRID, **config})] == ["environments.a.env.V"]
+
+
+def test_a_nul_byte_in_an_ab_config_file_stops_the_parse_naming_environment_and_variable(tmp_path):
+    """The workflow itself (a dry run): the config file's NUL (YAML "\\0") is named before any capture starts."""
+    import snakemake_cli
+
+    (tmp_path / "ab.yaml").write_text('environments: {a: {python: .venv/bin/python, env: {OMP_NUM_THREADS: "1\\0"}},'
+                                      ' b: {python: .venv/bin/python}}\n')
+    proc = snakemake_cli.run(["-n", "--cores", "1", "--snakefile", ROOT / "Snakefile", "--directory", tmp_path,
+                              "--configfile", tmp_path / "ab.yaml"], timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "environments.a.env.OMP_NUM_THREADS: the value '1\\x00' holds a NUL byte" in out, \
+        out[-3000:]
+    assert "embedded null byte" not in out
 
 
 # --- kind 10: tools/migrate_repeats.py ----------------------------------------------------------------------------

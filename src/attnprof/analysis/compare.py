@@ -469,8 +469,13 @@ TIME_COLUMNS = ("device_ms_per_forward", "cpu_ms_per_forward", "device_ms_per_ba
 REQUIRED_COLUMNS = {"summary": ("variant", "shape_key", "status", "device_ms_per_forward", "cpu_ms_per_forward"),
                     "repeats": ("variant", "shape_key", "repeat", "status", *TIME_COLUMNS),
                     "kernels": ("variant", "shape_key", "kernel"), "ops": ("variant", "shape_key", "op")}
-#: The tables whose time values are checked (:data:`TIME_COLUMNS`, and the independent timing of summary.csv).
-_TIMED = {"summary": (*TIME_COLUMNS, "timed_ms_median"), "repeats": TIME_COLUMNS}
+#: The values compare computes with, per table: times (a positive number) and counts (a whole number, 0 or more).
+_VALUES = {"summary": {"time": (*TIME_COLUMNS, "timed_ms_median", "compile_first_call_s"),
+                       "count": ("kernels_per_forward", "kernels_per_backward")},
+           "repeats": {"time": TIME_COLUMNS, "count": ("repeat", "kernels_per_forward", "kernels_per_backward")}}
+#: What each kind of value must be: (test of a number, the words for it).
+_KINDS = {"time": (lambda x: (x > 0) & (x < float("inf")), "a time (a positive number of ms)"),
+          "count": (lambda x: (x >= 0) & (x % 1 == 0), "a count (a whole number, 0 or more)")}
 
 
 def rerender_fix(run_dir) -> str:
@@ -551,24 +556,26 @@ def _table(path, kind: str, fix: str) -> pd.DataFrame:
     if missing:
         raise ResultSetError(f"{path}: damaged: column{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing "
                              f"(its writer writes {', '.join(REQUIRED_COLUMNS[kind])}). {fix}")
-    if why := time_value_problem(frame, _TIMED.get(kind, ())):
-        raise ResultSetError(f"{path}: {why}. {fix}")
+    for what, columns in _VALUES.get(kind, {}).items():
+        if why := value_problem(frame, columns, what):
+            raise ResultSetError(f"{path}: damaged: {why}. {fix}")
     return frame
 
 
-def time_value_problem(frame: pd.DataFrame, columns) -> str | None:
-    """The first value of ``columns`` in ``frame`` that is not a time (a positive, finite number; an empty cell is no
-    time, and fine), named by column, line of the file (the header is line 1) and row, or None."""
+def value_problem(frame: pd.DataFrame, columns, kind: str = "time") -> str | None:
+    """The first value of ``columns`` in ``frame`` that is not of ``kind`` (:data:`_KINDS`: "time", a positive finite
+    number; "count", a whole number, 0 or more; an empty cell holds none, and is fine), named by column, line of the
+    file (the header is line 1) and row, or None."""
+    test, words = _KINDS[kind]
     for col in (c for c in columns if c in frame.columns):
         raw = frame[col]
-        num = pd.to_numeric(raw, errors="coerce")
-        bad = raw.notna() & ~((num > 0) & (num < float("inf")))
+        bad = raw.notna() & ~test(pd.to_numeric(raw, errors="coerce"))
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
             row = frame.iloc[i]
             where = " ".join(str(row[k]) for k in ("variant", "shape_key", "repeat") if k in frame.columns)
-            return (f"column {col}, line {i + 2} ({where}): {raw.iloc[i]!r} is not a time (a positive number of ms; "
-                    "its writer leaves a cell without a time empty)")
+            return (f"column {col}, line {i + 2} ({where}): {raw.iloc[i]!r} is not {words}; its writer leaves a cell "
+                    "without one empty")
     return None
 
 
