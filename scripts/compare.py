@@ -9,11 +9,12 @@ with script_log(sm.log[0]) as log:
     import json
     from attnprof.analysis.compare import compare_runs, load_result_set
     from attnprof.findings.kernel_names import kernel_class
+    from attnprof.runtime.integrity import file_problem
 
     runs = []
     for name in sm.params.runs:
         files = {k[len(name) + 1:]: sm.input[k] for k in sm.input.keys() if k.startswith(f"{name}/")}
-        runs.append(load_result_set(name, files))
+        runs.append(load_result_set(name, files, file_problem))  # each file against its sidecar
         if not runs[-1]["recipes"]:
             print(f"{name}: no recipe tables (result set copied without its traces and tables, or made before "
                   "recipe.csv existed): no recipe diff", file=log)

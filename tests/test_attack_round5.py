@@ -26,7 +26,7 @@ from attnprof.analysis.tables import analyse_trace, op_table
 from attnprof.analysis.trace import load_trace
 from attnprof.model.config import config_problems
 from attnprof.model.names import RUN_FILES
-from attnprof.runtime.integrity import record_checksums
+from attnprof.runtime.integrity import file_problem, record_checksums
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -82,7 +82,7 @@ def files(run: Path) -> dict:
 
 
 def load(run: Path) -> dict:
-    return load_result_set(run.name, files(run))
+    return load_result_set(run.name, files(run), file_problem)
 
 
 def refused(run: Path, *words: str) -> str:

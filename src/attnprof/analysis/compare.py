@@ -36,7 +36,6 @@ from attnprof.analysis.tables import HOST_TIMES, concat_tables
 from attnprof.analysis.trace import short_kernel_name
 from attnprof.model.names import REPEAT_PREFIX, RUN_FILES
 from attnprof.model.variants import CONTROL
-from attnprof.runtime.integrity import file_problem
 
 #: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
 #: a pair's ``counts`` lists them.
@@ -454,7 +453,7 @@ def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, 
 # --- Reading a result set (scripts/compare.py) ------------------------------------------------------------------
 # compare runs without a rebuild (the README's command allows compare's own rules only), so it computes with no file
 # it cannot check: every table and findings.json it reads must match the SHA-256 its writer recorded
-# (attnprof.runtime.integrity.file_problem), hold the columns compare reads, and hold times its writer could write.
+# (attnprof.runtime.integrity.file_problem, which scripts/compare.py passes in), hold the columns compare reads, and hold times its writer could write.
 # A file that does not is refused, named, with the fix; never read as a change between the result sets.
 
 class ResultSetError(ValueError):
@@ -491,11 +490,12 @@ def predates_control(env: dict) -> bool:
     return isinstance(config, dict) and "environments" not in config
 
 
-def load_result_set(name: str, files: dict) -> dict:
+def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], str | None]) -> dict:
     """Result set ``name`` as :func:`compare_pair` reads it, from ``files`` ({kind: path, or [paths] for the per-capture
     tables}: summary, kernels, env, findings, repeats, ops (repeat 1's), and, where its captures are here, recipe and
-    recipe_backward (every repeat's)); its folder is summary.csv's. Each file but env.json must be what its writer wrote
-    (its SHA-256 sidecar), and control.csv is read from the folder unless env.json predates the control
+    recipe_backward (every repeat's)); its folder is summary.csv's. Each file but env.json must be what its writer wrote:
+    ``file_problem(run_dir, path)`` says why not, or None (attnprof.runtime.integrity.file_problem: its SHA-256 sidecar;
+    given by the caller, as analysis reaches no runtime module), and control.csv is read from the folder unless env.json predates the control
     (:func:`predates_control`). Raises :class:`ResultSetError` naming every file that is missing, unchecked or damaged,
     or the first column or value compare cannot use, each with the fix."""
     run_dir = Path(files["summary"]).parent
@@ -613,16 +613,21 @@ def _control_check(path: Path, run_dir: Path, device: str, env: dict) -> dict:
         check = check_control_table(table, device)
     except ValueError as exc:
         raise ResultSetError(f"{path}: damaged: {exc}. {rerender_fix(run_dir)}") from None
-    if predates_control(env):
-        return check
-    captures = run_dir / "captures"
-    lost = captures.is_dir() and not any(captures.glob(f"*/{CONTROL}"))
-    if lost or not len(table):
-        what = (f"{captures} holds no capture of the control (captures/<shape>/{CONTROL} deleted?)" if lost
-                else f"{path} lists no capture of the control")
-        raise ResultSetError(
-            f"{what}, while {run_dir / RUN_FILES['env']} records a version that captures it (config.environments "
-            f"present): the result set is damaged, its profiler self-check lost. Fix: restore captures/<shape>/{CONTROL} "
-            f"from the original copy of the result set and re-render ({RERENDER.format(run_dir=run_dir)}); "
-            "a re-render cannot remake a capture")
+    if not predates_control(env) and (why := _control_lost(path, table, run_dir)):
+        raise ResultSetError(why)
     return check
+
+
+def _control_lost(path: Path, table: pd.DataFrame, run_dir: Path) -> str | None:
+    """Why a result set captured with the control has lost it, with the fix, or None: its control captures deleted
+    (a re-render would then write a control.csv without them), or control.csv without rows."""
+    captures = run_dir / "captures"
+    since = (f"while {run_dir / RUN_FILES['env']} records a version that captures it (config.environments present): "
+             "the result set is damaged, its profiler self-check lost, never one from before the self-check.")
+    if captures.is_dir() and not any(captures.glob(f"*/{CONTROL}")):
+        return (f"{captures} holds no capture of the control (captures/<shape>/{CONTROL} deleted?), {since} Fix: "
+                f"restore captures/<shape>/{CONTROL} from the original copy of the result set and re-render "
+                f"({RERENDER.format(run_dir=run_dir)}); a re-render cannot remake a capture")
+    if not len(table):
+        return f"{path} lists no capture of the control, {since} {rerender_fix(run_dir)}"
+    return None
