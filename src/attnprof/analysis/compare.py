@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pandas as pd
 
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
-from attnprof.analysis.recipe import diff_recipes
+from attnprof.analysis.recipe import diff_recipes, recipe_table_problem
+from attnprof.analysis.records import RecordError, load_record
 from attnprof.analysis.stats import (CONFIDENCE, SITTING_SD, compare_paired, compare_ratio, joint_control, paired_ratios,
                                      pool_noise)
-from attnprof.analysis.tables import HOST_TIMES
+from attnprof.analysis.tables import HOST_TIMES, concat_tables
 from attnprof.analysis.trace import short_kernel_name
+from attnprof.model.names import REPEAT_PREFIX, RUN_FILES
 from attnprof.model.variants import CONTROL
 
 #: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
@@ -328,11 +331,24 @@ def compare_runs(runs: list[dict], noise_floor: float = NOISE_FLOOR, confidence:
     of the time it compared (``noise_floor`` for device times, ``noise_floor_host`` for a CPU run's host times)."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two result sets")
+    check_one_device(runs)
     pairs = [compare_pair(runs[0], other, noise_floor, confidence, noise_floor_host, classify) for other in runs[1:]]
     for p in pairs:
         p["counts"] = {v: sum(r["verdict"] == v for r in p["rows"]) for v in VERDICTS}
     return {"baseline": runs[0]["name"], "noise_floor": noise_floor, "noise_floor_host": noise_floor_host,
             "confidence": confidence, "pairs": pairs}
+
+
+def check_one_device(runs: list[dict]) -> None:
+    """Refuse result sets of different devices (:func:`device_of`): a GPU result set's device times and kernels
+    against a CPU one's host times and aten ops are different devices' work, not a change of the profiler's
+    accounting nor of any variant. Raises ValueError naming each result set's device and the fix."""
+    devices = {r["name"]: device_of(r) for r in runs}
+    if len(set(devices.values())) > 1:
+        said = ", ".join(f"{n} on {'a GPU (cuda)' if d == 'cuda' else 'the CPU'}" for n, d in devices.items())
+        raise ValueError(f"compare refuses result sets of different devices ({said}, as their env.json record): "
+                         "GPU kernels and device times do not compare with CPU ops and host times. Fix: list in "
+                         "compare.runs result sets of one device")
 
 
 # --- A/B pairing (issue 20 part 1: config environments; attnprof.analysis.stats.compare_paired) -----------------
@@ -432,3 +448,186 @@ def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, 
         out.update(verdict="not judged", why=HOST_UNJUDGED, ratio_lo=None, ratio_hi=None, p=None, false_alarm=None,
                    repeats_needed=None)
     return out
+
+
+# --- Reading a result set (scripts/compare.py) ------------------------------------------------------------------
+# compare runs without a rebuild (the README's command allows compare's own rules only), so it computes with no file
+# it cannot check: every table and findings.json it reads must match the SHA-256 its writer recorded
+# (attnprof.runtime.integrity.file_problem, which scripts/compare.py passes in), hold the columns compare reads, and hold times its writer could write.
+# A file that does not is refused, named, with the fix; never read as a change between the result sets.
+
+class ResultSetError(ValueError):
+    """A result set compare refuses to read: the message names the file, what is wrong and the fix."""
+
+
+#: The README's command that re-derives a result set's tables, findings and report from its traces.
+RERENDER = ".venv/bin/snakemake --profile workflow/profiles/render {run_dir}/report.pdf --forcerun extract"
+#: The time columns compare computes with (summary.csv, repeats.csv): each value a positive number of ms, or empty.
+TIME_COLUMNS = ("device_ms_per_forward", "cpu_ms_per_forward", "device_ms_per_backward", "cpu_ms_per_backward")
+#: The columns compare reads, per table of a result set; a table without one is damaged (its writer writes them all).
+REQUIRED_COLUMNS = {"summary": ("variant", "shape_key", "status", "device_ms_per_forward", "cpu_ms_per_forward"),
+                    "repeats": ("variant", "shape_key", "repeat", "status", *TIME_COLUMNS),
+                    "kernels": ("variant", "shape_key", "kernel"), "ops": ("variant", "shape_key", "op")}
+#: The values compare computes with, per table: times (a positive number) and counts (a whole number, 0 or more).
+_VALUES = {"summary": {"time": (*TIME_COLUMNS, "timed_ms_median", "compile_first_call_s"),
+                       "count": ("kernels_per_forward", "kernels_per_backward")},
+           "repeats": {"time": TIME_COLUMNS, "count": ("repeat", "kernels_per_forward", "kernels_per_backward")}}
+#: What each kind of value must be: (test of a number, the words for it).
+_KINDS = {"time": (lambda x: (x > 0) & (x < float("inf")), "a time (a positive number of ms)"),
+          "count": (lambda x: (x >= 0) & (x % 1 == 0), "a count (a whole number, 0 or more)")}
+
+
+def rerender_fix(run_dir) -> str:
+    """The fix for a result set whose derived files are damaged, missing or unchecked: re-derive them."""
+    return f"Fix: re-render the result set from its traces ({RERENDER.format(run_dir=run_dir)}), then compare again"
+
+
+def predates_control(env: dict) -> bool:
+    """Whether env.json ``env`` is a result set's captured by a version without the profiler's control
+    (attnprof.analysis.control): its config lacks ``environments``, which came with the control (issue 20; every later
+    env.json records it, ``{}`` for a run without A/B). An env.json without a config cannot say so: False."""
+    config = env.get("config")
+    return isinstance(config, dict) and "environments" not in config
+
+
+def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], str | None]) -> dict:
+    """Result set ``name`` as :func:`compare_pair` reads it, from ``files`` ({kind: path, or [paths] for the per-capture
+    tables}: summary, kernels, env, findings, repeats, ops (repeat 1's), and, where its captures are here, recipe and
+    recipe_backward (every repeat's)); its folder is summary.csv's. Each file but env.json must be what its writer wrote:
+    ``file_problem(run_dir, path)`` says why not, or None (attnprof.runtime.integrity.file_problem: its SHA-256 sidecar;
+    given by the caller, as analysis reaches no runtime module), and control.csv is read from the folder unless env.json predates the control
+    (:func:`predates_control`). Raises :class:`ResultSetError` naming every file that is missing, unchecked or damaged,
+    or the first column or value compare cannot use, each with the fix."""
+    run_dir = Path(files["summary"]).parent
+    fix = rerender_fix(run_dir)
+    env = _record(files["env"], (), f"Fix: restore {files['env']} from the result set's original copy (a re-render "
+                  "keeps env.json as captured)")
+    control = _control_path(run_dir, env)
+    problems = [f"{p}: {why}" for p in _checked_files(files, control) if (why := file_problem(run_dir, p))]
+    if problems:
+        raise ResultSetError(f"result set {name} cannot be compared: " + "; ".join(problems) + f". {fix}")
+    run = {"name": name, "env": env, "findings": _record(files["findings"], ("shapes",), fix),
+           **{k: _table(files[k], k, fix) for k in ("summary", "kernels", "repeats")},
+           "ops": concat_tables([_table(p, "ops", fix) for p in files.get("ops") or []])}
+    _check_repeats_cover(run, files["repeats"], fix)
+    run["recipes"], run["recipe_problems"] = _recipes(files, fix), []
+    if control:
+        run["control_check"] = _control_check(control, run_dir, device_of(run), env)
+    return run
+
+
+def _control_path(run_dir: Path, env: dict) -> Path | None:
+    """The result set's control.csv, which compare reads whatever its inputs say; None for a result set captured before
+    the control (:func:`predates_control`) that has none."""
+    path = run_dir / RUN_FILES["control"]
+    return None if predates_control(env) and not path.exists() else path
+
+
+def _checked_files(files: dict, control: Path | None) -> list:
+    """Every file of ``files`` (:func:`load_result_set`) that compare reads and its writer checksummed: all but env.json."""
+    out = [files[k] for k in ("summary", "kernels", "repeats", "findings")]
+    for kind in ("ops", "recipe", "recipe_backward"):
+        out += list(files.get(kind) or [])
+    return out + ([control] if control else [])
+
+
+def _record(path, keys, fix: str) -> dict:
+    try:
+        return load_record(path, keys)
+    except RecordError as exc:
+        raise ResultSetError(f"{exc}. {fix}") from None
+
+
+def _read_csv(path, fix: str) -> pd.DataFrame:
+    """``path`` read as a CSV table; an empty or unparsable file raises ResultSetError (damaged)."""
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ResultSetError(f"{path}: damaged: an empty file (no header, no rows), which its writer never leaves. "
+                             f"{fix}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ResultSetError(f"{path}: damaged: not a CSV table ({exc}). {fix}") from None
+
+
+def _table(path, kind: str, fix: str) -> pd.DataFrame:
+    """Table ``kind`` (REQUIRED_COLUMNS' keys) of a result set, read and checked: its columns, and its times."""
+    frame = _read_csv(path, fix)
+    missing = [c for c in REQUIRED_COLUMNS[kind] if c not in frame.columns]
+    if missing:
+        raise ResultSetError(f"{path}: damaged: column{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing "
+                             f"(its writer writes {', '.join(REQUIRED_COLUMNS[kind])}). {fix}")
+    for what, columns in _VALUES.get(kind, {}).items():
+        if why := value_problem(frame, columns, what):
+            raise ResultSetError(f"{path}: damaged: {why}. {fix}")
+    return frame
+
+
+def value_problem(frame: pd.DataFrame, columns, kind: str = "time") -> str | None:
+    """The first value of ``columns`` in ``frame`` that is not of ``kind`` (:data:`_KINDS`: "time", a positive finite
+    number; "count", a whole number, 0 or more; an empty cell holds none, and is fine), named by column, line of the
+    file (the header is line 1) and row, or None."""
+    test, words = _KINDS[kind]
+    for col in (c for c in columns if c in frame.columns):
+        raw = frame[col]
+        bad = raw.notna() & ~test(pd.to_numeric(raw, errors="coerce"))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            row = frame.iloc[i]
+            where = " ".join(str(row[k]) for k in ("variant", "shape_key", "repeat") if k in frame.columns)
+            return (f"column {col}, line {i + 2} ({where}): {raw.iloc[i]!r} is not {words}; its writer leaves a cell "
+                    "without one empty")
+    return None
+
+
+def _check_repeats_cover(run: dict, path, fix: str) -> None:
+    """repeats.csv must list captures where summary.csv has an ok row: a header-only one is damaged, never one repeat."""
+    s, r = run["summary"], run["repeats"]
+    if (s["status"] == "ok").any() and not len(r):
+        raise ResultSetError(f"{path}: damaged: no rows, while {Path(path).with_name(RUN_FILES['summary'])} has "
+                             f"{int((s['status'] == 'ok').sum())} ok rows made from them. {fix}")
+
+
+def _recipes(files: dict, fix: str) -> dict:
+    """{(variant, shape_key, pass): [recipe table per repeat, repeat 1 first]} from ``files``' recipe tables
+    (.../tables/<shape>/<variant>/r<k>/recipe.csv; none when the result set was copied without its captures), each
+    read and checked (attnprof.analysis.recipe.recipe_table_problem); a (variant, shape, pass) whose tables are all
+    header-only (a pass not run) is left out."""
+    out: dict = {}
+    for kind, pass_ in (("recipe", "forward"), ("recipe_backward", "backward")):
+        for p in files.get(kind) or []:
+            *_, shape, variant, rep, _file = Path(p).parts
+            frame = _read_csv(p, fix)
+            if why := recipe_table_problem(frame):
+                raise ResultSetError(f"{p}: damaged: {why}. {fix}")
+            out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = frame
+    return {k: [v[r] for r in sorted(v)] for k, v in out.items() if any(len(t) for t in v.values())}
+
+
+def _control_check(path: Path, run_dir: Path, device: str, env: dict) -> dict:
+    """The self-check (attnprof.analysis.control.check_control_table) of control.csv at ``path``. Raises
+    ResultSetError when the table cannot be read, or when a result set captured with the control
+    (:func:`predates_control` False) lists no capture of it, or holds captures but not the control's: its control
+    was lost, which is damage, never a result set from before the self-check."""
+    table = _read_csv(path, rerender_fix(run_dir))
+    try:
+        check = check_control_table(table, device)
+    except ValueError as exc:
+        raise ResultSetError(f"{path}: damaged: {exc}. {rerender_fix(run_dir)}") from None
+    if not predates_control(env) and (why := _control_lost(path, table, run_dir)):
+        raise ResultSetError(why)
+    return check
+
+
+def _control_lost(path: Path, table: pd.DataFrame, run_dir: Path) -> str | None:
+    """Why a result set captured with the control has lost it, with the fix, or None: its control captures deleted
+    (a re-render would then write a control.csv without them), or control.csv without rows."""
+    captures = run_dir / "captures"
+    since = (f"while {run_dir / RUN_FILES['env']} records a version that captures it (config.environments present): "
+             "the result set is damaged, its profiler self-check lost, never one from before the self-check.")
+    if captures.is_dir() and not any(captures.glob(f"*/{CONTROL}")):
+        return (f"{captures} holds no capture of the control (captures/<shape>/{CONTROL} deleted?), {since} Fix: "
+                f"restore captures/<shape>/{CONTROL} from the original copy of the result set and re-render "
+                f"({RERENDER.format(run_dir=run_dir)}); a re-render cannot remake a capture")
+    if not len(table):
+        return f"{path} lists no capture of the control, {since} {rerender_fix(run_dir)}"
+    return None

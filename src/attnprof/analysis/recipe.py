@@ -215,12 +215,18 @@ def align(a: Sequence[dict], b: Sequence[dict], classify: Callable[[str, str], s
 
 
 def recipe_table_problem(table: pd.DataFrame) -> str | None:
-    """Why a recipe table read back from recipe.csv cannot be diffed, or None: a column the diff reads missing, a step without its label or category (a row cut short), or a forward whose steps are not numbered
-    0, 1, ... n - 1 (a file cut short or edited). A header-only table (a pass that did not run) is no problem."""
+    """Why a recipe table read back from recipe.csv cannot be diffed, or None: a column the diff reads missing, a forward, step or duration that is not a number (named by column and line), a step without its label or
+    category (a row cut short), or a forward whose steps are not numbered 0, 1, ... n - 1 (a file cut short or edited). A header-only table (a pass that did not run) is no problem."""
     missing = [c for c in ("forward", "step", "category", "name", "label", "grid", "block", "dur_us")
                if c not in table.columns]
     if missing:
         return f"columns {missing} missing"
+    for col in ("forward", "step", "dur_us"):
+        raw = table[col]
+        bad = raw.notna() & pd.to_numeric(raw, errors="coerce").isna()
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            return f"column {col}, line {i + 2}: {raw.iloc[i]!r} is not a number"
     if table[["label", "category"]].isna().any().any():
         return "a step without its label or category (a row cut short?)"
     for forward, steps in table.groupby("forward"):

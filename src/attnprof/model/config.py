@@ -151,17 +151,34 @@ def config_problems(config: dict) -> list[str]:
     environments = config.get("environments")
     # YAML reads an unquoted 1 as a number, and the schema's name patterns apply to text keys only
     for name, spec in (environments or {}).items() if isinstance(environments, dict) else ():
-        if not isinstance(name, str):
-            problems.append(f"environments: the name {name!r} is a number; quote it ('{name}') or use a word, "
-                            "e.g. environments: {torch2.13: {python: .venv/bin/python}, ...}")
-        env = spec.get("env") if isinstance(spec, dict) else None
-        for var in env or {} if isinstance(env, dict) else ():
-            if not isinstance(var, str):
-                problems.append(f"environments.{name}.env: the variable name {var!r} is a number; a variable name is "
-                                "text starting with a letter or _, e.g. env: {OMP_NUM_THREADS: '1'}")
+        problems += environment_problems(name, spec)
     if isinstance(environments, dict) and len(environments) == 1:
         problems.append(f"environments {sorted(environments)}: an A/B run needs two or more environments "
                         "(leave environments out, {}, for one run in Snakemake's own Python)")
+    return problems
+
+
+def environment_problems(name, spec) -> list[str]:
+    """Problems of one A/B environment (config ``environments.<name>``) the schema cannot name well: a name or a
+    variable name that YAML read as a number (the schema's name patterns apply to text keys only), and a NUL byte in
+    its python path or a variable's value, which no process can be given (the OS would refuse it at the first
+    capture, naming neither the environment nor the variable)."""
+    problems = []
+    if not isinstance(name, str):
+        problems.append(f"environments: the name {name!r} is a number; quote it ('{name}') or use a word, "
+                        "e.g. environments: {torch2.13: {python: .venv/bin/python}, ...}")
+    spec = spec if isinstance(spec, dict) else {}
+    if isinstance(spec.get("python"), str) and "\0" in spec["python"]:
+        problems.append(f"environments.{name}.python: {spec['python']!r} holds a NUL byte (\\0), which no path can "
+                        "hold; write the interpreter's path, e.g. python: .venv-b/bin/python")
+    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
+    for var, value in env.items():
+        if not isinstance(var, str):
+            problems.append(f"environments.{name}.env: the variable name {var!r} is a number; a variable name is "
+                            "text starting with a letter or _, e.g. env: {OMP_NUM_THREADS: '1'}")
+        elif isinstance(value, str) and "\0" in value:
+            problems.append(f"environments.{name}.env.{var}: the value {value!r} holds a NUL byte (\\0), which no "
+                            "environment variable can hold; remove it (e.g. OMP_NUM_THREADS: '1')")
     return problems
 
 

@@ -63,6 +63,28 @@ def changed_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
     return sorted(out)
 
 
+def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
+    """Why file ``path`` of result set ``run_dir`` cannot be trusted to be what its writer wrote, or None when its
+    content matches the SHA-256 its writer recorded (:func:`record_checksums`). Unlike :func:`changed_files`, which
+    leaves a file without a sidecar unjudged (a rebuild makes it anyway), this is for a reader that cannot rebuild
+    (compare): a file it cannot check is a problem too. The reasons: the file is missing; no checksum was
+    recorded for it; or it is damaged (its content differs from what its writer wrote: cut short, even at a line
+    boundary, or edited)."""
+    run_dir, path = Path(run_dir), Path(path)
+    side = _sidecar(run_dir, path)
+    if not path.is_file():
+        return "missing"
+    try:
+        recorded = side.read_text().strip()
+    except (OSError, ValueError):
+        return (f"no SHA-256 recorded for it ({side} is missing: made before checksums were recorded, or copied "
+                "without its logs/checksums/), so it cannot be checked")
+    if _sha256(path) != recorded:
+        return (f"damaged: its content is not what its writer wrote (its SHA-256 differs from the one recorded in "
+                f"{side}): cut short or edited after it was written")
+    return None
+
+
 def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
     """The files of ``paths`` that do not exist, when ``published`` (the result set's report) exists; [] for
     a result set not yet published (a first run makes them anyway)."""
