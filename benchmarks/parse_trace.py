@@ -220,12 +220,24 @@ t_import = time.perf_counter()
 import pandas as pd
 from attnprof.analysis.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table, summary_row
 from attnprof.analysis.trace import device_properties, load_trace
+from attnprof.analysis.recipe import recipe_table
+try:
+    from attnprof.analysis.recipe import write_recipe
+except ImportError:  # before recipe.csv stored each name once
+    def write_recipe(frame, path):
+        frame.to_csv(path, index=False)
 import_s = time.perf_counter() - t_import
 import_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 path, status, read = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 out = Path(tempfile.mkdtemp())
 t0 = time.perf_counter()
 exec(read)                                                          # scripts/extract.py from here
+if read.startswith("trace = load_trace"):  # extract's own checks of the record against its trace (events_frame)
+    from attnprof.analysis.records import devices_used
+    from attnprof.analysis.trace import events_frame
+    events = events_frame(trace)
+    categories = events["cat"].value_counts().to_dict()
+    props = devices_used(device_properties(trace), (a[0] for a in events["gpu_args"].dropna()))
 t1 = time.perf_counter()
 frames = analyse_trace(trace, "attn_fwd", expect_gpu=True)
 t2 = time.perf_counter()
@@ -233,6 +245,7 @@ kernel_table(frames, "v", "s").to_csv(out / "kernels.csv", index=False)
 forward_table(frames, "v", "s").to_csv(out / "forwards.csv", index=False)
 launch_api_table(frames, "v", "s").to_csv(out / "launches.csv", index=False)
 op_table(frames, "v", "s").to_csv(out / "ops.csv", index=False)
+write_recipe(recipe_table(frames, "v", "s", True), out / "recipe.csv")
 with open(out / "device.json", "w") as fh:
     json.dump(device_properties(trace), fh, indent=2, sort_keys=True)
 status["schedule"] = {"active": len(frames["ranges"])}
@@ -266,10 +279,23 @@ def measure_once(path: Path, reader: str) -> dict:
     return rec
 
 
+BARE = ("import gzip, json, sys, time\nt0 = time.perf_counter()\n"
+        "with gzip.open(sys.argv[1], 'rt', encoding='utf-8') as fh:\n    json.load(fh)\n"
+        "print(time.perf_counter() - t0)")
+
+
+def bare_load_s(path: Path, repeat: int) -> float:
+    """Seconds a bare ``json.load`` of the gzipped trace takes in a fresh process (the fastest of ``repeat``): the
+    yardstick of issue 34 ("the extract job within 2x a bare json.load")."""
+    return min(float(subprocess.run([sys.executable, "-c", BARE, str(path)], capture_output=True, text=True,
+                                    check=True).stdout) for _ in range(repeat))
+
+
 def measure(path: Path, info: dict, repeat: int, reader: str) -> dict:
     load = os.getloadavg()[0]
     runs = [measure_once(path, reader) for _ in range(repeat)]
     best = min(runs, key=lambda r: r["seconds"])
+    bare = bare_load_s(path, repeat)
     mb = info["uncompressed_bytes"] / 1e6
     if best["forwards_complete"] != best["forwards"] or best["forwards"] != info["forwards"]:
         raise SystemExit(f"{path}: {best['forwards_complete']} of {best['forwards']} forwards complete, "
@@ -278,7 +304,8 @@ def measure(path: Path, info: dict, repeat: int, reader: str) -> dict:
             "forwards": info["forwards"], "gpu_events": best["gpu_events"],
             "mb_per_s": round(mb / best["seconds"], 1), "seconds": round(best["seconds"], 2),
             "load_trace_s": round(best["load_s"], 2), "analyse_trace_s": round(best["analyse_s"], 2),
-            "tables_s": round(best["tables_s"], 2),
+            "tables_s": round(best["tables_s"], 2), "bare_json_load_s": round(bare, 2),
+            "over_bare_json_load": round(best["seconds"] / bare, 2),
             "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs)), "import_rss_mb": round(best["import_rss_mb"]),
             "seconds_all_runs": [round(r["seconds"], 2) for r in runs],
             "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)]}
@@ -346,7 +373,7 @@ def main() -> None:
     doc["goal"] = {"mb_per_s_min": 40, "peak_rss_mb_max_at_311": 1000, "issue": 10}
     doc["method"] = ("generated traces (benchmarks/parse_trace.py: the forwards of tests/fixtures/h200/" + ",".join(variants)
                      + " repeated with shifted times and fresh ids, gzip level 9); wall time of the extract path (load_trace,"
-                     " analyse_trace with expect_gpu, the kernel/forward/launch/op CSVs, deviceProperties JSON, summary_row"
+                     " analyse_trace with expect_gpu, the kernel/forward/launch/op/recipe CSVs, deviceProperties JSON, summary_row"
                      " from the forward CSV) in a fresh process, imports excluded, best of the repeats; peak RSS = ru_maxrss"
                      " of that process, interpreter and imports included; MB = 10**6 bytes of uncompressed JSON")
     record = {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "repeat": args.repeat}

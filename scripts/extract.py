@@ -12,7 +12,7 @@ with script_log(sm.log[0]) as log:
     from attnprof.analysis.tables import analyse_trace, forward_table, kernel_table, launch_api_table, op_table
     from attnprof.analysis.trace import TraceError, device_properties, events_frame, load_trace
     import pandas as pd
-    from attnprof.analysis.recipe import RECIPE_COLUMNS, recipe_table
+    from attnprof.analysis.recipe import RECIPE_COLUMNS, recipe_table, write_recipe
     from attnprof.analysis.backward import analyse_passes, backward_tables, empty_backward_tables
     from attnprof.analysis.records import STATUS_KEYS, check_capture_record, devices_used, load_record, trace_schema_problem
 
@@ -46,9 +46,10 @@ with script_log(sm.log[0]) as log:
     bwd["ops_backward"].to_csv(sm.output.ops_backward, index=False)
     # each complete forward's (backward's) work in order: compare's recipe diff (attnprof.analysis.recipe)
     on_gpu = status.get("device") == "cuda"
-    recipe_table(frames, variant, shape, on_gpu).to_csv(sm.output.recipe, index=False)
-    (recipe_table(bwd_frames, variant, shape, on_gpu) if backward
-     else pd.DataFrame(columns=RECIPE_COLUMNS)).to_csv(sm.output.recipe_backward, index=False)
+    # each kernel's name once per table (attnprof.analysis.recipe.write_recipe): names are templates of up to a few kB
+    write_recipe(recipe_table(frames, variant, shape, on_gpu), sm.output.recipe)
+    write_recipe(recipe_table(bwd_frames, variant, shape, on_gpu) if backward else pd.DataFrame(columns=RECIPE_COLUMNS),
+                 sm.output.recipe_backward)
     comp = frames["completeness"]
     print(f"{variant} {shape}: status {status['status']}, {len(frames['ranges'])} forwards "
           f"({int(comp['complete'].sum())} complete, {int(comp['timing_complete'].sum())} with valid GPU times), "

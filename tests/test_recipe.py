@@ -210,3 +210,33 @@ def test_damaged_recipe_tables_are_named_not_diffed():
     assert "cut short" in recipe_table_problem(cut)
     assert "not numbered 0 to 1" in recipe_table_problem(skipped)
     assert "['label'] missing" in recipe_table_problem(whole.drop(columns="label"))
+
+
+def test_recipe_csv_stores_each_name_once_and_reads_back_whole(tmp_path):
+    """write_recipe/read_recipe: three forwards of the same three steps, two of them kernels whose names share a
+    short label but differ in their template arguments (so a label cannot stand for a name). The file holds each
+    full name exactly once; read back, every row has its own name again and every other column is unchanged; a
+    header-only table (a pass not run) and a table written before name_id (full names) read as they are."""
+    import pandas as pd
+
+    from attnprof.analysis.recipe import RECIPE_COLUMNS, read_recipe, write_recipe
+
+    gemm_a = "void cutlass::Kernel<cutlass::gemm::kernel::Gemm<float, 128, 64, <&>>>(Params)"
+    gemm_b = "void cutlass::Kernel<cutlass::gemm::kernel::Gemm<float, 64, 64, <&>>>(Params)"
+    soft = "void at::native::softmax_warp_forward<float, float, 10, true>(float*, float const*)"
+    rows = [{"variant": "v", "shape_key": "s", "forward": f, "step": i, "category": "kernel", "name": n,
+             "label": "cutlass::Kernel" if n != soft else "softmax_warp_forward", "grid": "[1, 1, 1]",
+             "block": "[128, 1, 1]", "dur_us": 1.5 + f + i, "time_ok": True, "start_us": 10.0 * i,
+             "launch_api": "cudaLaunchKernel", "launch_us": 10.0 * i - 3, "launch_dur_us": 2.0}
+            for f in range(3) for i, n in enumerate((gemm_a, soft, gemm_b))]
+    table = pd.DataFrame(rows, columns=RECIPE_COLUMNS)
+    write_recipe(table, tmp_path / "recipe.csv")
+    text = (tmp_path / "recipe.csv").read_text()
+    assert [text.count(n) for n in (gemm_a, soft, gemm_b)] == [1, 1, 1]  # 9 rows, each name written once
+    back = read_recipe(tmp_path / "recipe.csv")
+    pd.testing.assert_frame_equal(back[RECIPE_COLUMNS], table, check_dtype=False)
+    empty = pd.DataFrame(columns=RECIPE_COLUMNS)
+    write_recipe(empty, tmp_path / "empty.csv")
+    assert read_recipe(tmp_path / "empty.csv").empty and list(read_recipe(tmp_path / "empty.csv").columns) == RECIPE_COLUMNS
+    table.to_csv(tmp_path / "old.csv", index=False)  # before name_id: every name in full
+    pd.testing.assert_frame_equal(read_recipe(tmp_path / "old.csv"), table, check_dtype=False)

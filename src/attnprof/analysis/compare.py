@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
-from attnprof.analysis.recipe import diff_recipes, recipe_table_problem
+from attnprof.analysis.recipe import diff_recipes, recipe_table_problem, restore_names
 from attnprof.analysis.records import RecordError, load_record
 from attnprof.analysis.stats import (CONFIDENCE, SITTING_SD, compare_paired, compare_ratio, joint_control, paired_ratios,
                                      pool_noise)
@@ -596,7 +596,7 @@ def _recipes(files: dict, fix: str) -> dict:
     for kind, pass_ in (("recipe", "forward"), ("recipe_backward", "backward")):
         for p in files.get(kind) or []:
             *_, shape, variant, rep, _file = Path(p).parts
-            frame = _read_csv(p, fix)
+            frame = restore_names(_read_csv(p, fix))
             if why := recipe_table_problem(frame):
                 raise ResultSetError(f"{p}: damaged: {why}. {fix}")
             out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = frame

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnprof.analysis.recipe import read_recipe
 from attnprof.findings.kernel_names import KERNEL_CLASSES, kernel_class
 from attnprof.model.fmt import format_number
 from attnprof.render.plots import CLASS_COLORS, COLORS, LAUNCH_COLOR, pick_forward
@@ -233,9 +234,9 @@ def load_captures(rows: list[dict], recipe_paths: list, forward_paths: list, sha
     def by_capture(paths):
         return {(Path(p).parts[-4], Path(p).parts[-3]): Path(p) for p in paths}
 
-    def read(path):
+    def read(path, reader=pd.read_csv):
         try:
-            return pd.read_csv(path)
+            return reader(path)
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
             raise ValueError(f"{path}: unreadable table ({e})") from e
 
@@ -244,6 +245,6 @@ def load_captures(rows: list[dict], recipe_paths: list, forward_paths: list, sha
     for r in rows:
         key = (shape_key, r["variant"])
         out.append({"variant": r["variant"], "status": r["status"], "source": str(recipes.get(key, "recipe.csv")),
-                    "recipe": read(recipes[key]) if key in recipes else None,
+                    "recipe": read(recipes[key], read_recipe) if key in recipes else None,
                     "forwards": read(forwards[key]) if key in forwards else None})
     return out
