@@ -230,59 +230,87 @@ def check_capture_record(status: Mapping, status_path: str | Path, trace_device_
     A key missing on either side is not compared (records of captures that died lack ``torch_version``). The
     message names ``status_path``, the other file and the field."""
     where = str(status_path)
-    folder = capture_folder(status_path)
-    if folder:
-        if status.get("variant") != folder["variant"]:
-            raise RecordError(f"{where} says variant {status.get('variant')!r} but lies in the folder of "
-                              f"{folder['variant']!r}; {_FIX_CAPTURE}")
-        if status.get("shape_key") != folder["shape_key"]:
-            raise RecordError(f"{where} says shape_key {status.get('shape_key')!r} but lies in the folder of shape "
-                              f"{folder['shape_key']!r}; {_FIX_CAPTURE}")
-        if "repeat" in status and str(status["repeat"]) != str(folder["repeat"]):
-            raise RecordError(f"{where} says repeat {status['repeat']!r} but lies in the folder of repeat "
-                              f"{folder['repeat']} ({REPEAT_PREFIX}{folder['repeat']}); {_FIX_CAPTURE}")
+    _check_folder(status, where, capture_folder(status_path))
     made = shape_key_of(status)
     if made is not None and made != status.get("shape_key"):
         raise RecordError(f"{where} says shape_key {status.get('shape_key')!r} but its own shape fields "
                           f"({_shape_text(status)}) make {made!r}; the record was edited or is corrupt: capture it again")
-    device, name, torch = status.get("device"), status.get("device_name"), status.get("torch_version")
     trace = str(trace_path) if trace_path is not None else "its trace"
-    gpu_events = sum(n for c, n in (trace_categories or {}).items() if c in GPU_EVENT_CATEGORIES)
-    if trace_device_properties is not None and device == "cuda" and name:
-        names = list(dict.fromkeys(str(p.get("name")) for p in trace_device_properties if p.get("name")))
-        if names and name not in names:
-            raise RecordError(f"{where} says device_name {name!r} but its trace {trace} was recorded on "
-                              f"{' and '.join(map(repr, names))} (deviceProperties name); {_FIX_CAPTURE}")
+    if trace_device_properties is not None:
+        _check_trace_gpu(status, where, trace, trace_device_properties)
     if trace_meta is not None:
-        built, ran = cuda_of_torch(torch), cuda_of_runtime(trace_meta.get("cuda_runtime_version"))
-        if built is not None and ran is not None and built[0] != ran[0]:
-            cuda = "no CUDA" if built == (0, 0) else f"CUDA {built[0]}.{built[1]}"
-            raise RecordError(f"{where} says torch_version {torch!r} ({cuda}) but its trace {trace} was recorded with "
-                              f"CUDA runtime {ran[0]}.{ran[1]} (cuda_runtime_version "
-                              f"{trace_meta.get('cuda_runtime_version')}): another torch build; {_FIX_CAPTURE}")
+        _check_trace_cuda(status, where, trace, trace_meta)
     if trace_categories is not None:
-        if device == "cpu" and gpu_events:
-            raise RecordError(f"{where} says device 'cpu' but its trace {trace} holds {gpu_events} GPU events "
-                              f"({', '.join(GPU_EVENT_CATEGORIES)}): a GPU capture's trace; {_FIX_CAPTURE}")
-        cpu_trace = (sum(trace_categories.values()) and not gpu_events and not trace_device_properties
-                     and not (trace_meta or {}).get("cuda_runtime_version"))
-        if device == "cuda" and status.get("status") in ("ok", "incomplete_trace") and cpu_trace:
-            raise RecordError(f"{where} says device 'cuda' but its trace {trace} has no GPU events, no "
-                              f"deviceProperties and no cuda_runtime_version: a CPU capture's trace; {_FIX_CAPTURE}")
+        _check_trace_kind(status, where, trace, trace_categories, bool(trace_device_properties),
+                          bool((trace_meta or {}).get("cuda_runtime_version")))
     if env is not None:
-        other = str(env_path) if env_path is not None else "env.json"
-        fix = "a capture from another machine or environment: capture it again here, or move it to its own result set"
-        if env.get("device") and device and device != env["device"]:
-            raise RecordError(f"{where} says device {device!r} but {other} says device {env['device']!r}; {fix}")
-        # a run on several GPUs lists them all (env.json gpus): a capture's GPU must be of one of their models
-        names = list(dict.fromkeys(str(g.get("name")) for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")))
-        if device == "cuda" and name and names and name not in names:
-            raise RecordError(f"{where} says device_name {name!r} but {other} lists the run's GPUs as "
-                              f"{' and '.join(map(repr, names))} (gpus); {fix}")
-        if device == "cuda" and name and not names and env.get("gpu_name") and name != env["gpu_name"]:
-            raise RecordError(f"{where} says device_name {name!r} but {other} says gpu_name {env['gpu_name']!r}; {fix}")
-        if torch and env.get("torch") and torch != env["torch"]:
-            raise RecordError(f"{where} says torch_version {torch!r} but {other} says torch {env['torch']!r}; {fix}")
+        _check_env(status, where, env, str(env_path) if env_path is not None else "env.json")
+
+
+def _check_folder(status: Mapping, where: str, folder: dict | None) -> None:
+    """The record's variant, shape_key and repeat against its folder's (:func:`capture_folder`; None: not in one)."""
+    if not folder:
+        return
+    if status.get("variant") != folder["variant"]:
+        raise RecordError(f"{where} says variant {status.get('variant')!r} but lies in the folder of "
+                          f"{folder['variant']!r}; {_FIX_CAPTURE}")
+    if status.get("shape_key") != folder["shape_key"]:
+        raise RecordError(f"{where} says shape_key {status.get('shape_key')!r} but lies in the folder of shape "
+                          f"{folder['shape_key']!r}; {_FIX_CAPTURE}")
+    if "repeat" in status and str(status["repeat"]) != str(folder["repeat"]):
+        raise RecordError(f"{where} says repeat {status['repeat']!r} but lies in the folder of repeat "
+                          f"{folder['repeat']} ({REPEAT_PREFIX}{folder['repeat']}); {_FIX_CAPTURE}")
+
+
+def _check_trace_gpu(status: Mapping, where: str, trace: str, props: Sequence[Mapping]) -> None:
+    """A GPU record's device_name must be one the trace's deviceProperties name."""
+    name = status.get("device_name")
+    names = list(dict.fromkeys(str(p.get("name")) for p in props if p.get("name")))
+    if status.get("device") == "cuda" and name and names and name not in names:
+        raise RecordError(f"{where} says device_name {name!r} but its trace {trace} was recorded on "
+                          f"{' and '.join(map(repr, names))} (deviceProperties name); {_FIX_CAPTURE}")
+
+
+def _check_trace_cuda(status: Mapping, where: str, trace: str, meta: Mapping) -> None:
+    """The CUDA major version torch_version was built for against the trace's cuda_runtime_version."""
+    torch = status.get("torch_version")
+    built, ran = cuda_of_torch(torch), cuda_of_runtime(meta.get("cuda_runtime_version"))
+    if built is not None and ran is not None and built[0] != ran[0]:
+        cuda = "no CUDA" if built == (0, 0) else f"CUDA {built[0]}.{built[1]}"
+        raise RecordError(f"{where} says torch_version {torch!r} ({cuda}) but its trace {trace} was recorded with "
+                          f"CUDA runtime {ran[0]}.{ran[1]} (cuda_runtime_version "
+                          f"{meta.get('cuda_runtime_version')}): another torch build; {_FIX_CAPTURE}")
+
+
+def _check_trace_kind(status: Mapping, where: str, trace: str, categories: Mapping[str, int], has_props: bool,
+                      has_cuda_runtime: bool) -> None:
+    """A CPU record's trace holds no GPU events; a GPU capture that ran has a GPU trace."""
+    device = status.get("device")
+    gpu_events = sum(n for c, n in categories.items() if c in GPU_EVENT_CATEGORIES)
+    if device == "cpu" and gpu_events:
+        raise RecordError(f"{where} says device 'cpu' but its trace {trace} holds {gpu_events} GPU events "
+                          f"({', '.join(GPU_EVENT_CATEGORIES)}): a GPU capture's trace; {_FIX_CAPTURE}")
+    cpu_trace = sum(categories.values()) and not gpu_events and not has_props and not has_cuda_runtime
+    if device == "cuda" and status.get("status") in ("ok", "incomplete_trace") and cpu_trace:
+        raise RecordError(f"{where} says device 'cuda' but its trace {trace} has no GPU events, no "
+                          f"deviceProperties and no cuda_runtime_version: a CPU capture's trace; {_FIX_CAPTURE}")
+
+
+def _check_env(status: Mapping, where: str, env: Mapping, other: str) -> None:
+    """The record's device, GPU model and torch build against env.json's (``other``: its path)."""
+    device, name, torch = status.get("device"), status.get("device_name"), status.get("torch_version")
+    fix = "a capture from another machine or environment: capture it again here, or move it to its own result set"
+    if env.get("device") and device and device != env["device"]:
+        raise RecordError(f"{where} says device {device!r} but {other} says device {env['device']!r}; {fix}")
+    # a run on several GPUs lists them all (env.json gpus): a capture's GPU must be of one of their models
+    names = list(dict.fromkeys(str(g.get("name")) for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")))
+    if device == "cuda" and name and names and name not in names:
+        raise RecordError(f"{where} says device_name {name!r} but {other} lists the run's GPUs as "
+                          f"{' and '.join(map(repr, names))} (gpus); {fix}")
+    if device == "cuda" and name and not names and env.get("gpu_name") and name != env["gpu_name"]:
+        raise RecordError(f"{where} says device_name {name!r} but {other} says gpu_name {env['gpu_name']!r}; {fix}")
+    if torch and env.get("torch") and torch != env["torch"]:
+        raise RecordError(f"{where} says torch_version {torch!r} but {other} says torch {env['torch']!r}; {fix}")
 
 
 def trace_schema_problem(categories: Mapping[str, int], expect_gpu: bool) -> str | None:
