@@ -635,19 +635,35 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
     repeat (optional, 1-based, default 1: a later repeat runs the profile phase only); and the
     test-only ``_test_*`` keys. Times in the record are seconds (``*_s``) or ms (timing)."""
     t_start = time.perf_counter()
-    started_at = time.time()
     if spec["variant"] == CONTROL:  # the profiler's control (attnprof.analysis.control): a fixed forward, no backward
         spec = {**spec, "passes": ["forward"]}
     shape = Shape(**spec["shape"])
     device = spec["device"]
-    record = {
+    record = _new_record(spec, shape, time.time())
+    import torch
+
+    record.update(torch_import_s=round(time.perf_counter() - t_start, 3), torch_version=torch.__version__,
+                  torch_threads=torch.get_num_threads(), forward_flops=shape.forward_flops(),
+                  min_bytes=shape.min_bytes(),
+                  device_name=torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available()
+                  else platform.processor() or platform.machine())
+    _test_hooks(spec)
+    if not _device_refusal(spec, record, device):
+        _run_phases(spec, shape, device, trace_path, record)
+    record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
+    return record
+
+
+def _new_record(spec: dict, shape: Shape, started_at: float) -> dict:
+    """The status record of a capture about to start (status ``failed`` until a phase says otherwise)."""
+    return {
         "variant": spec["variant"],
         **({"custom": spec["custom"]} if spec.get("custom") else {}),
         "shape_key": shape.key,
         # which of the config's repeats this capture is (1-based); repeats after the first run the profile phase only
         "repeat": int(spec.get("repeat", 1)),
         **shape.as_dict(),
-        "device": device,
+        "device": spec["device"],
         "status": "failed",
         "reason": "",
         "warnings": [],
@@ -666,64 +682,74 @@ def run_capture(spec: dict, trace_path: Path) -> dict:
         # what this process was given to see (the job pins its GPU by UUID: attnprof.measure.gpus.pinned_environ)
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
+
+
+def _device_refusal(spec: dict, record: dict, device: str) -> bool:
+    """Record the GPU this capture runs on; True (``record`` then says why, every phase unrun) when it must not
+    run: another GPU than its job holds (and its lock names), or CUDA asked for where torch has none."""
     import torch
 
-    record["torch_import_s"] = round(time.perf_counter() - t_start, 3)
-    record["torch_version"] = torch.__version__
-    record["torch_threads"] = torch.get_num_threads()
-    record["forward_flops"] = shape.forward_flops()
-    record["min_bytes"] = shape.min_bytes()
-    record["device_name"] = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else platform.processor() or platform.machine()
-    _test_hooks(spec)
-    if device == "cuda" and torch.cuda.is_available():
+    cuda = device == "cuda" and torch.cuda.is_available()
+    why, status = None, "failed"
+    if cuda:
         record["gpu"], why = gpu_record(spec.get("gpu"))
-        if why:  # the capture would run on another GPU than its job holds (and its lock names): no measurement
-            record.update(status="failed", reason=why, gpu_mismatch=True)
-            record["phases"] = {"profile": {"status": "failed", "reason": why, "seconds": 0.0},
-                                **{name: _skipped("profile phase did not succeed") for name in PHASES[1:]}}
-            record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
-            return record
+        if why:  # the capture would run on another GPU than its job holds: no measurement
+            record["gpu_mismatch"] = True
     elif spec.get("gpu"):
         record["gpu"] = dict(spec["gpu"])
-    if device == "cuda" and not torch.cuda.is_available():
-        why = "cuda requested but torch.cuda.is_available() is False (no GPU or a CPU-only torch build)"
-        record.update(status="unsupported", reason=why, unsupported_reasons=[])
-        record["phases"] = {"profile": {"status": "unsupported", "reason": why, "seconds": 0.0, "unsupported_reasons": []},
-                            **{name: _skipped("profile phase did not succeed") for name in PHASES[1:]}}
-        record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
-        return record
+    if device == "cuda" and not cuda:
+        why, status = ("cuda requested but torch.cuda.is_available() is False (no GPU or a CPU-only torch build)",
+                       "unsupported")
+        record["unsupported_reasons"] = []
+    if why is None:
+        return False
+    record.update(status=status, reason=why)
+    record["phases"] = {"profile": {"status": status, "reason": why, "seconds": 0.0,
+                                    **({"unsupported_reasons": []} if status == "unsupported" else {})},
+                        **{name: _skipped("profile phase did not succeed") for name in PHASES[1:]}}
+    return True
+
+
+def _run_phases(spec: dict, shape: Shape, device: str, trace_path: Path, record: dict) -> None:
+    """The profile phase, its trace's self-check, then the later phases (here, or apart in the check process:
+    spec ``checks_apart``), into ``record``; warnings raised meanwhile into ``record["warnings"]``."""
+    import torch
 
     st = types.SimpleNamespace(forward=None, sets=None, out=None, grad_inputs=None, grad_out=None)  # what the phases share
-    later = _later_calls(spec, shape, st, device)
     with warnings.catch_warnings(record=True) as caught, contextlib.ExitStack() as stack:
         warnings.simplefilter("always")
         stack.enter_context(torch.no_grad())
         outcome, produced = _run_phase("profile", lambda: _profile_phase(spec, shape, device, trace_path, st, stack,
                                                                          caught),
                                        spec, device, caught)
-        record["phases"]["profile"] = outcome
-        record.update(produced, status=outcome["status"], reason=outcome["reason"])
-        if "backward" in (spec.get("passes") or ["forward"]) and "passes" not in record:
-            record["passes"] = {"forward": {"status": outcome["status"], "reason": outcome["reason"]},
-                                "backward": _skipped("profile phase did not succeed")}
-        if record["status"] == "ok":
-            record.update(check_own_trace(trace_path, spec, record.get("passes")))
-        if outcome["status"] != "ok":
-            for key in ("traceback", "unsupported_reasons"):
-                if key in outcome:
-                    record[key] = outcome[key]
-            if outcome["status"] == "out_of_memory":
-                record["oom_bytes"] = oom_bytes(record["reason"])
-            if device == "cpu" and not spec.get("custom") and not runs_on(spec["variant"], device):
-                record["reason"] += CPU_BACKENDS_NOTE
+        _after_profile(spec, device, trace_path, record, outcome, produced)
         apart = bool(spec.get("checks_apart")) and record["repeat"] == 1 and record["status"] == "ok"
-        _later_phases(spec, record, st, device, caught, later if not apart else None)
+        _later_phases(spec, record, st, device, caught, None if apart else _later_calls(spec, shape, st, device))
         if apart:
             record["checks"] = CHECKS_APART
         _note_missing_checks(record)
         record["warnings"] = sorted({str(w.message) for w in caught})
-    record["capture_wall_s"] = round(time.perf_counter() - t_start, 3)
-    return record
+
+
+def _after_profile(spec: dict, device: str, trace_path: Path, record: dict, outcome: dict, produced: dict) -> None:
+    """The profile phase's outcome into ``record``: its status, the passes, the trace's self-check
+    (:func:`check_own_trace`) when it succeeded, and what explains a failure."""
+    record["phases"]["profile"] = outcome
+    record.update(produced, status=outcome["status"], reason=outcome["reason"])
+    if "backward" in (spec.get("passes") or ["forward"]) and "passes" not in record:
+        record["passes"] = {"forward": {"status": outcome["status"], "reason": outcome["reason"]},
+                            "backward": _skipped("profile phase did not succeed")}
+    if record["status"] == "ok":
+        record.update(check_own_trace(trace_path, spec, record.get("passes")))
+    if outcome["status"] == "ok":
+        return
+    for key in ("traceback", "unsupported_reasons"):
+        if key in outcome:
+            record[key] = outcome[key]
+    if outcome["status"] == "out_of_memory":
+        record["oom_bytes"] = oom_bytes(record["reason"])
+    if device == "cpu" and not spec.get("custom") and not runs_on(spec["variant"], device):
+        record["reason"] += CPU_BACKENDS_NOTE
 
 
 #: ``record["checks"]`` of a repeat-1 capture whose later phases run in the worker's check process
