@@ -706,6 +706,41 @@ def backward_tflops(backward_gflop, device_ms_per_backward) -> float | None:
     return backward_gflop / device_ms_per_backward
 
 
+def _timing_columns(status: dict) -> dict:
+    """The independent timing's columns (timed_*: single calls; graph_*: CUDA-graph replays) of a record."""
+    timing, graph = status.get("timing") or {}, status.get("graph_timing") or {}
+    return {"timed_ms_median": timing.get("median_ms"), "timed_ms_q1": timing.get("q1_ms"),
+            "timed_ms_q3": timing.get("q3_ms"), "timed_ms_min": timing.get("min_ms"), "timed_ms_max": timing.get("max_ms"),
+            "timed_repeats": timing.get("repeats"), "timing_method": timing.get("method"),
+            "graph_ms_median": graph.get("median_ms"), "graph_ms_q1": graph.get("q1_ms"), "graph_ms_q3": graph.get("q3_ms"),
+            "graph_ms_min": graph.get("min_ms"), "graph_ms_max": graph.get("max_ms"), "graph_error": graph.get("error")}
+
+
+def _forward_statistics(row: dict, forwards: pd.DataFrame, verdict: dict, gpu: bool, minimum: int) -> None:
+    """An ok capture's per-forward statistics into ``row`` (:func:`summary_row`): host times of the complete forwards;
+    on a GPU (``gpu``) whose complete forwards all did the same work, the counts per forward, and with at least
+    ``minimum`` timed forwards the device times and TFLOP/s (FLOP convention of Shape.forward_flops, PyTorch's sdpa
+    benchmark); else the trace note says why no device time is published."""
+    groups = verdict["groups"]
+    if len(groups) > 1:
+        row["forward_groups"] = json.dumps(groups)
+    complete = forwards[forwards["complete"].astype(bool)]
+    row.update(per_forward_stats("cpu_ms", complete["cpu_us"] / 1e3))
+    if gpu and len(groups) == 1:  # a CPU run has no device events
+        g = groups[0]
+        row.update(kernels_per_forward=g["kernels"], memcpy_per_forward=g["memcpy"], memset_per_forward=g["memset"])
+        if verdict["forwards_timed"] >= minimum:
+            row.update(per_forward_stats("device_ms", complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3))
+            if row.get("forward_gflop") and row["device_ms_per_forward"]:
+                row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
+        else:
+            row["trace_note"] = "; ".join(filter(None, [row["trace_note"], (
+                f"device time not published: {verdict['forwards_timed']} forwards with valid GPU times, "
+                f"fewer than the minimum of {minimum}")]))
+    if row.get("forward_gflop") and row.get("graph_ms_median"):
+        row["tflops_graph"] = row["forward_gflop"] / row["graph_ms_median"]
+
+
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:
     """One summary.csv row from a capture's status record and its forward table.
 
@@ -719,10 +754,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
     forward_groups lists each group. Device times need ``minimum`` timed forwards too.
     cpu_ms_per_forward is the median host time of the complete forwards' ranges. timed_*
     come from the capture's independent timing loop (CUDA events or perf_counter)."""
-    timing = status.get("timing") or {}
-    schedule = status.get("schedule") or {}
     minimum = int(status.get("min_complete_forwards") or DEFAULT_MIN_COMPLETE_FORWARDS)
-    verdict = assess_forwards(forwards, schedule.get("active"), minimum)
+    verdict = assess_forwards(forwards, (status.get("schedule") or {}).get("active"), minimum)
     row = {
         "variant": status["variant"], "shape_key": status["shape_key"], "status": status["status"],
         **{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
@@ -734,9 +767,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
                                    "incomplete_forwards", "bad_time_events")},
         # a capture that did not run has no trace to describe: its status and reason say why
         "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else "",
-        "timed_ms_median": timing.get("median_ms"), "timed_ms_q1": timing.get("q1_ms"), "timed_ms_q3": timing.get("q3_ms"),
-        "timed_ms_min": timing.get("min_ms"), "timed_ms_max": timing.get("max_ms"), "timed_repeats": timing.get("repeats"),
-        "timing_method": timing.get("method"), "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
+        **_timing_columns(status),
+        "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
         # the GPU the capture ran on (its job's, as nvidia-smi names it: attnprof.measure.gpus); repeats.csv
         **{col: (status.get("gpu") or {}).get(col.removeprefix("gpu_")) for col in CAPTURE_ONLY_COLUMNS},
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
@@ -747,34 +779,11 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         # torch.compile variants: the first call (compile) apart from the steady state, and inductor's cache verdict
         **compile_columns(status.get("compile")),
     }
-    graph = status.get("graph_timing") or {}
-    row.update(graph_ms_median=graph.get("median_ms"), graph_ms_q1=graph.get("q1_ms"), graph_ms_q3=graph.get("q3_ms"),
-               graph_ms_min=graph.get("min_ms"), graph_ms_max=graph.get("max_ms"), graph_error=graph.get("error"))
     if status.get("forward_flops"):
         row["forward_gflop"] = status["forward_flops"] / 1e9
         row["flop_per_byte"] = status["forward_flops"] / status["min_bytes"]
     if status["status"] == "ok" and not verdict["sufficient"]:
         row.update(status="incomplete_trace", reason=incomplete_reason(trace_path, verdict))
     if row["status"] == "ok":
-        groups = verdict["groups"]
-        if len(groups) > 1:
-            row["forward_groups"] = json.dumps(groups)
-        complete = forwards[forwards["complete"].astype(bool)]
-        cpu_ms = complete["cpu_us"] / 1e3
-        row.update(per_forward_stats("cpu_ms", cpu_ms))
-        if status.get("device") == "cuda" and len(groups) == 1:  # a CPU run has no device events
-            g = groups[0]
-            row.update(kernels_per_forward=g["kernels"], memcpy_per_forward=g["memcpy"], memset_per_forward=g["memset"])
-            if verdict["forwards_timed"] >= minimum:
-                device_ms = complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3
-                row.update(per_forward_stats("device_ms", device_ms))
-                # achieved TFLOP/s, FLOP convention of Shape.forward_flops (PyTorch's sdpa benchmark)
-                if row.get("forward_gflop") and row["device_ms_per_forward"]:
-                    row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
-            else:
-                row["trace_note"] = "; ".join(filter(None, [row["trace_note"], (
-                    f"device time not published: {verdict['forwards_timed']} forwards with valid GPU times, "
-                    f"fewer than the minimum of {minimum}")]))
-        if row.get("forward_gflop") and row.get("graph_ms_median"):
-            row["tflops_graph"] = row["forward_gflop"] / row["graph_ms_median"]
+        _forward_statistics(row, forwards, verdict, status.get("device") == "cuda", minimum)
     return {c: row.get(c) for c in (*SUMMARY_COLUMNS, *CAPTURE_ONLY_COLUMNS)}
