@@ -405,37 +405,18 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
     none) and sufficient (at least ``minimum`` complete forwards)."""
     present = len(forwards)
     expected = present if expected is None else int(expected)
-    complete = forwards["complete"].astype(bool) if present else pd.Series(dtype=bool)
-    timed = forwards["timing_complete"].astype(bool) if present else pd.Series(dtype=bool)
-    incomplete = [int(f) for f in forwards.loc[~complete, "forward"]] if present else []
-    bad = int(forwards["bad_time_events"].sum()) if present else 0
+    if not present:  # a capture whose trace holds no forward (a table of no rows may lack every column)
+        forwards = pd.DataFrame({"forward": [], "complete": [], "timing_complete": [], "bad_time_events": []})
+    complete = forwards["complete"].astype(bool)
+    timed = forwards["timing_complete"].astype(bool)
+    incomplete = [int(f) for f in forwards.loc[~complete, "forward"]]
+    bad = int(forwards["bad_time_events"].sum())
     groups = forward_groups(forwards) if present else []
-    notes = []
-    if present != expected:
-        notes.append(f"{present} of {expected} profiled forwards are in the trace")
+    notes = [f"{present} of {expected} profiled forwards are in the trace"] if present != expected else []
     if incomplete:
-        bad_rows = forwards.loc[~complete]
-        why = []
-        for col, words in (("launches_without_gpu_event", "launches without a GPU event"),
-                           ("gpu_events_without_launch", "GPU events without their launch record"),
-                           ("duplicate_gpu_events", "GPU events sharing one launch's correlation id"),
-                           ("duplicate_launches", "launch calls sharing a correlation id with another launch"),
-                           # backward ranges only (attnprof.analysis.backward): launches on another thread in two windows
-                           ("ambiguous_launches", "launches on another thread inside the windows of several ranges")):
-            n = int(bad_rows[col].sum()) if col in bad_rows else 0
-            if n:
-                why.append(f"{n} {words}")
-        n_ranges = int((~bad_rows["range_ok"].astype(bool)).sum()) if "range_ok" in bad_rows else 0
-        if n_ranges:
-            why.append(f"{n_ranges} forward ranges with invalid times or overlapping another")
-        notes.append(f"{len(incomplete)} of {present} forwards incomplete (forward{'s' if len(incomplete) > 1 else ''} "
-                     f"{_ranges_text(incomplete)}: {', '.join(why) or 'no GPU activity recorded'}), left out of every statistic")
+        notes.append(_incomplete_note(forwards.loc[~complete], incomplete, present))
     if bad:
-        bad_fwd = [int(f) for f in forwards.loc[forwards["bad_time_events"] > 0, "forward"]]
-        notes.append(f"{bad} GPU event{'s' if bad > 1 else ''} with impossible times (ts or duration missing, <= 0 or not "
-                     f"finite, starting before its launch, or ending long after the trace) in forward{'s' if len(bad_fwd) > 1 else ''} "
-                     f"{_ranges_text(bad_fwd)}: "
-                     "counted, but those forwards are left out of device times")
+        notes.append(_bad_times_note(forwards, bad))
     notes += _more_notes(forwards, timed) if present else []
     if len(groups) > 1:
         notes.append("forwards differ: " + describe_groups(groups))
@@ -447,6 +428,33 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
     return {"forwards_expected": expected, "forwards_profiled": present, "forwards_complete": n_complete,
             "forwards_timed": int(timed.sum()), "incomplete_forwards": _ranges_text(incomplete), "bad_time_events": bad,
             "groups": groups, "note": "; ".join(notes), "sufficient": n_complete >= minimum, "minimum": minimum}
+
+
+#: Why a forward is incomplete, by forward-table column (:func:`assess_forwards`' note).
+_INCOMPLETE_WHY = (("launches_without_gpu_event", "launches without a GPU event"),
+                   ("gpu_events_without_launch", "GPU events without their launch record"),
+                   ("duplicate_gpu_events", "GPU events sharing one launch's correlation id"),
+                   ("duplicate_launches", "launch calls sharing a correlation id with another launch"),
+                   # backward ranges only (attnprof.analysis.backward): launches on another thread in two windows
+                   ("ambiguous_launches", "launches on another thread inside the windows of several ranges"))
+
+
+def _incomplete_note(bad_rows: pd.DataFrame, incomplete: list[int], present: int) -> str:
+    """The note's sentence on the incomplete forwards (``bad_rows``: their rows; ``incomplete``: their numbers)."""
+    why = [f"{n} {words}" for col, words in _INCOMPLETE_WHY if (n := int(bad_rows[col].sum()) if col in bad_rows else 0)]
+    n_ranges = int((~bad_rows["range_ok"].astype(bool)).sum()) if "range_ok" in bad_rows else 0
+    if n_ranges:
+        why.append(f"{n_ranges} forward ranges with invalid times or overlapping another")
+    return (f"{len(incomplete)} of {present} forwards incomplete (forward{'s' if len(incomplete) > 1 else ''} "
+            f"{_ranges_text(incomplete)}: {', '.join(why) or 'no GPU activity recorded'}), left out of every statistic")
+
+
+def _bad_times_note(forwards: pd.DataFrame, bad: int) -> str:
+    """The note's sentence on the ``bad`` GPU events with impossible times."""
+    bad_fwd = [int(f) for f in forwards.loc[forwards["bad_time_events"] > 0, "forward"]]
+    return (f"{bad} GPU event{'s' if bad > 1 else ''} with impossible times (ts or duration missing, <= 0 or not "
+            f"finite, starting before its launch, or ending long after the trace) in forward{'s' if len(bad_fwd) > 1 else ''} "
+            f"{_ranges_text(bad_fwd)}: counted, but those forwards are left out of device times")
 
 
 #: Cross-stream overlap worth a word in the note: the busy time is this much below the summed durations.
