@@ -684,13 +684,7 @@ def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Ma
         row.update(repeats_ok=0, repeats_note="; ".join(notes))
         return {c: row.get(c) for c in SUMMARY_COLUMNS}
     ok, copy_notes = _copies([r for r in rows if r.get("status") == "ok"])
-    notes += copy_notes
-    for col in REPEAT_COUNTS:
-        values = {r.get(col) for r in ok if not _blank(r.get(col))}
-        if len(values) > 1:
-            listing = ", ".join(f"repeat {r['repeat']}: {r.get(col)}" for r in ok)
-            notes.append(f"{col} differs between repeats ({listing}): not published")
-            row[col] = None
+    notes += copy_notes + _unpublished_counts(row, ok)
     for med, within, between in REPEAT_TIMES:
         counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
         notes += time_notes
@@ -702,6 +696,18 @@ def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Ma
         row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
     row["backward_tflops"] = backward_tflops(row.get("backward_gflop"), row.get("device_ms_per_backward"))
     return {c: row.get(c) for c in SUMMARY_COLUMNS}
+
+
+def _unpublished_counts(row: dict, ok: list[dict]) -> list[str]:
+    """Each count of :data:`REPEAT_COUNTS` on which the counted repeats ``ok`` disagree: emptied in ``row``, and a
+    note listing every repeat's."""
+    notes = []
+    for col in REPEAT_COUNTS:
+        if len({r.get(col) for r in ok if not _blank(r.get(col))}) > 1:
+            listing = ", ".join(f"repeat {r['repeat']}: {r.get(col)}" for r in ok)
+            notes.append(f"{col} differs between repeats ({listing}): not published")
+            row[col] = None
+    return notes
 
 
 def backward_tflops(backward_gflop, device_ms_per_backward) -> float | None:
