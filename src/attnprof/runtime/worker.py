@@ -518,26 +518,15 @@ def _admit_waiting(listener: socket.socket, pending: list, seq: int) -> int:
 
 
 def _serve_request(conn: socket.socket, request: dict, child: _Child | None, device: str) -> _Child | None:
-    spec = request.get("spec")
-    repeat = (spec or {}).get("repeat")
-    if child is not None and repeat is not None and child.repeat is not None and child.repeat != repeat:
-        # every round of repeats gets a fresh capture process: a repeat re-draws the process, the CUDA
-        # context, the allocator's state and the libraries' plan choices (attnprof.analysis.stats, docs/statistics.md)
-        log(f"repeat {repeat}: a fresh capture process for the new round")
-        child.close()
-        child = None
-    if child is None or child.proc.poll() is not None:
-        child = _Child(device)
-    if repeat is not None:
-        child.repeat = repeat
+    """Serve ``request`` in ``child`` (a fresh one where needed: :func:`_child_for`) and answer on ``conn``; returns the
+    process to keep (None: it ended or must not serve on)."""
+    child = _child_for(request, child, device)
     with contextlib.suppress(OSError):
         _send(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:
         with contextlib.suppress(OSError):
             _send(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
         return child
-    deadline = time.monotonic() + float(request["timeout_s"])
-    stderr_tail = b""
 
     def send(obj: dict) -> bool:
         try:
@@ -546,61 +535,99 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, dev
         except OSError:
             return False
 
-    def ended(returncode: int | None, tail: str) -> None:
-        """The capture process ended (or was killed at the deadline) without a reply."""
-        if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
-            send({"interrupted": interrupted_message(spec, -returncode) if spec else
-                  f"{request['call']} interrupted: the capture process was killed by signal {-returncode} from outside"})
-        elif spec:
-            send({"record": crash_record(spec, returncode, request["timeout_s"], tail)})
-        else:
-            send({"error": crash_record({"variant": request["call"], "shape": {}, "device": device}, returncode,
-                                        request["timeout_s"], tail)["reason"]})
-
     try:
         child.proc.stdin.write((json.dumps({k: v for k, v in request.items() if k != "timeout_s"}) + "\n").encode())
         child.proc.stdin.flush()
     except OSError:
         pass  # it died already: its exit status is read below
-    out_fd, err_fd = child.proc.stdout.fileno(), child.proc.stderr.fileno()
-    reply, open_fds = None, {out_fd, err_fd}
-    while reply is None:
-        left = deadline - time.monotonic()
-        if left <= 0:  # ours: a result ("timed out"), not an interruption
-            child.kill()
-            ended(None, stderr_tail.decode(errors="replace"))
-            return None
-        readable, _, _ = select.select(list(open_fds) + [conn.fileno()], [], [], min(left, 1.0))
-        if conn.fileno() in readable and not conn.recv(1, socket.MSG_PEEK):
-            child.kill()  # the job is gone (killed): stop its work now, so captures never overlap
-            log(f"{(spec or {}).get('variant') or request.get('call')}: client left, capture process killed")
-            return None
-        if err_fd in readable:
-            data = os.read(err_fd, 65536)
-            if not data:
-                open_fds.discard(err_fd)
-            stderr_tail = (stderr_tail + data)[-4000:]
-            child.err += data
-            *done, child.err = child.err.split(b"\n")
-            for line in done:
-                send({"log": line.decode(errors="replace") + "\n"})
-        if out_fd in readable:
-            data = os.read(out_fd, 1 << 20)
-            if not data:
-                open_fds.discard(out_fd)
-            child.out += data
-            if b"\n" in child.out:
-                line, child.out = child.out.split(b"\n", 1)
-                reply = json.loads(line)
-                break
-        if out_fd not in open_fds:  # the capture process ended without a reply
-            ended(child.proc.wait(), (stderr_tail + child.err).decode(errors="replace"))
-            return None
+    how, reply = _await_reply(conn, child, time.monotonic() + float(request["timeout_s"]), send)
+    if how == "left":
+        log(f"{(request.get('spec') or {}).get('variant') or request.get('call')}: client left, capture process killed")
+        return None
+    if how != "reply":  # timed out (ours: a result, not an interruption), or ended without a reply
+        send(_ended_message(request, device, reply["returncode"], reply["tail"]))
+        return None
     send(reply)
     if _reusable_reply(reply):
         return child
     child.close()  # work that did not fully succeed: the next request gets a fresh process
     return None
+
+
+def _child_for(request: dict, child: _Child | None, device: str) -> _Child:
+    """The process to serve ``request`` in: ``child``, unless it ended or the request starts a new round of repeats
+    (every round gets a fresh capture process: a repeat re-draws the process, the CUDA context, the allocator's
+    state and the libraries' plan choices; docs/statistics.md)."""
+    repeat = (request.get("spec") or {}).get("repeat")
+    if child is not None and repeat is not None and child.repeat is not None and child.repeat != repeat:
+        log(f"repeat {repeat}: a fresh capture process for the new round")
+        child.close()
+        child = None
+    if child is None or child.proc.poll() is not None:
+        child = _Child(device)
+    if repeat is not None:
+        child.repeat = repeat
+    return child
+
+
+def _await_reply(conn: socket.socket, child: _Child, deadline: float, send) -> tuple[str, dict]:
+    """Relay ``child``'s progress lines to the client (``send``) until its reply. Returns ("reply", the reply);
+    ("timeout", {returncode: None, tail}) at ``deadline`` (the child killed); ("ended", {returncode, tail}) when the
+    child ended without a reply; ("left", {}) when the client went away (the child killed: captures never overlap)."""
+    out_fd, err_fd = child.proc.stdout.fileno(), child.proc.stderr.fileno()
+    open_fds, tail = {out_fd, err_fd}, b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            child.kill()
+            return "timeout", {"returncode": None, "tail": tail.decode(errors="replace")}
+        readable, _, _ = select.select(list(open_fds) + [conn.fileno()], [], [], min(left, 1.0))
+        if conn.fileno() in readable and not conn.recv(1, socket.MSG_PEEK):
+            child.kill()
+            return "left", {}
+        if err_fd in readable:
+            tail = _relay_progress(child, err_fd, open_fds, tail, send)
+        if out_fd in readable and (reply := _read_reply(child, out_fd, open_fds)) is not None:
+            return "reply", reply
+        if out_fd not in open_fds:
+            return "ended", {"returncode": child.proc.wait(), "tail": (tail + child.err).decode(errors="replace")}
+
+
+def _relay_progress(child: _Child, fd: int, open_fds: set, tail: bytes, send) -> bytes:
+    """Read the child's progress stream, send each whole line to the client; returns the stream's last 4000 bytes."""
+    data = os.read(fd, 65536)
+    if not data:
+        open_fds.discard(fd)
+    child.err += data
+    *done, child.err = child.err.split(b"\n")
+    for line in done:
+        send({"log": line.decode(errors="replace") + "\n"})
+    return (tail + data)[-4000:]
+
+
+def _read_reply(child: _Child, fd: int, open_fds: set) -> dict | None:
+    """Read the child's protocol stream; its first whole line (the reply), or None while there is none."""
+    data = os.read(fd, 1 << 20)
+    if not data:
+        open_fds.discard(fd)
+    child.out += data
+    if b"\n" not in child.out:
+        return None
+    line, child.out = child.out.split(b"\n", 1)
+    return json.loads(line)
+
+
+def _ended_message(request: dict, device: str, returncode: int | None, tail: str) -> dict:
+    """The answer for a request whose process ended (or was killed at the deadline) without a reply: an
+    interruption (killed from outside), else a failed record (a capture) or an error (a call)."""
+    spec = request.get("spec")
+    if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
+        return {"interrupted": interrupted_message(spec, -returncode) if spec else
+                f"{request['call']} interrupted: the capture process was killed by signal {-returncode} from outside"}
+    if spec:
+        return {"record": crash_record(spec, returncode, request["timeout_s"], tail)}
+    return {"error": crash_record({"variant": request["call"], "shape": {}, "device": device}, returncode,
+                                  request["timeout_s"], tail)["reason"]}
 
 
 @contextlib.contextmanager
