@@ -82,54 +82,79 @@ def grid_problems(shapes: dict) -> list[str]:
     with q_len or kv_len, q_len without kv_len, neither seq_len nor kv_len; then every point of the
     grid through :class:`attnprof.model.variants.Shape` (heads not a multiple of kv_heads, q_len > kv_len
     with a lower-right mask). [] when all is well."""
-    from attnprof.model.variants import CAUSAL_ALIGNMENTS, DTYPES, expand_shapes
-
     problems = []
     for device, grids in (shapes or {}).items():
         for i, grid in enumerate(grids if isinstance(grids, list) else [grids]):
-            where = f"shapes.{device}" + (f"[{i}]" if isinstance(grids, list) else "")
-            if not isinstance(grid, dict):
-                problems.append(f"{where} is not a mapping of lists (keys: {', '.join(GRID_KEYS)})")
-                continue
-            bad_keys = [k for k in grid if k not in GRID_KEYS]
-            if bad_keys:
-                problems.append(f"{where}: unknown keys {bad_keys} (known: {', '.join(GRID_KEYS)})")
-            scalars = [k for k, v in grid.items() if k in GRID_KEYS and not isinstance(v, list)]
-            if scalars:
-                listed = ", ".join(f"{k}: [{_default_text(v)}]" if k in scalars else f"{k}: {_default_text(v)}"
-                                   for k, v in grid.items() if k in GRID_KEYS)
-                problems.append(f"{where}: each field of a grid takes a list, not a single value "
-                                f"({', '.join(scalars)}); write e.g. {scalars[0]}: [{_default_text(grid[scalars[0]])}], "
-                                f"the grid as {{{listed}}} (every combination of the lists is a point)")
-            for key, value in grid.items():
-                values = value if isinstance(value, list) else [value]
-                if key in ("batch", "heads", "kv_heads", "seq_len", "q_len", "kv_len", "head_dim"):
-                    wrong = [v for v in values if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1)]
-                    if wrong or not values:
-                        problems.append(f"{where}.{key}: {value!r} must be a list of integers >= 1")
-                elif key == "dtype" and (not values or any(v not in DTYPES for v in values)):
-                    problems.append(f"{where}.dtype: {value!r} must be a list of {', '.join(DTYPES)}")
-                elif key == "causal" and (not values or any(not isinstance(v, bool) for v in values)):
-                    problems.append(f"{where}.causal: {value!r} must be a list of true/false")
-                elif key == "causal_alignment" and (not values or any(v not in CAUSAL_ALIGNMENTS for v in values)):
-                    problems.append(f"{where}.causal_alignment: {value!r} must be a list of {', '.join(CAUSAL_ALIGNMENTS)}")
-            if "seq_len" in grid and ("q_len" in grid or "kv_len" in grid):
-                problems.append(f"{where}: seq_len (queries and keys alike) together with "
-                                f"{' and '.join(k for k in ('q_len', 'kv_len') if k in grid)}; give seq_len, or kv_len with q_len")
-            elif "q_len" in grid and "kv_len" not in grid:
-                problems.append(f"{where}: q_len needs kv_len (the key/value length)")
-            elif "seq_len" not in grid and "kv_len" not in grid:
-                problems.append(f"{where}: no sequence length; give seq_len, or kv_len with q_len")
-            missing = [k for k in ("batch", "heads", "head_dim", "dtype", "causal") if k not in grid]
-            if missing:
-                problems.append(f"{where}: missing {missing}")
-            if problems:
-                continue
-            try:
-                expand_shapes(grid)
-            except ValueError as exc:
-                problems.append(f"{where}: {exc} (every combination of the grid's lists is a point)")
+            problems += _grid_problems(f"shapes.{device}" + (f"[{i}]" if isinstance(grids, list) else ""), grid)
     return problems
+
+
+#: The grid keys whose values are positive integers.
+_INT_KEYS = ("batch", "heads", "kv_heads", "seq_len", "q_len", "kv_len", "head_dim")
+
+
+def _grid_problems(where: str, grid) -> list[str]:
+    """:func:`grid_problems` of one grid (``where``: its place in the config, e.g. ``shapes.cpu[1]``)."""
+    from attnprof.model.variants import expand_shapes
+
+    if not isinstance(grid, dict):
+        return [f"{where} is not a mapping of lists (keys: {', '.join(GRID_KEYS)})"]
+    problems = _key_problems(where, grid)
+    problems += [p for key, value in grid.items() if (p := _value_problem(f"{where}.{key}", key, value))]
+    problems += _length_problems(where, grid)
+    missing = [k for k in ("batch", "heads", "head_dim", "dtype", "causal") if k not in grid]
+    if missing:
+        problems.append(f"{where}: missing {missing}")
+    if not problems:
+        try:
+            expand_shapes(grid)
+        except ValueError as exc:
+            problems.append(f"{where}: {exc} (every combination of the grid's lists is a point)")
+    return problems
+
+
+def _key_problems(where: str, grid: dict) -> list[str]:
+    """Unknown keys, and single values where the grid takes lists (``batch: 2`` for ``batch: [2]``)."""
+    problems = []
+    bad_keys = [k for k in grid if k not in GRID_KEYS]
+    if bad_keys:
+        problems.append(f"{where}: unknown keys {bad_keys} (known: {', '.join(GRID_KEYS)})")
+    scalars = [k for k, v in grid.items() if k in GRID_KEYS and not isinstance(v, list)]
+    if scalars:
+        listed = ", ".join(f"{k}: [{_default_text(v)}]" if k in scalars else f"{k}: {_default_text(v)}"
+                           for k, v in grid.items() if k in GRID_KEYS)
+        problems.append(f"{where}: each field of a grid takes a list, not a single value "
+                        f"({', '.join(scalars)}); write e.g. {scalars[0]}: [{_default_text(grid[scalars[0]])}], "
+                        f"the grid as {{{listed}}} (every combination of the lists is a point)")
+    return problems
+
+
+def _value_problem(where: str, key: str, value) -> str | None:
+    """Why the grid value ``value`` of ``key`` is not a non-empty list of what the key takes, or None."""
+    from attnprof.model.variants import CAUSAL_ALIGNMENTS, DTYPES
+
+    values = value if isinstance(value, list) else [value]
+    if key in _INT_KEYS:
+        ok = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+        return None if ok else f"{where}: {value!r} must be a list of integers >= 1"
+    allowed = {"dtype": (DTYPES, ", ".join(DTYPES)), "causal": ((True, False), "true/false"),
+               "causal_alignment": (CAUSAL_ALIGNMENTS, ", ".join(CAUSAL_ALIGNMENTS))}.get(key)
+    if allowed is None:
+        return None
+    ok = bool(values) and all(v in allowed[0] and (key != "causal" or isinstance(v, bool)) for v in values)
+    return None if ok else f"{where}: {value!r} must be a list of {allowed[1]}"
+
+
+def _length_problems(where: str, grid: dict) -> list[str]:
+    """The sequence lengths: seq_len, or kv_len with q_len; never both kinds."""
+    if "seq_len" in grid and ("q_len" in grid or "kv_len" in grid):
+        return [f"{where}: seq_len (queries and keys alike) together with "
+                f"{' and '.join(k for k in ('q_len', 'kv_len') if k in grid)}; give seq_len, or kv_len with q_len"]
+    if "q_len" in grid and "kv_len" not in grid:
+        return [f"{where}: q_len needs kv_len (the key/value length)"]
+    if "seq_len" not in grid and "kv_len" not in grid:
+        return [f"{where}: no sequence length; give seq_len, or kv_len with q_len"]
+    return []
 
 
 def config_problems(config: dict) -> list[str]:
