@@ -380,9 +380,6 @@ def schema_message(config: dict, schema: dict, command_line: dict | None = None,
     where it has one. An unknown key is named with the keys known there and the closest one. ``command_line``: the
     values given with --config; the advice on nested values (:data:`CONFIGFILE_HINT`) is given only when the error
     is about a nested value given there."""
-    import difflib
-    import shlex
-
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
@@ -391,66 +388,84 @@ def schema_message(config: dict, schema: dict, command_line: dict | None = None,
     if error is None:
         return None
     path = list(error.absolute_path)
-    where = _path_text(path)
-    value = _default_text(error.instance)
-    value = value if len(value) <= 80 else value[:77] + "..."
     node = _subschema(schema, path, schema)
-    cli = command_line or {}
-    defaults = defaults or {}
-    lines = []
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = list(node.get("properties", {}))
-        extra = [k for k in error.instance if k not in known]
-        key = extra[0] if extra else "?"
-        full = f"{where}.{key}" if where else key
-        given = _default_text(error.instance.get(key))
-        lines.append(f"config: unknown key '{full}' (given {given if len(given) <= 60 else given[:57] + '...'})")
-        lines.append(f"  known{' under ' + where if where else ''}: {', '.join(known)}")
-        close = difflib.get_close_matches(str(key), known, n=1)
-        lines.append(f"  fix: {'did you mean ' + repr(close[0]) + '? ' if close else ''}correct or remove '{full}' "
-                     "(every key: docs/configuration.md)")
-        path = [*path, key]
+        lines = _unknown_key_lines(error, node, _path_text(path))
     elif error.validator == "required":
-        missing = error.message.split("'")[1] if "'" in error.message else "?"
-        sub = _resolve(node.get("properties", {}).get(missing, {}), schema)
-        lines.append(f"config: {where or 'the config'} has no key '{missing}' (it is required)")
-        lines.append(f"  expected: {where + '.' if where else ''}{missing}: {expected_text(sub, schema)}")
-        path = [*path, missing]
-        node = sub
+        lines, path, node = _required_lines(error, node, path, schema)
+        lines += _fix_lines(error, path, node, schema, command_line or {}, defaults or {})
     else:
-        what = {"type": f"not {expected_text({'type': error.validator_value}, schema)}",
-                "enum": "not one of the allowed values"}.get(error.validator, error.message.replace(repr(error.instance), "").strip())
-        lines.append(f"config: {where} = {value}: {what}")
-        description = node.get("description", "")
-        description = description if len(description) <= 90 else description[:87].rsplit(" ", 1)[0] + " ..."
-        lines.append(f"  expected: {expected_text(node, schema)}" + (f" ({description})" if description else ""))
-    if error.validator != "additionalProperties":
-        example = defaults
-        for part in path:
-            example = example[part] if isinstance(example, dict) and part in example else None
-        if error.validator == "type" and error.validator_value == "array" and not isinstance(error.instance, (list, dict)):
-            example = [error.instance]  # a single value where a list is wanted: that value, listed
-        if example is None:
-            example = _example(node, schema)
-        # the advice on nested values: only for a nested value given on the command line
-        hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
-        # an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default shows it
-        top = defaults.get(path[0]) if path and isinstance(path[0], str) and isinstance(defaults, dict) else None
-        if len(path) > 1 and isinstance(path[1], int) and top is not None and not isinstance(top, dict):
-            lines.append(f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}")
-        elif example is not None and path and all(isinstance(p, str) for p in path):
-            if len(path) == 1 and not isinstance(example, dict):
-                lines.append(f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}")
-            elif hint:
-                lines.append(f"  fix: write e.g. '{_snippet(path, example)}' to my.yaml and pass --configfile my.yaml "
-                             "(nested values are easiest in a YAML file; it is merged over config/config.yaml)")
-            else:
-                lines.append(f"  fix: e.g. '{_snippet(path, example)}' in your --configfile")
-        elif hint:
-            lines.append(f"  fix: {CONFIGFILE_HINT}")
+        lines = _value_lines(error, node, _path_text(path), schema)
+        lines += _fix_lines(error, path, node, schema, command_line or {}, defaults or {})
     if len(errors) > 1:
         lines.append(f"  ({len(errors) - 1} more problem{'s' if len(errors) > 2 else ''} in the config: fix this one and run again)")
     return "\n".join(lines)
+
+
+def _unknown_key_lines(error, node: dict, where: str) -> list[str]:
+    """:func:`schema_message`'s lines for an unknown key: the keys known there and the closest one."""
+    import difflib
+
+    known = list(node.get("properties", {}))
+    extra = [k for k in error.instance if k not in known]
+    key = extra[0] if extra else "?"
+    full = f"{where}.{key}" if where else key
+    given = _default_text(error.instance.get(key))
+    close = difflib.get_close_matches(str(key), known, n=1)
+    return [f"config: unknown key '{full}' (given {given if len(given) <= 60 else given[:57] + '...'})",
+            f"  known{' under ' + where if where else ''}: {', '.join(known)}",
+            f"  fix: {'did you mean ' + repr(close[0]) + '? ' if close else ''}correct or remove '{full}' "
+            "(every key: docs/configuration.md)"]
+
+
+def _required_lines(error, node: dict, path: list, schema: dict) -> tuple[list[str], list, dict]:
+    """:func:`schema_message`'s lines for a missing key, and the path and schema node of that key."""
+    where = _path_text(path)
+    missing = error.message.split("'")[1] if "'" in error.message else "?"
+    sub = _resolve(node.get("properties", {}).get(missing, {}), schema)
+    return ([f"config: {where or 'the config'} has no key '{missing}' (it is required)",
+             f"  expected: {where + '.' if where else ''}{missing}: {expected_text(sub, schema)}"], [*path, missing], sub)
+
+
+def _value_lines(error, node: dict, where: str, schema: dict) -> list[str]:
+    """:func:`schema_message`'s lines for a value of the wrong type or out of range: what is given, what is expected
+    (with the key's description)."""
+    value = _default_text(error.instance)
+    value = value if len(value) <= 80 else value[:77] + "..."
+    what = {"type": f"not {expected_text({'type': error.validator_value}, schema)}",
+            "enum": "not one of the allowed values"}.get(error.validator, error.message.replace(repr(error.instance), "").strip())
+    description = node.get("description", "")
+    description = description if len(description) <= 90 else description[:87].rsplit(" ", 1)[0] + " ..."
+    return [f"config: {where} = {value}: {what}",
+            f"  expected: {expected_text(node, schema)}" + (f" ({description})" if description else "")]
+
+
+def _fix_lines(error, path: list, node: dict, schema: dict, cli: dict, defaults: dict) -> list[str]:
+    """:func:`schema_message`'s fix: the example value (``defaults``, config/config.yaml, where it has one; a single
+    value where a list is wanted: that value listed; else the schema's example), as --config or as YAML; the advice
+    on nested values only for a nested value given on the command line (``cli``)."""
+    import shlex
+
+    example = defaults
+    for part in path:
+        example = example[part] if isinstance(example, dict) and part in example else None
+    if error.validator == "type" and error.validator_value == "array" and not isinstance(error.instance, (list, dict)):
+        example = [error.instance]
+    if example is None:
+        example = _example(node, schema)
+    hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
+    # an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default shows it
+    top = defaults.get(path[0]) if path and isinstance(path[0], str) and isinstance(defaults, dict) else None
+    if len(path) > 1 and isinstance(path[1], int) and top is not None and not isinstance(top, dict):
+        return [f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}"]
+    if example is not None and path and all(isinstance(p, str) for p in path):
+        if len(path) == 1 and not isinstance(example, dict):
+            return [f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}"]
+        if hint:
+            return [f"  fix: write e.g. '{_snippet(path, example)}' to my.yaml and pass --configfile my.yaml "
+                    "(nested values are easiest in a YAML file; it is merged over config/config.yaml)"]
+        return [f"  fix: e.g. '{_snippet(path, example)}' in your --configfile"]
+    return [f"  fix: {CONFIGFILE_HINT}"] if hint else []
 
 
 def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],
