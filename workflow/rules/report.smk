@@ -14,6 +14,8 @@ rule report_html:
         findings=run_file("findings"),
         env=run_file("env"),
         plots=plot_files,
+        # the same figures, those with data marked for Snakemake's report (plots.smk)
+        figures=report_figures,
         calibration=run_file("calibration"),
         launches=per_capture(table_file("launches")),
         # the interactive timeline (attnprof.render.timeline_html): each capture's recipe and forwards, repeat 1

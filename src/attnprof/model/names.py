@@ -12,6 +12,8 @@ SHAPE_PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_dev
 TIMELINE = "timeline"
 #: Run-wide figures of rule scaling_plots (attnprof.render.plots.scaling_plots), by PNG file stem.
 SCALING_PLOTS = ("scaling_time", "scaling_tflops", "scaling_memory", "roofline")
+#: The figures a CPU run draws with data (the others need device events): its report and Snakemake's show only these.
+CPU_PLOTS = ("device_time", TIMELINE)
 
 
 def backward_range_name(range_name: str) -> str:

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from attnprof.model.names import SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402
+from attnprof.model.names import CPU_PLOTS, SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402, F401 (CPU_PLOTS: re-exported)
 from attnprof.analysis.tables import has_run_interval  # noqa: E402
 
 PLOTS = SHAPE_PLOTS
@@ -26,8 +26,6 @@ HALF_IN, FULL_IN = 5.3, 10.8
 #: A4 landscape less report.css's margins is 186 mm (7.3 in) high. A taller figure would leave its heading
 #: alone at the foot of a page.
 PAGE_FIGURE_MAX_IN = 6.0
-#: The figures a CPU run's report shows (the others need device events).
-CPU_PLOTS = ("device_time", TIMELINE)
 #: Figures printed across the page (the others two to a row); names from attnprof.model.names.
 FULL_WIDTH = {"kernel_split", "timeline", "scaling_time", "scaling_tflops", "scaling_memory"}
 #: One sentence per figure, for the report's captions.
