@@ -1,5 +1,6 @@
 """The report's numbers come from the findings and the report data (attnprof.render.report); the
 templates only format them."""
+import json
 import math
 import re
 from pathlib import Path
@@ -122,7 +123,41 @@ def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
     # host times of two sittings: shown, not judged, so no detection limit is promised
     assert det is None and counts["not judged"] == 5 and "5 host times of two sittings are shown, not judged" in text
     assert "Detection limit: none" in text
-    assert "Environment and config: 2 differences" in text and "config.run cpu-aa-a &rarr; cpu-aa-b" in text
+    # both result sets' torch build, then a difference a line (key: old -> new)
+    torch = json.loads((ROOT / "tests" / "fixtures" / "cpu_repeats" / "cpu-aa-a" / "env.json").read_text())["torch"]
+    assert f"Environment and config: torch {torch} in both; 2 differences" in text
+    assert "config.run: cpu-aa-a &rarr; cpu-aa-b" in text
+
+
+def test_compare_page_1_names_both_torch_builds_and_writes_the_differences_as_lines():
+    """Issue 35 items 4 and 7: an A/B of a CPU torch against a CUDA build names both builds with their local suffix,
+    each environment or config difference is a line 'key: old -> new' with lists and mappings written out (no Python
+    repr), and a detection limit that every row reaches says so once, not 'from 2 % to 2 %'."""
+    from attnprof.render.report import render_html
+
+    import sys
+
+    from attnprof.analysis.compare import compare_runs
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_repeats_cpu import load
+
+    doc = compare_runs([load("cpu-aa-a"), load("cpu-aa-b")])
+    pair = doc["pairs"][0]
+    judged = [{**r, "verdict": "same", "se": 0.0, "df": 8} for r in pair["rows"] if r["verdict"] == "not judged"]
+    gpus = [{"index": 0, "name": "NVIDIA H200"}]
+    pair.update(rows=judged, counts=None, torch={"a": "2.13.0+cpu", "b": "2.14.1+cu130"},
+                env_diff=[{"key": "config.variants", "a": ["naive", "sdpa_flash"], "b": ["naive"]},
+                          {"key": "gpus", "a": None, "b": gpus}])
+    html = render_html(compare_context(doc, ""), ROOT / "report", "compare.html.j2")
+    brief = re.sub(r"\s+", " ", html.split("Per variant")[0])
+    assert "torch 2.13.0+cpu in cpu-aa-a, 2.14.1+cu130 in cpu-aa-b;" in brief
+    assert "<br><code>config.variants</code>: naive, sdpa_flash &rarr; naive" in brief
+    assert "<br><code>gpus</code>: not recorded &rarr; (index=0, name=NVIDIA H200)" in brief
+    assert "[&#39;" not in brief and "{&#39;" not in brief  # no repr of a list or a dict
+    # every row at the threshold (no spread): each of the rows, one figure
+    assert f"with 80&nbsp;% power in each of the {len(judged)} rows judged." in brief and len(judged) == 5
+    assert "over the rows" not in brief
 
 
 def test_the_detection_limit_is_the_rule_s_own_and_host_times_promise_none():

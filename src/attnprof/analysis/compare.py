@@ -265,6 +265,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
     return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "joint": joint,
             "sitting_sd": None if paired else SITTING_SD, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
+            "torch": {"a": a["env"].get("torch"), "b": b["env"].get("torch")},  # each build, local suffix and all
             "notes": notes, "accounting": accounting, "paired": paired, "support": support_changes(sa, sb),
             "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
             "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),

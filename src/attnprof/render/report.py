@@ -24,6 +24,7 @@ from attnprof.model.gpus import differing_kinds, number_text
 from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
 from attnprof.model.variants import COMPILED, REGISTRY
+from attnprof.render.breaks import mark_breaks
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 from attnprof.analysis.trace import kernel_label
 
@@ -309,6 +310,7 @@ def compare_context(doc: dict, css: str) -> dict:
         recipes = pair.get("recipes") or []
         # a compare.json written before the joint control and the sitting term were recorded: none stated
         pairs.append({"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
+                      "torch": _torch_builds(pair),
                       "accounting": None, "paired": False, "joint": None, "sitting_sd": None, **pair, **recipe_context(recipes),
                       "dispatch_changed": [d for d in pair.get("dispatch") or [] if d.get("a") != d.get("b")],
                       "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
@@ -317,6 +319,27 @@ def compare_context(doc: dict, css: str) -> dict:
                       "detection": detection_limit(rows, threshold)})
     cmp["pairs"] = pairs
     return {"cmp": cmp, "css": css}
+
+
+def _torch_builds(pair: dict) -> dict | None:
+    """{a, b}: the torch build of each result set of a compare pair (``2.13.0+cpu``), from compare.json, or for one
+    written before it recorded them, from its environment difference; None when neither says."""
+    if pair.get("torch"):
+        return pair["torch"]
+    diff = next((d for d in pair.get("env_diff") or [] if d["key"] == "torch"), None)
+    return {"a": diff["a"], "b": diff["b"]} if diff else None
+
+
+def _setting(value) -> str:
+    """Jinja filter: an environment or config value as a reader writes it: 'not recorded' for None, a list's items
+    and a mapping's ``key=value`` pairs joined by ', ' (a list of mappings: each in parentheses), never a Python repr."""
+    if value is None:
+        return "not recorded"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_setting(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(f"({_setting(v)})" if isinstance(v, dict) else _setting(v) for v in value) or "none"
+    return _fmt(value)
 
 
 def recipe_context(recipes: list[dict]) -> dict:
@@ -363,7 +386,10 @@ def detection_limit(rows: list[dict], threshold: float) -> dict | None:
     rb = sorted({b for _, b in repeats if b is not None})
     def side(v):
         return "?" if not v else (str(v[0]) if len(v) == 1 else f"{v[0]}\u2013{v[-1]}")
-    return {"pct": limits[most - 1], "within": most, "rows": len(limits), "min_pct": limits[0], "max_pct": limits[-1],
+    pct = limits[most - 1]
+    # every row that reaches it as stated (2 significant digits): 8 of 8 rows at 2 %, not "5 of 8, from 2 % to 2 %"
+    within = sum(limit <= pct or _fmt(limit, 2) == _fmt(pct, 2) for limit in limits)
+    return {"pct": pct, "within": within, "rows": len(limits), "min_pct": limits[0], "max_pct": limits[-1],
             "at_threshold": limits[0] <= 100 * threshold + 1e-6, "repeats": f"{side(ra)} / {side(rb)}"}
 
 
@@ -883,6 +909,7 @@ def render_html(context: dict, template_dir: Path, template: str = "report.html.
     env.filters["num"] = _fmt
     env.filters["cudnn"] = cudnn_version
     env.filters["reason"] = short_reason
+    env.filters["setting"] = _setting
     env.globals["columns"] = columns_of("summary")  # the summary table's headers (attnprof.model.columns)
     return env.get_template(template).render(**context)
 
@@ -909,7 +936,9 @@ def render_pdf(html_path: Path, pdf_path: Path) -> None:
     logger = logging.getLogger("weasyprint")
     logger.addHandler(handler)
     try:
-        html = weasyprint.HTML(filename=str(html_path), base_url=str(Path(html_path).parent))
+        # printed, an identifier wraps only after its _, :: or , and an interval not at all (attnprof.render.breaks)
+        html = weasyprint.HTML(string=mark_breaks(Path(html_path).read_text(encoding="utf-8")),
+                               base_url=str(Path(html_path).parent))
         html.write_pdf(str(pdf_path))
     finally:
         logger.removeHandler(handler)
