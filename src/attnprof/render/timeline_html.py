@@ -154,6 +154,40 @@ _SCRIPT = """<script>
 </script>"""
 
 
+def _lane_svg(y0: float, ln: dict, gpu: bool, href: str) -> tuple[list[str], list[str]]:
+    """One lane's SVG pieces at height ``y0``: its labels (the variant, linked to its trace ``href``, with what it shows
+    or why not; the row names) and its bars (each with its title, the browser's tooltip). Every text escaped."""
+    esc = html.escape
+    gpu_bars = [b for b in ln["bars"] if b["row"] == "gpu"]
+    what = ("GPU event" if gpu else "top-level aten op") + ("" if len(gpu_bars) == 1 else "s")
+    about = (f"forward {ln['forward']}: {len(gpu_bars)} {what}, "
+             f"{_us(sum(b['w'] for b in gpu_bars))} {'on the device' if gpu else 'in ops'} "
+             f"of a {_us(ln['range_us'])} range; click: its trace") if ln["why"] is None else f"not drawn: {ln['why']}"
+    labels = [f'<a href="{esc(href)}"><text x="{LEFT - 44}" y="{y0 + 25}" text-anchor="end" font-weight="bold">'
+              f'{esc(ln["variant"])}<title>{esc(about)}</title></text></a>']
+    if ln["why"] is not None:
+        return labels + [f'<text x="{LEFT + 6}" y="{y0 + 25}" fill="#B00020">not drawn: {esc(ln["why"])}</text>'], []
+    rows = ("CPU", "GPU") if gpu else ("range", "aten ops")
+    labels.append(f'<text x="{LEFT - 6}" y="{y0 + 15}" text-anchor="end" class="itl-row">{rows[0]}</text>'
+                  f'<text x="{LEFT - 6}" y="{y0 + 36}" text-anchor="end" class="itl-row">{rows[1]}</text>')
+    bars = []
+    for b in ln["bars"]:
+        # a CPU run's range has a row of its own (the launch calls' row: there are none)
+        top, h = LAUNCH_ROW if b["row"] == "range" and not gpu else {"range": RANGE_ROW, "launch": LAUNCH_ROW,
+                                                                     "gpu": GPU_ROW}[b["row"]]
+        bars.append(f'<rect class="itl-{b["row"]}" x="{_num(b["x"])}" y="{y0 + top}" width="{_num(b["w"])}" '
+                    f'height="{h}" fill="{b["color"]}"><title>{esc(b["title"])}</title></rect>')
+    return labels, bars
+
+
+def _legend(lanes: list[dict], gpu: bool) -> list[tuple[str, str]]:
+    """(name, colour) of each kind of bar the lanes draw, in the kernel classes' order."""
+    seen = {b["cls"] for ln in lanes for b in ln["bars"]}
+    legend = [("forward's range (host)", RANGE_COLOR)]
+    return legend + ([("launch call (host)", LAUNCH_COLOR)] + [(c, CLASS_COLORS[c]) for c in KERNEL_CLASSES if c in seen]
+                     if gpu else [("top-level aten op (host)", COLORS["cpu"])])
+
+
 def timeline_html(captures: list[dict], gpu: bool, shape_key: str, trace_name: str, range_name: str = "attn_fwd") -> str:
     """The interactive timeline block (HTML: controls, inline SVG, legend, script) of one shape.
 
@@ -170,37 +204,15 @@ def timeline_html(captures: list[dict], gpu: bool, shape_key: str, trace_name: s
     span = max(ends) * 1.02 if ends and max(ends) > 0 else 1.0
     height = LANE * len(lanes)
     esc = html.escape
-    rows = ("CPU", "GPU") if gpu else ("range", "aten ops")
     labels, bars = [], []
     for i, ln in enumerate(lanes):
-        y0 = i * LANE
-        href = f"captures/{shape_key}/{ln['variant']}/r1/{trace_name}"
-        gpu_bars = [b for b in ln["bars"] if b["row"] == "gpu"]
-        what = ("GPU event" if gpu else "top-level aten op") + ("" if len(gpu_bars) == 1 else "s")
-        about = (f"forward {ln['forward']}: {len(gpu_bars)} {what}, "
-                 f"{_us(sum(b['w'] for b in gpu_bars))} {'on the device' if gpu else 'in ops'} "
-                 f"of a {_us(ln['range_us'])} range; click: its trace") if ln["why"] is None else f"not drawn: {ln['why']}"
-        labels.append(f'<a href="{esc(href)}"><text x="{LEFT - 44}" y="{y0 + 25}" text-anchor="end" font-weight="bold">'
-                      f'{esc(ln["variant"])}<title>{esc(about)}</title></text></a>')
-        if ln["why"] is not None:
-            labels.append(f'<text x="{LEFT + 6}" y="{y0 + 25}" fill="#B00020">not drawn: {esc(ln["why"])}</text>')
-            continue
-        labels.append(f'<text x="{LEFT - 6}" y="{y0 + 15}" text-anchor="end" class="itl-row">{rows[0]}</text>'
-                      f'<text x="{LEFT - 6}" y="{y0 + 36}" text-anchor="end" class="itl-row">{rows[1]}</text>')
-        for b in ln["bars"]:
-            top, h = {"range": RANGE_ROW, "launch": LAUNCH_ROW, "gpu": GPU_ROW}[b["row"]]
-            if b["row"] == "range" and not gpu:  # CPU run: the range has a row of its own
-                top, h = LAUNCH_ROW
-            bars.append(f'<rect class="itl-{b["row"]}" x="{_num(b["x"])}" y="{y0 + top}" width="{_num(b["w"])}" '
-                        f'height="{h}" fill="{b["color"]}"><title>{esc(b["title"])}</title></rect>')
+        lane_labels, lane_bars = _lane_svg(i * LANE, ln, gpu, f"captures/{shape_key}/{ln['variant']}/r1/{trace_name}")
+        labels += lane_labels
+        bars += lane_bars
     ticks = "".join(f'<line x1="{LEFT + t / span * PLOT:.1f}" x2="{LEFT + t / span * PLOT:.1f}" y1="{height}" '
                     f'y2="{height + 4}" stroke="#888"></line><text x="{LEFT + t / span * PLOT:.1f}" '
                     f'y="{height + 16}" text-anchor="middle">{format_number(t)}</text>' for t in nice_ticks(0, span))
-    seen = {b["cls"] for ln in lanes for b in ln["bars"]}
-    legend = [("forward's range (host)", RANGE_COLOR)]
-    legend += ([("launch call (host)", LAUNCH_COLOR)] + [(c, CLASS_COLORS[c]) for c in KERNEL_CLASSES if c in seen]
-               if gpu else [("top-level aten op (host)", COLORS["cpu"])])
-    swatches = "".join(f'<span><i style="background:{color}"></i>{esc(name)}</span>' for name, color in legend)
+    swatches = "".join(f'<span><i style="background:{color}"></i>{esc(name)}</span>' for name, color in _legend(lanes, gpu))
     svg = (f'<svg class="itl-svg" viewBox="0 0 {WIDTH} {height + AXIS}" width="100%" role="img" '
            f'aria-label="interactive timeline: one forward per variant">'
            f'{"".join(labels)}'
