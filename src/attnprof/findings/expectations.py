@@ -147,14 +147,26 @@ def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> 
             check.update(observed=None, verdict="not measured", explanation=why)
             checks.append(check)
             continue
-        obs = METRICS[e["metric"]](d, vs)
-        check["observed"] = obs
-        if obs.get("value") is None:
-            check.update(verdict="not measured", explanation="no value in this run's tables")
-        else:
-            check["verdict"], noise = verdict(obs, e["expected"], e["compare"], e.get("tolerance"))
-            related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
-            check["explanation"] = "; ".join([noise] * bool(noise) + [f"{f['variants'][0]}: {f['headline']}" for f in related[:4]])
-            check["explained_by_findings"] = [f["id"] for f in related]
+        check.update(_observed(d, e, findings))
         checks.append(check)
     return checks
+
+
+def _observed(d: RunData, e: dict, findings: list[dict]) -> dict:
+    """An expectation's ``observed`` reference, ``verdict`` and ``explanation`` on a shape whose measured variant ran.
+    A metric with no value (a ranking with fewer than two of its variants ranked, a variant of a ratio that is not in
+    this result set: a run of some of the variants) is 'not measured', and its observed reference is kept only when
+    it names its cell or formula (findings.schema.json)."""
+    vs = e["variants"]
+    obs = METRICS[e["metric"]](d, vs)
+    if obs.get("value") is None:
+        absent = [v for v in vs if d.row(v) is None]
+        why = (f"{', '.join(absent)} not in this result set" if absent else "no value in this run's tables")
+        return {"observed": obs if ("table" in obs or "formula" in obs) else None, "verdict": "not measured",
+                "explanation": why}
+    out = {"observed": obs}
+    out["verdict"], noise = verdict(obs, e["expected"], e["compare"], e.get("tolerance"))
+    related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
+    out["explanation"] = "; ".join([noise] * bool(noise) + [f"{f['variants'][0]}: {f['headline']}" for f in related[:4]])
+    out["explained_by_findings"] = [f["id"] for f in related]
+    return out

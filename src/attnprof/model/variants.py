@@ -37,6 +37,9 @@ class Variant:
       keyword arguments, as (name, value) pairs. attnprof.measure.forwards.make_forward calls
       ``builder(shape, device, **options)`` and holds ``sdpa_kernel(backend)`` around the calls when a
       backend is pinned; it names no variant.
+    * ``dispatcher``: it picks a backend rather than run a kernel of its own (SDPA with no backend pinned): a finding
+      says what it dispatched to, and no ranking sets it beside (or ahead of) the kernel it dispatched to
+      (:data:`DISPATCHERS`; attnprof.findings.ranking).
 
     A variant of an existing kind is this one registration; a new kind is a builder in
     attnprof.measure.forwards plus its name in :data:`BUILDERS` (docs/contributing.md)."""
@@ -47,6 +50,7 @@ class Variant:
     devices: tuple[str, ...] = DEVICES
     builder: str = "sdpa"
     options: tuple[tuple[str, object], ...] = ()
+    dispatcher: bool = False
 
     def __post_init__(self):
         unknown = [d for d in self.devices if d not in DEVICES]
@@ -75,7 +79,7 @@ REGISTRY: dict[str, Variant] = {
     "sdpa_efficient": Variant("EFFICIENT_ATTENTION", "SDPA, backend pinned to EFFICIENT_ATTENTION", devices=("cuda",)),
     "sdpa_flash": Variant("FLASH_ATTENTION", "SDPA, backend pinned to FLASH_ATTENTION"),
     "sdpa_cudnn": Variant("CUDNN_ATTENTION", "SDPA, backend pinned to CUDNN_ATTENTION", devices=("cuda",)),
-    "sdpa_auto": Variant(None, "SDPA, no backend pinned (PyTorch chooses)"),
+    "sdpa_auto": Variant(None, "SDPA, no backend pinned (PyTorch chooses)", dispatcher=True),
     "naive_compiled": Variant(None, "naive under torch.compile (inductor fuses the elementwise work)", compiled=True,
                               builder="naive_compiled"),
     "flex_attention": Variant(None, "flex_attention under torch.compile, causal block mask built once", compiled=True,
@@ -87,6 +91,9 @@ VARIANTS: dict[str, str | None] = {name: v.backend for name, v in REGISTRY.items
 
 #: Variants built by ``torch.compile`` (:attr:`Variant.compiled`), in :data:`REGISTRY`'s order.
 COMPILED = tuple(name for name, v in REGISTRY.items() if v.compiled)
+
+#: Variants that dispatch to another backend (:attr:`Variant.dispatcher`), in :data:`REGISTRY`'s order: never ranked.
+DISPATCHERS = tuple(name for name, v in REGISTRY.items() if v.dispatcher)
 
 
 def ends_capture_process(variant: str, custom: bool) -> bool:

@@ -1,7 +1,7 @@
 """Rules on which kernel ran and how it fills the GPU: single fused kernels with their names
 decoded (:func:`..kernel_names.decode_kernel_name`), the occupancy of each variant's longest
 kernel (the profiler's estimated achieved occupancy in %, beside the theoretical limit of
-:func:`..occupancy.theoretical_occupancy`), and the backend sdpa_auto dispatched to.
+:func:`..occupancy.theoretical_occupancy`), and the backend each dispatcher (sdpa_auto) dispatched to.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import re
 
-from attnprof.findings.data import FUSED, PINNED, SDPA_AUTO, RunData
+from attnprof.findings.data import FUSED, PINNED, RunData
 from attnprof.findings.kernel_names import decode_kernel_name
 from attnprof.findings.occupancy import theoretical_occupancy
 from attnprof.findings.refs import fmt_ref, finding, ref_kernel, ref_summary
 from attnprof.analysis.trace import kernel_label
+from attnprof.model.variants import DISPATCHERS
 
 #: The driver-API launch for which the profiler computes no occupancy estimate (it shows 0 %).
 DRIVER_LAUNCH = "cuLaunchKernelEx"
@@ -81,22 +82,29 @@ def rule_occupancy(d: RunData) -> list[dict]:
 
 
 def rule_dispatch(d: RunData) -> list[dict]:
-    """Which backend sdpa_auto ran: the pinned variant whose kernel set it matches, and the
-    backend-specific aten op it called."""
-    if not d.ok(SDPA_AUTO):
-        return []
-    auto = set(d.kernels_of(SDPA_AUTO)["kernel"])
-    auto_ops = set(d.ops_of(SDPA_AUTO)["op"])
-    matches = [v for v in PINNED if d.ok(v) and set(d.kernels_of(v)["kernel"]) == auto and (auto or set(d.ops_of(v)["op"]) == auto_ops)]
-    backend_ops = sorted(o for o in auto_ops if re.search(r"_scaled_dot_product_\w+|_attention_forward|_flash_attention|_efficient_attention", o))
-    nums = {"kernels_per_forward": ref_summary(d, SDPA_AUTO, "kernels_per_forward")}
-    if matches:
-        what = "kernels" if auto else "aten ops (CPU run: no kernels)"
-        text = f"{SDPA_AUTO} dispatched to {matches[0].removeprefix('sdpa_')}: same {what} as {matches[0]}"
+    """Which backend each dispatcher (attnprof.model.variants.DISPATCHERS: sdpa_auto) ran: the pinned variant whose
+    kernel set it matches, and the backend-specific aten op it called."""
+    return [_dispatch_of(d, v) for v in DISPATCHERS if d.ok(v)]
+
+
+def _dispatch_of(d: RunData, disp: str) -> dict:
+    kernels, ops = set(d.kernels_of(disp)["kernel"]), set(d.ops_of(disp)["op"])
+    same = [v for v in PINNED if d.ok(v) and set(d.kernels_of(v)["kernel"]) == kernels
+            and (kernels or set(d.ops_of(v)["op"]) == ops)]
+    backend_ops = sorted(o for o in ops if BACKEND_OP.search(o))
+    nums = {"kernels_per_forward": ref_summary(d, disp, "kernels_per_forward")}
+    if same:
+        what = "kernels" if kernels else "aten ops (CPU run: no kernels)"
+        text = f"{disp} dispatched to {same[0].removeprefix('sdpa_')}: same {what} as {same[0]}"
     else:
-        text = f"{SDPA_AUTO} matches no pinned variant's kernel set"
+        text = f"{disp} matches no pinned variant's kernel set"
     if backend_ops:
         text += f"; backend op {', '.join(backend_ops)}"
-    headline = f"dispatched to {matches[0].removeprefix('sdpa_')}" if matches else "matches no pinned backend"
-    return [finding("dispatch", d, [SDPA_AUTO] + matches[:1], text, nums,
-                    [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(auto)], headline=headline)]
+    headline = f"dispatched to {same[0].removeprefix('sdpa_')}" if same else "matches no pinned backend"
+    return finding("dispatch", d, [disp] + same[:1], text, nums,
+                   [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(kernels)],
+                   headline=headline)
+
+
+#: The backend-specific aten ops an SDPA call goes through (the backend a dispatcher chose).
+BACKEND_OP = re.compile(r"_scaled_dot_product_\w+|_attention_forward|_flash_attention|_efficient_attention")
