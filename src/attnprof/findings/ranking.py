@@ -117,3 +117,11 @@ def claims(ranking: dict) -> set[tuple[str, str, str, str]]:
     key, pass_ = ranking["shape_key"], ranking["pass"]
     return ({(claim(ranking, v), v, key, pass_) for v in ranking["order"]}
             | {("left out", v, key, pass_) for v in ranking["left_out"]})
+
+
+def wrong_result_warnings(shapes: list[dict]) -> list[str]:
+    """The lines the findings job prints on the terminal for every variant left out of a ranking because its result
+    (or its gradients) failed the float64 check, from findings.json's ``shapes``: one per (variant, shape, pass)."""
+    return [f"WARNING: {v} at {r['shape_key']} ({r['pass']}): {why}; it is left out of every ranking"
+            for s in shapes for f in s["findings"] if (r := f.get("ranking"))
+            for v, why in r["left_out"].items() if why.startswith("wrong")]

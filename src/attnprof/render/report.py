@@ -329,38 +329,71 @@ def calibration_numbers(calibration: dict) -> dict:
 def compare_context(doc: dict, css: str) -> dict:
     """What the compare template needs: compare.json (``cmp``) with the practical threshold in %
     (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
-    pair's verdict counts, the rows called changed (``changed``) and the (variant, shape) whose kernels differ
-    (``kernels_differ``) or ops (``ops_differ``), the smallest change its verdicts could find (``detection``,
-    attnprof.render.report.detection_limit), and the CSS."""
+    pair as :func:`pair_context` gives it, and the CSS."""
     cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
            "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
-    pairs = []
-    for pair in doc["pairs"]:
-        rows = [{"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
-                 "repeats_b": None, "repeats_needed": None, "why": "", **r} for r in pair["rows"]]
-        counts = pair.get("counts") or {v: sum(r["verdict"] == v for r in rows)
-                                        for v in VERDICTS}
-        # the backward / torch.compile table: rows with a backward or a compile record in either result set
-        extra = [r for r in rows if r.get("bwd_verdict") or r.get("compile_a_s") or r.get("compile_b_s")]
-        changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
-        kernels_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
-                                            if r.get("kernels_added") or r.get("kernels_removed")))
-        ops_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
-                                        if r.get("ops_added") or r.get("ops_removed")))
-        threshold = pair.get("threshold", doc["noise_floor"])
-        # a compare.json written before notes and the rest were recorded: empty lists
-        recipes = pair.get("recipes") or []
-        # a compare.json written before the joint control and the sitting term were recorded: none stated
-        pairs.append({"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-                      "torch": _torch_builds(pair),
-                      "accounting": None, "paired": False, "joint": None, "sitting_sd": None, **pair, **recipe_context(recipes),
-                      "dispatch_changed": [d for d in pair.get("dispatch") or [] if d.get("a") != d.get("b")],
-                      "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
-                      "threshold_pct": 100 * threshold, "kernels_differ": kernels_differ, "ops_differ": ops_differ,
-                      "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None,
-                      "detection": detection_limit(rows, threshold)})
-    cmp["pairs"] = pairs
+    cmp["pairs"] = [pair_context(pair, doc["noise_floor"]) for pair in doc["pairs"]]
     return {"cmp": cmp, "css": css}
+
+
+def _differ(rows: list[dict], what: str) -> list[str]:
+    """'variant at shape' of the rows whose ``what`` (kernels, ops) were added or removed, once each."""
+    return list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
+                              if r.get(f"{what}_added") or r.get(f"{what}_removed")))
+
+
+def pair_context(pair: dict, noise_floor: float) -> dict:
+    """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
+    (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
+    verdicts could find (``detection``, :func:`detection_limit`), the dispatches that changed (each with its
+    dispatcher, ``variant``) and ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass)
+    of every row called slower or faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
+    rows = [{"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
+             "repeats_b": None, "repeats_needed": None, "why": "", **r} for r in pair["rows"]]
+    # every verdict counted (a compare.json written before a verdict existed: counted from its rows)
+    counts = {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
+    changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
+    threshold = pair.get("threshold", noise_floor)
+    dispatch = [{**d, "variant": _dispatcher_of(d)} for d in pair.get("dispatch") or []]
+    # a compare.json written before notes and the rest were recorded: empty lists; before the joint control and the
+    # sitting term were recorded: none stated
+    return {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
+            "torch": _torch_builds(pair),
+            "accounting": None, "paired": False, "joint": None, "sitting_sd": None, **pair,
+            **recipe_context(pair.get("recipes") or []),
+            "dispatch_changed": [d for d in dispatch if d.get("a") != d.get("b")],
+            # the backward / torch.compile table: rows with a backward or a compile record in either result set
+            "rows": rows, "extra_rows": [r for r in rows if r.get("bwd_verdict") or r.get("compile_a_s") or r.get("compile_b_s")],
+            "counts": counts, "changed": changed,
+            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
+            "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None,
+            "detection": detection_limit(rows, threshold), "claims": _compare_claims(changed, dispatch)}
+
+
+#: A dispatch finding's statement (attnprof.findings.rules.kernels): '<dispatcher> dispatched to <backend>: same
+#: kernels as <variant>'.
+_DISPATCHED = re.compile(r"^(?P<dispatcher>\S+) dispatched to \S+: same .*? as (?P<target>\S+?)(?:;|$)")
+
+
+def _dispatcher_of(entry: dict) -> str:
+    """The dispatcher a compare.json dispatch entry is about, from its statements (the registry's dispatchers,
+    attnprof.model.variants.DISPATCHERS, when neither names one)."""
+    for side in ("statement_a", "statement_b"):
+        m = _DISPATCHED.match(entry.get(side) or "")
+        if m:
+            return m["dispatcher"]
+    return ", ".join(DISPATCHERS)
+
+
+def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]:
+    """``claims`` of :func:`pair_context`: ``both`` (the verdicts) and ``a``/``b`` (each side's dispatches)."""
+    out = {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": set(), "b": set()}
+    for d in dispatch:
+        for side in ("a", "b"):
+            m = _DISPATCHED.match(d.get(f"statement_{side}") or "")
+            if m:
+                out[side].add((f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward"))
+    return out
 
 
 def _torch_builds(pair: dict) -> dict | None:
@@ -645,7 +678,7 @@ def _fastest_brief(p: _Page1) -> list[dict]:
 
 
 def _left_out_words(r: dict) -> str:
-    return "; ".join(f"{v}, {why}" for v, why in r["left_out"].items()) or "none ran"
+    return "; ".join(f"{v}, {why}" for v, why in r["left_out"].items()) or "none in this result set"
 
 
 def _what(p: _Page1, variant: str, key: str) -> str:
