@@ -5,6 +5,7 @@ and a PDF of the same HTML (WeasyPrint)."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import re
@@ -143,35 +144,46 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     fidelity, which read summary.csv and kernels.csv only) are made again with this engine
     (:func:`timing_findings`), so page 1 and the findings table state the same rankings even for a findings.json
     written by an earlier one."""
-    summary = derive_columns(summary)
-    gpu = bool(env.get("gpu_name"))
+    summary, gpu, calibration = derive_columns(summary), bool(env.get("gpu_name")), calibration or {}
     shapes = [_shape_context(shape_key, summary, kernels, launches, findings, env, expectations, plots, counters)
               for shape_key in dict.fromkeys(summary["shape_key"])]
-    # part 1 of the report: the shape the study's expectations were checked at (else the first)
-    study = next((sh for sh in shapes if sh["is_study"]), shapes[0] if shapes else None)
-    if study is not None:
-        study["part1"] = True
-    for sh in shapes:  # the timeline of part 1 stands in part 1, beside the summary; a CPU run has no device plots
-        sh["timeline"] = sh["plots"].get(TIMELINE)
-        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
-                             if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
+    study = _part1(shapes, gpu)
     cfg = env.get("config", {})
-    if control is None:
-        control = check_control(None, "cuda" if gpu else "cpu")
-    bound = memory_bound(summary, calibration or {})
+    control = control or check_control(None, "cuda" if gpu else "cpu")
+    bound = memory_bound(summary, calibration)
     used = gpus_used(repeats)
-    brief = _page1(in_brief(study, shapes, summary, kernels), memory_bound_brief(summary, calibration or {}, bound), used,
-                   control)
+    brief = _page1(in_brief(study, shapes, summary, kernels), memory_bound_brief(summary, calibration, bound), used, control)
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": brief,
             "self_check": control, "self_check_line": self_check_line(control),
             "brief_notes": brief_notes(study, shapes, summary, used), "gpus_used": used, "sweep": sweep_table(summary, gpu, bound),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
-            "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary), "files": file_names(),
-            # compare's noise floor in % (a result set recorded before the compare config had none: its default)
-            "noise_floor_pct": 100 * (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR),
-            "noise_floor_host_pct": 100 * (cfg.get("compare") or {}).get("noise_floor_host", NOISE_FLOOR_HOST)}
+            "calibration": calibration_numbers(calibration), "multi_shape": summary["shape_key"].nunique() > 1,
+            "host_load": _load_range(summary), "files": file_names(), **noise_floors(cfg)}
+
+
+def noise_floors(cfg: dict) -> dict:
+    """compare's noise floors in % (``noise_floor_pct``, ``noise_floor_host_pct``) from the run's config (a result
+    set recorded before the compare config had none: the defaults)."""
+    compare = cfg.get("compare") or {}
+    return {"noise_floor_pct": 100 * compare.get("noise_floor", NOISE_FLOOR),
+            "noise_floor_host_pct": 100 * compare.get("noise_floor_host", NOISE_FLOOR_HOST)}
+
+
+def _part1(shapes: list[dict], gpu: bool) -> dict | None:
+    """Part 1 of the report: the shape the study's expectations were checked at (else the first), marked; every
+    shape's plots as shown (part 1's timeline stands in part 1, beside the summary; a CPU run has no device plots)."""
+    study = next((sh for sh in shapes if sh["is_study"]), next(iter(shapes), None))
+    for sh in shapes:
+        sh["part1"] = sh is study
+        sh["timeline"] = sh["plots"].get(TIMELINE)
+        hidden = {TIMELINE} if sh["part1"] else set()
+        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items() if _shown(name, gpu) and name not in hidden}
+    return study
+
+
+def _shown(plot: str, gpu: bool) -> bool:
+    return gpu or plot in CPU_PLOTS
 
 
 def _page1(brief: list[dict], memory: list[dict], used: list[dict], control: dict) -> list[dict]:
@@ -196,17 +208,20 @@ TIMING_RULES = ("speed", "fidelity")
 def timing_findings(stored: list[dict], summary: pd.DataFrame, kernels: pd.DataFrame, shape_key: str) -> list[dict]:
     """A shape's findings with those of :data:`TIMING_RULES` made again from the tables by this engine
     (attnprof.findings.rules.timing: the one ranking rule), in the place of the stored ones (findings.json of an
-    earlier engine ranked dispatchers and wrong results)."""
-    d = RunData(shape_key, summary[summary["shape_key"] == shape_key].reset_index(drop=True),
-                kernels[kernels["shape_key"] == shape_key] if len(kernels) else kernels,
+    earlier engine ranked dispatchers and wrong results); where none is stored, before the correctness rules, where
+    the rules run."""
+    d = RunData(shape_key, _at(summary, shape_key).reset_index(drop=True), _at(kernels, shape_key),
                 pd.DataFrame(columns=["variant", "api", "calls_per_forward"]),
                 pd.DataFrame(columns=["variant", "op", "calls_per_forward"]), {})
     fresh = rule_speed(d) + rule_fidelity(d)
-    at = next((i for i, f in enumerate(stored) if f["rule"] in TIMING_RULES), None)
-    if at is None:  # none stored: where the rules run (before the correctness rules)
-        at = next((i for i, f in enumerate(stored) if f["rule"] in ("correctness", "grad_correctness", "backward")), len(stored))
-    kept = [f for f in stored[:at] if f["rule"] not in TIMING_RULES]
-    return kept + fresh + [f for f in stored[at:] if f["rule"] not in TIMING_RULES]
+    after = ("correctness", "grad_correctness", "backward")
+    at = next((i for i, f in enumerate(stored) if f["rule"] in TIMING_RULES + after), len(stored))
+    return [f for f in stored[:at]] + fresh + [f for f in stored[at:] if f["rule"] not in TIMING_RULES]
+
+
+def _at(table: pd.DataFrame, shape_key: str) -> pd.DataFrame:
+    """The rows of a table at one shape (an empty table as it is)."""
+    return table[table["shape_key"] == shape_key] if len(table) else table
 
 
 def _shape_context(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
@@ -214,43 +229,49 @@ def _shape_context(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame,
     """One shape's part of the report: its summary rows (:func:`_row_context`), findings, expectation checks, plots
     and hardware counters."""
     stored = next((s for s in findings["shapes"] if s["shape_key"] == shape_key), {"findings": [], "expectations": []})
-    found = timing_findings(stored["findings"], summary, kernels, shape_key)
     # each finding with the anchor of its row in the findings table (page 1 links its evidence there)
-    found = [{**item, "anchor": f"f-{shape_key}-{i}"} for i, item in enumerate(found, 1)]
-    checks = stored["expectations"]
-    rows = summary[summary["shape_key"] == shape_key]
-    table = [_row_context(row, shape_key, kernels, launches, found, env, study_counts(expectations)) for row in _records(rows)]
+    found = [{**item, "anchor": f"f-{shape_key}-{i}"}
+             for i, item in enumerate(timing_findings(stored["findings"], summary, kernels, shape_key), 1)]
+    checks, counts = stored["expectations"], study_counts(expectations)
+    table = [_row_context(row, shape_key, kernels, launches, found, env, counts) for row in _records(_at(summary, shape_key))]
     return {"key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": found,
             "expectations": [_check_numbers(c) for c in checks], "expectations_words": expectations_words(checks),
             "is_study": bool(checks), "part1": False,
             "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
-            "deviations": sum(1 for c in checks if c["verdict"] == "different"),
-            "counters": (counters or {}).get(shape_key, [])}
+            "deviations": sum(c["verdict"] == "different" for c in checks), "counters": (counters or {}).get(shape_key, [])}
 
 
 #: Rules whose findings the summary row does not list: status and trace quality (the row shows status, reason and
 #: trace note itself), backward and compile (stated in their own tables, :func:`backward_numbers`).
 _OWN_COLUMNS = ("status", "trace_quality", "backward", "compile")
+#: The timing-fidelity ratios of a row without a fidelity finding.
+_NO_FIDELITY = {"timed_over_trace": None, "graph_over_trace": None}
 
 
 def _row_context(row: dict, shape_key: str, kernels: pd.DataFrame, launches: pd.DataFrame, found: list[dict], env: dict,
                  counts: dict) -> dict:
-    """One summary row as the report's table shows it: its kernels (short names, ms per forward), launches, the
-    findings about it (first-named variant), its timing-fidelity ratios and backward numbers."""
+    """One summary row as the report's table shows it: its kernels (:func:`_row_kernels`), launches, the findings
+    about it (first-named variant), its timing-fidelity ratios and backward numbers."""
     v = row["variant"]
-    k = _of(kernels, v, shape_key)
-    if len(k):  # a short name for the table (the full name on demand), the time per forward in ms like every other
-        k = k.assign(label=[kernel_label(n) for n in k["kernel"]],
-                     ms_per_forward=k["us_per_forward"] / 1000 if "us_per_forward" in k else None)
     row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
     mine = [f for f in found if f["variants"][:1] == [v]]
     beyond = {rule: [f for f in mine if f["rule"] == rule] for rule in ("backward", "compile")}
-    fidelity = _fidelity_ratios(found).get(v, {"timed_over_trace": None, "graph_over_trace": None})
     return {**row, "change": change_of(v, env), "study_kernels": counts.get(v),
-            "findings": [f for f in mine if f["rule"] not in _OWN_COLUMNS], "kernels": _records(k),
-            "launches": _records(_of(launches, v, shape_key)), **_row_numbers(row), **fidelity,
+            "findings": [f for f in mine if f["rule"] not in _OWN_COLUMNS], "kernels": _row_kernels(kernels, v, shape_key),
+            "launches": _records(_of(launches, v, shape_key)), **_row_numbers(row),
+            **_fidelity_ratios(found).get(v, _NO_FIDELITY),
             **backward_numbers(row, bool(env.get("gpu_name")), beyond["backward"]),
             "backward_findings": beyond["backward"], "compile_findings": beyond["compile"]}
+
+
+def _row_kernels(kernels: pd.DataFrame, variant: str, shape_key: str) -> list[dict]:
+    """A row's kernels with a short name for the table (the full name on demand) and the time per forward in ms like
+    every other."""
+    k = _of(kernels, variant, shape_key)
+    if not len(k):
+        return _records(k)
+    per_forward = k["us_per_forward"] / 1000 if "us_per_forward" in k else None
+    return _records(k.assign(label=[kernel_label(n) for n in k["kernel"]], ms_per_forward=per_forward))
 
 
 def _of(table: pd.DataFrame, variant: str, shape_key: str) -> pd.DataFrame:
@@ -348,26 +369,41 @@ def pair_context(pair: dict, noise_floor: float) -> dict:
     verdicts could find (``detection``, :func:`detection_limit`), the dispatches that changed (each with its
     dispatcher, ``variant``) and ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass)
     of every row called slower or faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
-    rows = [{"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
-             "repeats_b": None, "repeats_needed": None, "why": "", **r} for r in pair["rows"]]
-    # every verdict counted (a compare.json written before a verdict existed: counted from its rows)
-    counts = {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
+    rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
     changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
     threshold = pair.get("threshold", noise_floor)
     dispatch = [{**d, "variant": _dispatcher_of(d)} for d in pair.get("dispatch") or []]
-    # a compare.json written before notes and the rest were recorded: empty lists; before the joint control and the
-    # sitting term were recorded: none stated
-    return {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-            "torch": _torch_builds(pair),
-            "accounting": None, "paired": False, "joint": None, "sitting_sd": None, **pair,
-            **recipe_context(pair.get("recipes") or []),
+    return {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
             "dispatch_changed": [d for d in dispatch if d.get("a") != d.get("b")],
-            # the backward / torch.compile table: rows with a backward or a compile record in either result set
-            "rows": rows, "extra_rows": [r for r in rows if r.get("bwd_verdict") or r.get("compile_a_s") or r.get("compile_b_s")],
-            "counts": counts, "changed": changed,
+            "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
             "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
-            "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None,
-            "detection": detection_limit(rows, threshold), "claims": _compare_claims(changed, dispatch)}
+            "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
+            "claims": _compare_claims(changed, dispatch)}
+
+
+def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
+    """Rows per verdict: the pair's own counts, each verdict it lacks (a compare.json written before that verdict
+    existed) counted from its rows."""
+    return {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
+
+
+def _pct(fraction) -> float | None:
+    return 100 * fraction if fraction else None
+
+
+#: What a compare row of an older compare.json lacks, as None (or '').
+_ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
+                 "repeats_b": None, "repeats_needed": None, "why": ""}
+#: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
+#: the joint control and the sitting term were recorded, none stated.
+_PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
+                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None}
+
+
+def _extra(row: dict) -> bool:
+    """Whether a compare row goes in the backward / torch.compile table: a backward or a compile record in either
+    result set."""
+    return bool(row.get("bwd_verdict") or row.get("compile_a_s") or row.get("compile_b_s"))
 
 
 #: A dispatch finding's statement (attnprof.findings.rules.kernels): '<dispatcher> dispatched to <backend>: same
@@ -593,11 +629,21 @@ class _Page1:
         # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
         self.spans = ("rerun intervals" if has_run_interval(self.summary)
                       else "ranges of the forwards (one repeat: no rerun interval)")
-        self.rankings = {(f["ranking"]["shape_key"], f["ranking"]["pass"]): f["ranking"]
-                         for sh in self.shapes for f in sh["findings"] if f.get("ranking")}
-        for key in self.keys:  # a shape without its ranking findings: the same rule on the same summary
-            for pass_ in PASSES:
-                self.rankings.setdefault((key, pass_), rank(self.summary, key, pass_))
+        self.rankings = self._rankings()
+
+    def _rankings(self) -> dict[tuple[str, str], dict]:
+        """(shape key, pass) -> the ranking its ranking finding carries; a shape without one (a findings.json of an
+        earlier engine): the same rule on the same summary."""
+        out = {(f["ranking"]["shape_key"], f["ranking"]["pass"]): f["ranking"]
+               for sh in self.shapes for f in sh["findings"] if f.get("ranking")}
+        for key, pass_ in itertools.product(self.keys, PASSES):
+            out.setdefault((key, pass_), rank(self.summary, key, pass_))
+        return out
+
+    @property
+    def thing(self) -> str:
+        """What a ranking ranks in words: kernels on a GPU; on a CPU there are no kernels to tell apart."""
+        return "kernel" if self.gpu else "variant"
 
     def shapes_text(self, n: int) -> str:
         return f"{n} shape{'' if n == 1 else 's'}"
@@ -657,24 +703,37 @@ def _ranked(r: dict) -> bool:
 
 
 def _fastest_brief(p: _Page1) -> list[dict]:
-    """The fastest variant, shape by shape, as the shapes' forward rankings state it."""
-    per_shape = {k: r for k in p.keys if (r := p.rankings.get((k, "forward"))) and r["order"]}
+    """The fastest variant, shape by shape, as the shapes' forward rankings state it, and the wrong results they left
+    out."""
+    per_shape = {k: r for k in p.keys if (r := p.rankings[(k, "forward")])["order"]}
     if not per_shape:
         return []
     r = per_shape.get(p.skey) or next(iter(per_shape.values()))
-    best = p.by[(r["order"][0], r["shape_key"])]
+    text = _fastest_text(p, per_shape, r) + _wrong_left_out(per_shape.values())
+    return [{"text": text + ".", "href": "#sweep" if p.many else "#study", "claims": _stated(per_shape.values())}]
+
+
+def _wrong_left_out(rankings) -> str:
+    """' (wrong results left out: X, Y)' of the variants ``rankings`` left out for a wrong result; '' for none."""
+    wrong = sorted({v for r in rankings for v, why in r["left_out"].items() if why.startswith("wrong")})
+    return f" (wrong results left out: {', '.join(wrong)})" if wrong else ""
+
+
+def _stated(rankings) -> set[tuple]:
+    """What page 1 states of ``rankings``: each one's fastest or tied variants (attnprof.findings.ranking.claims)."""
+    return {c for r in rankings for c in ranking_claims(r) if c[0] != "ranked"}
+
+
+def _fastest_text(p: _Page1, per_shape: dict, r: dict) -> str:
+    """The sentence of :func:`_fastest_brief` for ranking ``r`` (the study shape's): the only one ranked, the fastest
+    and its margin, or the variants tied."""
     if len(r["order"]) == 1:
-        text = (f"Only {best['variant']} is ranked at {r['shape_key']} (the others: {_left_out_words(r)}): "
+        best = p.by[(r["order"][0], r["shape_key"])]
+        return (f"Only {best['variant']} is ranked at {r['shape_key']} (the others: {_left_out_words(r)}): "
                 f"{_time(best, p.prefix)} {p.where} time per forward")
-    elif r["clear"]:
-        text = _lead(p, per_shape, r) + _margin(p, per_shape, r)
-    else:
-        text = _tie_words(p, r)
-    wrong = sorted({v for q in per_shape.values() for v, why in q["left_out"].items() if why.startswith("wrong")})
-    if wrong:
-        text += f" (wrong results left out: {', '.join(wrong)})"
-    claims = {c for q in per_shape.values() for c in ranking_claims(q) if c[0] != "ranked"}
-    return [{"text": text + ".", "href": "#sweep" if p.many else "#study", "claims": claims}]
+    if r["clear"]:
+        return _lead(p, per_shape, r) + _margin(p, per_shape, r)
+    return _tie_words(p, r)
 
 
 def _left_out_words(r: dict) -> str:
@@ -692,20 +751,20 @@ def _what(p: _Page1, variant: str, key: str) -> str:
 def _lead(p: _Page1, per_shape: dict, r: dict) -> str:
     """'The fastest kernel is X, at ...': the winner at the study's shape and where else another one wins or none does."""
     best, key = r["order"][0], r["shape_key"]
-    thing = "kernel" if p.gpu else "variant"  # on a CPU there are no kernels to tell apart
-    winners = list(dict.fromkeys(q["order"][0] for q in per_shape.values() if _ranked(q)))
-    unclear = [k for k, q in per_shape.items() if not _ranked(q)]
-    what = _what(p, best, key)
-    if winners == [best] and not unclear:
-        where = f"all {len(per_shape)} shapes" if p.many else key
-        lead = f"The fastest {thing} is {what}, at {where}"
+    others = _elsewhere(p, per_shape, best)
+    if not others:
+        lead = f"The fastest {p.thing} is {_what(p, best, key)}, at {f'all {len(per_shape)} shapes' if p.many else key}"
     else:
-        others = [f"{w} at {p.shapes_text(sum(q['order'][0] == w and _ranked(q) for q in per_shape.values()))}"
-                  for w in winners if w != best]
-        if unclear:
-            others.append(f"no clear fastest at {p.shapes_text(len(unclear))} (the {p.spans} overlap)")
-        lead = f"The fastest {thing} at {key} is {what}" + (("; elsewhere " + "; ".join(others)) if others else "")
+        lead = f"The fastest {p.thing} at {key} is {_what(p, best, key)}; elsewhere " + "; ".join(others)
     return lead + f": {_time(p.by[(best, key)], p.prefix)} {p.where} time per forward at {key}"
+
+
+def _elsewhere(p: _Page1, per_shape: dict, best: str) -> list[str]:
+    """The other winners ('W at n shapes') and the shapes without a clear fastest; [] where ``best`` wins at all."""
+    firsts = [q["order"][0] for q in per_shape.values() if _ranked(q)]
+    unclear = len(per_shape) - len(firsts)
+    others = [f"{w} at {p.shapes_text(firsts.count(w))}" for w in dict.fromkeys(firsts) if w != best]
+    return others + ([f"no clear fastest at {p.shapes_text(unclear)} (the {p.spans} overlap)"] if unclear else [])
 
 
 def _margin(p: _Page1, per_shape: dict, r: dict) -> str:
@@ -727,10 +786,9 @@ def _tie_words(p: _Page1, r: dict) -> str:
     """No fastest outside the intervals: the first by median and the variants tied with it."""
     key, col = r["shape_key"], r["column"]
     best = p.by[(r["order"][0], key)]
-    thing = "kernel" if p.gpu else "variant"
     tied = [p.by[(v, key)] for v in r["tied"][1:]]
     listing = ", ".join(f"{t['variant']}, {_time(t, p.prefix)} ({_fmt(t[col] / best[col])}\u00d7)" for t in tied)
-    return (f"No {thing} is fastest outside the {p.spans} at {key}: by median {best['variant']}, "
+    return (f"No {p.thing} is fastest outside the {p.spans} at {key}: by median {best['variant']}, "
             f"{_time(best, p.prefix)} {p.where} time per forward, tied with {listing}")
 
 
