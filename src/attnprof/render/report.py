@@ -645,6 +645,10 @@ class _Page1:
         """What a ranking ranks in words: kernels on a GPU; on a CPU there are no kernels to tell apart."""
         return "kernel" if self.gpu else "variant"
 
+    def wrong_at(self, at: list[dict]) -> str:
+        """' (wrong at n of N shapes)' of a sweep; '' for one shape."""
+        return f" (wrong at {len(at)} of {len(self.keys)} shapes)" if self.many else ""
+
     def shapes_text(self, n: int) -> str:
         return f"{n} shape{'' if n == 1 else 's'}"
 
@@ -664,37 +668,40 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
     return out + _backward_and_compile_brief(p) + _backward_failed_brief(p) + _missing_brief(p)
 
 
+def _by_variant(rows: list[dict]) -> dict[str, list[dict]]:
+    """Rows grouped by variant, in their order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["variant"], []).append(r)
+    return out
+
+
 def _wrong_brief(p: _Page1) -> list[dict]:
     """A variant whose result failed the float64 check: named first, left out of every ranking."""
-    wrong = [r for r in p.rows if _false(r.get("rel_error_ok"))]
-    out = []
-    for variant in dict.fromkeys(r["variant"] for r in wrong):
-        at = [r for r in wrong if r["variant"] == variant]
-        worst = max(at, key=lambda r: r.get("rel_error") or 0)
-        out.append({"text": f"{variant} computes a wrong result: relative error {_fmt(worst.get('rel_error'), 2)} against the "
-                            f"float64 reference at {worst['shape_key']}"
-                            + (f" (wrong at {len(at)} of {len(p.keys)} shapes)" if p.many else "")
-                            + "; it is left out of every ranking.",
-                    "href": f"#v-{worst['shape_key']}-{variant}",
-                    "claims": {("wrong", variant, r["shape_key"], "forward") for r in at}})
-    return out
+    return [_wrong_sentence(p, v, at) for v, at in _by_variant([r for r in p.rows if _false(r.get("rel_error_ok"))]).items()]
+
+
+def _wrong_sentence(p: _Page1, variant: str, at: list[dict]) -> dict:
+    worst = max(at, key=lambda r: r.get("rel_error") or 0)
+    return {"text": f"{variant} computes a wrong result: relative error {_fmt(worst.get('rel_error'), 2)} against the "
+                    f"float64 reference at {worst['shape_key']}{p.wrong_at(at)}; it is left out of every ranking.",
+            "href": f"#v-{worst['shape_key']}-{variant}", "claims": {("wrong", variant, r["shape_key"], "forward") for r in at}}
 
 
 def _wrong_grad_brief(p: _Page1) -> list[dict]:
     """The backward's gradients (config passes with backward): a wrong gradient leads as a wrong result does."""
-    wrong = [r for r in p.rows if _grad_wrong(r)]
-    out = []
-    for variant in dict.fromkeys(r["variant"] for r in wrong):
-        at = [r for r in wrong if r["variant"] == variant]
-        worst_row = max(at, key=lambda r: backward_numbers(r, p.gpu, [])["grad_worst"] or 0)
-        nums = backward_numbers(worst_row, p.gpu, [])
-        what = f"{nums['grad_worst_name']} relative error {_fmt(nums['grad_worst'], 2)}" if nums["grad_worst_name"] else "relative error"
-        out.append({"text": f"{variant} computes wrong gradients in its backward: {what} against the float64 reference at "
-                            f"{worst_row['shape_key']}" + (f" (wrong at {len(at)} of {len(p.keys)} shapes)" if p.many else "")
-                            + "; its backward times are shown, marked, are not those of a correct backward and are not ranked.",
-                    "href": f"#backward-{worst_row['shape_key']}",
-                    "claims": {("wrong", variant, r["shape_key"], "backward") for r in at}})
-    return out
+    return [_wrong_grad_sentence(p, v, at) for v, at in _by_variant([r for r in p.rows if _grad_wrong(r)]).items()]
+
+
+def _wrong_grad_sentence(p: _Page1, variant: str, at: list[dict]) -> dict:
+    worst_row = max(at, key=lambda r: backward_numbers(r, p.gpu, [])["grad_worst"] or 0)
+    nums = backward_numbers(worst_row, p.gpu, [])
+    what = f"{nums['grad_worst_name']} relative error {_fmt(nums['grad_worst'], 2)}" if nums["grad_worst_name"] else "relative error"
+    return {"text": f"{variant} computes wrong gradients in its backward: {what} against the float64 reference at "
+                    f"{worst_row['shape_key']}{p.wrong_at(at)}; its backward times are shown, marked, are not those of a "
+                    "correct backward and are not ranked.",
+            "href": f"#backward-{worst_row['shape_key']}",
+            "claims": {("wrong", variant, r["shape_key"], "backward") for r in at}}
 
 
 def _ranked(r: dict) -> bool:
@@ -819,18 +826,22 @@ def _dispatch_sentence(p: _Page1, disp: str, targets: dict[str, list[str]]) -> d
 def _host_cost(p: _Page1, disp: str, target: str) -> str:
     """What a dispatcher costs on the host against its target at the study's shape, only outside the intervals."""
     a, b = p.by.get((disp, p.skey)), p.by.get((target, p.skey))
-    if not (a and b and _ok(a.get("cpu_ms_per_forward")) and _ok(b.get("cpu_ms_per_forward"))):
+    if not (_host_ms(a) and _host_ms(b)):
         return ""
     more = a["cpu_ms_per_forward"] - b["cpu_ms_per_forward"]
     if not (_apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")):
         # a difference inside the intervals is no finding: say so, without the numbers of a non-result
         return f"; its host time per forward is not told apart from {target}'s by this run (the {p.spans} overlap)"
-    higher = sum(1 for k in p.keys if _ok(p.by.get((disp, k), {}).get("cpu_ms_per_forward"))
-                 and _ok(p.by.get((target, k), {}).get("cpu_ms_per_forward"))
-                 and p.by[(disp, k)]["cpu_ms_per_forward"] > p.by[(target, k)]["cpu_ms_per_forward"])
+    higher = sum(1 for k in p.keys if 0 < _host_ms(p.by.get((target, k))) < _host_ms(p.by.get((disp, k))))
     return (f", and costs {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at "
             f"{p.skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
             + (f"; by median more at {higher} of {len(p.keys)} shapes" if p.many else ""))
+
+
+def _host_ms(row: dict | None) -> float:
+    """A row's host time per forward; 0 where there is no row or no time (no sentence, no shape counted)."""
+    value = (row or {}).get("cpu_ms_per_forward")
+    return value if _ok(value) else 0.0
 
 
 def _work_brief(p: _Page1) -> list[dict]:
@@ -870,19 +881,20 @@ def _precision_sentence(p: _Page1, f: dict, r: dict) -> dict:
 def _backward_failed_brief(p: _Page1) -> list[dict]:
     """Backwards that did not run (summary.csv ``backward_status`` not ok, where the forward ran), each with
     PyTorch's reason (``backward_reason``)."""
-    failed = [r for r in p.rows if r.get("status") == "ok" and isinstance(r.get("backward_status"), str)
-              and r["backward_status"] not in ("", "ok")]
-    out = []
-    for variant in dict.fromkeys(r["variant"] for r in failed):
-        at = [r for r in failed if r["variant"] == variant]
-        first = at[0]
-        reason = short_reason(first.get("backward_reason"))[:300] or "no reason recorded"
-        out.append({"text": f"{variant}'s backward {_STATUS_WORDS.get(first['backward_status'], first['backward_status'])} "
-                            f"at {', '.join(r['shape_key'] for r in at)} (PyTorch: \u201c{reason}\u201d); it has no "
-                            "backward numbers there and is not ranked.",
-                    "href": f"#backward-{first['shape_key']}",
-                    "claims": {("not run", variant, r["shape_key"], "backward") for r in at}})
-    return out
+    failed = [r for r in p.rows if r.get("status") == "ok" and r.get("backward_status") not in _BACKWARD_RAN]
+    return [_backward_failed_sentence(v, at) for v, at in _by_variant(failed).items()]
+
+
+#: backward_status of a row whose backward ran, or was not asked for (empty, NaN read back as None).
+_BACKWARD_RAN = (None, "", "ok")
+
+
+def _backward_failed_sentence(variant: str, at: list[dict]) -> dict:
+    status = at[0]["backward_status"]
+    reason = short_reason(at[0].get("backward_reason"))[:300] or "no reason recorded"
+    return {"text": f"{variant}'s backward {_STATUS_WORDS.get(status, status)} at {', '.join(r['shape_key'] for r in at)} "
+                    f"(PyTorch: \u201c{reason}\u201d); it has no backward numbers there and is not ranked.",
+            "href": f"#backward-{at[0]['shape_key']}", "claims": {("not run", variant, r["shape_key"], "backward") for r in at}}
 
 
 def _missing_brief(p: _Page1) -> list[dict]:
@@ -939,21 +951,26 @@ def _memory_sentence(summary: pd.DataFrame, calibration: dict, key: str, ridge: 
     """One memory-bound shape's sentence: the first of its ranking (attnprof.findings.ranking.rank: no dispatcher, no
     wrong result), called the fastest only where it is ahead outside the intervals."""
     r = rank(summary, key)
-    rec = {x["variant"]: x for x in _records(summary[summary["shape_key"] == key])}
-    if not r["order"] or not _ok(rec[r["order"][0]].get("gbps")):
+    rec = {x["variant"]: x for x in _records(_at(summary, key))}
+    best = rec[r["order"][0]] if r["order"] else {}
+    if not _ok(best.get("gbps")):
         return None
-    best = rec[r["order"][0]]
-    lo, hi = best.get("device_ms_run_lo"), best.get("device_ms_run_hi")
-    scale = best["gbps"] * best["device_ms_per_forward"]  # GB/s x ms: the same bytes over another time
-    rerun = f" (rerun {_fmt(scale / hi)}–{_fmt(scale / lo)})" if _ok(lo) and _ok(hi) and lo > 0 else ""
     who = "the fastest" if _ranked(r) else "by median the first (tied within the intervals)"
     text = (f"Memory-bound at {key} ({_fmt(best['flop_per_byte'])} FLOP/B, under the measured ridge of {_fmt(ridge)}): "
-            f"{who}, {best['variant']}, moves {_fmt(best['gbps'])} GB/s{rerun}, "
+            f"{who}, {best['variant']}, moves {_fmt(best['gbps'])} GB/s{_gbps_rerun(best)}, "
             f"{_fmt(100 * best['gbps'] / (calibration['copy_tb_per_s'] * 1e3), 2)} % of the measured copy bandwidth")
     # the sweep table shows GB/s at a memory-bound shape; a one-shape run has it in the timing-fidelity table
-    many = summary["shape_key"].nunique() > 1
-    return {"text": text + ".", "href": f"#sweep-{best['variant']}" if many else f"#fidelity-{key}",
-            "claims": {c for c in ranking_claims(r) if c[0] != "ranked"}}
+    href = f"#sweep-{best['variant']}" if summary["shape_key"].nunique() > 1 else f"#fidelity-{key}"
+    return {"text": text + ".", "href": href, "claims": _stated([r])}
+
+
+def _gbps_rerun(row: dict) -> str:
+    """' (rerun lo–hi)' of a row's GB/s: the same bytes over the ends of its device time's rerun interval."""
+    lo, hi = row.get("device_ms_run_lo"), row.get("device_ms_run_hi")
+    if not (_ok(lo) and _ok(hi) and lo > 0):
+        return ""
+    scale = row["gbps"] * row["device_ms_per_forward"]  # GB/s x ms: the same bytes over another time
+    return f" (rerun {_fmt(scale / hi)}–{_fmt(scale / lo)})"
 
 
 def _backward_and_compile_brief(p: _Page1) -> list[dict]:
@@ -965,26 +982,33 @@ def _backward_and_compile_brief(p: _Page1) -> list[dict]:
 def _backward_brief(p: _Page1) -> list[dict]:
     """The fastest backward, as the study shape's backward ranking states it (variants whose gradients passed the
     float64 check, no dispatcher), its time with rerun interval and TFLOP/s, the next, and how many gradients were
-    checked."""
+    checked (:func:`_gradients_checked`)."""
     r = p.rankings.get((p.skey, "backward"))
     if not r or len(r["order"]) < 2:
         return []
-    bwd = f"{p.prefix.split('_')[0]}_ms_backward"  # device_ms_backward / cpu_ms_backward
     best, nxt = (p.by[(v, p.skey)] for v in r["order"][:2])
-
-    def when(row):
-        return f"{_fmt(row[r['column']])} ms{_interval(row, bwd)}"
     head = (f"Backward: {best['variant']} is fastest at {p.skey}" if r["clear"]
             else f"Backward: no variant is fastest outside the {p.spans} at {p.skey}; by median {best['variant']}")
-    text = (head + f", {when(best)} per backward"
-            + (f", {_fmt(best['backward_tflops'])} TFLOP/s (2.5× the forward's FLOPs)" if p.gpu and _ok(best.get("backward_tflops")) else "")
-            + f"; next {nxt['variant']}, {when(nxt)}" + ("" if r["clear"] else f" (the {p.spans} overlap)"))
-    checked = [row for row in p.rows if row.get("grad_rel_error_ok") in (True, False)]
-    if checked:
-        passed = sum(1 for row in checked if row["grad_rel_error_ok"] is True)
-        text += f". Gradients dq, dk, dv checked against float64 in {len(checked)} captures: {passed} within tolerance"
-    claims = {c for c in ranking_claims(r) if c[0] != "ranked"}
-    return [{"text": text + ".", "href": f"#backward-{p.skey}", "claims": claims}]
+    tflops = best.get("backward_tflops") if p.gpu else None
+    text = (head + f", {_backward_time(p, best)} per backward"
+            + (f", {_fmt(tflops)} TFLOP/s (2.5× the forward's FLOPs)" if _ok(tflops) else "")
+            + f"; next {nxt['variant']}, {_backward_time(p, nxt)}" + ("" if r["clear"] else f" (the {p.spans} overlap)"))
+    return [{"text": text + _gradients_checked(p.rows) + ".", "href": f"#backward-{p.skey}", "claims": _stated([r])}]
+
+
+def _backward_time(p: _Page1, row: dict) -> str:
+    """A backward's time per backward with its rerun interval (device ms on a GPU, host ms on a CPU)."""
+    prefix = p.prefix.split("_")[0]  # device / cpu
+    return f"{_fmt(row[f'{prefix}_ms_per_backward'])} ms{_interval(row, f'{prefix}_ms_backward')}"
+
+
+def _gradients_checked(rows: list[dict]) -> str:
+    """'. Gradients ... checked in n captures: m within tolerance'; '' where none was checked."""
+    checked = [row["grad_rel_error_ok"] for row in rows if row.get("grad_rel_error_ok") in (True, False)]
+    if not checked:
+        return ""
+    return (f". Gradients dq, dk, dv checked against float64 in {len(checked)} captures: {checked.count(True)} "
+            "within tolerance")
 
 
 def _compile_brief(p: _Page1) -> list[dict]:
