@@ -78,26 +78,28 @@ def rank(summary: pd.DataFrame, shape_key: str, pass_: str = "forward", among: l
     """The ranking of ``shape_key``'s variants (``among`` of them, default all) for ``pass_``, as plain values:
     ``order`` (ranked variants, fastest median first), ``tied`` (the ones the intervals cannot rank against the
     first, that one included; [] when none is ranked), ``clear`` (the first is the fastest outside every interval:
-    it is tied with no other and there is another), ``left_out`` (variant -> reason), ``median``/``low``/``high``
-    (variant -> value) and the columns they came from (``column``, ``low_column``, ``high_column``)."""
+    it is tied with no other and there is another), ``left_out`` (variant -> reason), ``median`` (variant -> its
+    median) and the columns they came from (``column``, ``low_column``, ``high_column``)."""
     column, low, high = time_columns(summary, pass_)
-    rows = [r for r in summary[summary["shape_key"] == shape_key].to_dict("records")
-            if among is None or r["variant"] in among]
-    left_out, ranked = {}, []
-    for r in rows:
-        why = left_out_reason(r, pass_, column)
-        if why:
-            left_out[r["variant"]] = why
-        else:
-            ranked.append(r)
-    ranked.sort(key=lambda r: r[column])
-    spans = {r["variant"]: (_value(r, low), _value(r, high)) for r in ranked}
-    order = [r["variant"] for r in ranked]
-    tied = [v for v in order if v == order[0] or _overlaps(spans[order[0]], spans[v])] if order else []
-    return {"shape_key": shape_key, "pass": pass_, "order": order, "tied": tied, "clear": len(order) > 1 and tied == order[:1],
-            "left_out": left_out, "column": column, "low_column": low, "high_column": high,
-            "median": {r["variant"]: r[column] for r in ranked}, "low": {v: s[0] for v, s in spans.items()},
-            "high": {v: s[1] for v, s in spans.items()}}
+    ranked, left_out = _sort_out(summary[summary["shape_key"] == shape_key], pass_, column, among)
+    tied = _tied(ranked, low, high)
+    return {"shape_key": shape_key, "pass": pass_, "order": [r["variant"] for r in ranked], "tied": tied,
+            "clear": len(ranked) > 1 and len(tied) == 1, "left_out": left_out,
+            "median": {r["variant"]: r[column] for r in ranked}, "column": column, "low_column": low, "high_column": high}
+
+
+def _sort_out(rows: pd.DataFrame, pass_: str, column: str, among: list[str] | None) -> tuple[list[dict], dict[str, str]]:
+    """(the rows ranked, by median; variant -> why it is left out) of one shape's rows (``among`` them)."""
+    records = [r for r in rows.to_dict("records") if among is None or r["variant"] in among]
+    why = {r["variant"]: left_out_reason(r, pass_, column) for r in records}
+    ranked = sorted((r for r in records if why[r["variant"]] is None), key=lambda r: r[column])
+    return ranked, {v: w for v, w in why.items() if w}
+
+
+def _tied(ranked: list[dict], low: str, high: str) -> list[str]:
+    """The ranked variants whose interval (``low``, ``high``) overlaps the first one's, that one included."""
+    spans = [(_value(r, low), _value(r, high)) for r in ranked]
+    return [r["variant"] for r, span in zip(ranked, spans) if _overlaps(spans[0], span)]
 
 
 def claim(ranking: dict, variant: str) -> str:

@@ -107,15 +107,21 @@ def _math_ratio(d: RunData) -> list[dict]:
 
 def _ratio_doubts(d: RunData, nums: dict) -> list[str]:
     """Why the math / naive_inplace ratio is no finding: the timings disagree, or the spreads overlap."""
-    r, rt = nums["ratio"]["value"], nums["timed_ratio"]["value"]
     doubts = []
-    if None not in (r, rt) and rt > 0 and r > 0 and max(r / rt, rt / r) > TIMING_DISAGREEMENT:
+    if _disagree(nums["ratio"]["value"], nums["timed_ratio"]["value"]):
         doubts.append(f"the trace and the independent timing disagree by more than {TIMING_DISAGREEMENT}x"
                       + ("" if d.on_gpu else " (on a CPU the profiler's own cost is part of the traced time)"))
     ends = [nums[k]["value"] for k in ("math_min", "math_max", "inplace_min", "inplace_max")]
     if None not in ends and ends[0] <= ends[3] and ends[2] <= ends[1]:
         doubts.append(f"their {d.spread_words()['ranges']} overlap")
     return doubts
+
+
+def _disagree(r: float | None, rt: float | None) -> bool:
+    """Whether two ratios (trace, independent timing) differ by more than :data:`TIMING_DISAGREEMENT`."""
+    if r is None or rt is None or r <= 0 or rt <= 0:
+        return False
+    return max(r / rt, rt / r) > TIMING_DISAGREEMENT
 
 
 def ranking_findings(d: RunData) -> list[dict]:
@@ -133,19 +139,27 @@ def ranking_finding(d: RunData, pass_: str = "forward") -> dict | None:
         return None
     nums = _ranking_numbers(d, r)
     text, headline = _ranking_words(d, r, nums)
-    fused = [v for v in r["order"] if v in FUSED]
-    if fused and pass_ == "forward":
-        nums.update({v: ref_summary(d, v, r["column"], "ms") for v in fused})
-        text += "; fused backends by median: " + ", ".join(f"{v.removeprefix('sdpa_')} {fmt_ref(nums[v])}" for v in fused)
-    if r["left_out"]:
-        text += "; left out of the ranking: " + "; ".join(f"{v} ({why})" for v, why in r["left_out"].items())
-    prefix = "" if pass_ == "forward" else "backward: "
+    text += _fused_listing(d, r, nums) + _left_out_listing(r)
+    prefix = {"forward": ""}.get(pass_, f"{pass_}: ")
     f = finding("speed", d, r["order"][:1], prefix + text, nums, [{"kind": "metric", "name": r["column"]}],
                 kind="observation" if len(r["tied"]) < 2 else "warning", headline=prefix + headline)
-    if pass_ != "forward":
-        f["id"] += f"/{pass_}"
+    f["id"] += {"forward": ""}.get(pass_, f"/{pass_}")  # one id per shape and pass
     f["ranking"] = r
     return f
+
+
+def _fused_listing(d: RunData, r: dict, nums: dict) -> str:
+    """'; fused backends by median: ...' of a forward ranking (their medians added to ``nums``); '' for none."""
+    fused = [v for v in r["order"] if v in FUSED] if r["pass"] == "forward" else []
+    nums.update({v: ref_summary(d, v, r["column"], "ms") for v in fused})
+    return "; fused backends by median: " + ", ".join(f"{v.removeprefix('sdpa_')} {fmt_ref(nums[v])}" for v in fused) if fused else ""
+
+
+def _left_out_listing(r: dict) -> str:
+    """'; left out of the ranking: X (why); ...' of a ranking; '' when it left none out."""
+    if not r["left_out"]:
+        return ""
+    return "; left out of the ranking: " + "; ".join(f"{v} ({why})" for v, why in r["left_out"].items())
 
 
 def _ranking_numbers(d: RunData, r: dict) -> dict:
