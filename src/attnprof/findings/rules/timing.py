@@ -10,6 +10,8 @@ replays. Spreads are min-max over the profiled forwards.
 
 from __future__ import annotations
 
+import re
+
 from attnprof.findings.data import FUSED, NAIVE_INPLACE, SDPA_MATH, RunData
 from attnprof.findings.kernel_names import kernel_group
 from attnprof.findings.ranking import PASSES, rank
@@ -38,36 +40,46 @@ def bound(cpu_min: float | None, cpu_max: float | None, device_min: float | None
 def rule_cpu_cost(d: RunData) -> list[dict]:
     """CPU time vs device time per forward, launch APIs per forward, and which of the two bounds
     the forward (:func:`bound`: only outside the spread of the profiled forwards)."""
-    out = []
-    for variant in d.summary["variant"]:
-        if not d.ok(variant) or not d.on_gpu:
-            continue
-        cpu, dev = ref_summary(d, variant, "cpu_ms_per_forward", "ms"), ref_summary(d, variant, "device_ms_per_forward", "ms")
-        nums = {"cpu_ms": cpu, "device_ms": dev, "cpu_over_device": derived("ratio", [cpu, dev])}
-        spread = (*d.spread_columns("cpu_ms"), *d.spread_columns("device_ms"))
-        for key, name in zip(("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max"), spread):
-            nums[key] = ref_summary(d, variant, name, "ms")
-        apis = d.launches_of(variant)
-        launch_apis = [a for a in apis["api"] if "Launch" in a or "Memcpy" in a or "Memset" in a]
-        for a in launch_apis:
-            nums[a] = ref_launch(d, variant, a)
-        side = bound(*(nums[n]["value"] for n in ("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max")))
-        ranges = (f"host {fmt_ref(nums['cpu_ms_min'])}-{fmt_ref(nums['cpu_ms_max'])}, "
-                  f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} per forward"
-                  + (", between-run intervals" if d.between_run("cpu_ms") else ""))
-        every = "in every repeat's interval" if d.between_run("cpu_ms") else "in every profiled forward"
-        verdict = {"launch": f"launch-bound at this shape: the host takes longer to issue the work than the GPU to run it, {every} "
-                             f"({ranges})",
-                   "device": f"device-bound at this shape, {every} ({ranges})",
-                   "neither": f"neither launch- nor device-bound outside the spread: the ranges overlap ({ranges})",
-                   None: "the per-forward ranges are not recorded: no verdict on what bounds it"}[side]
-        listing = ", ".join(f"{fmt_ref(nums[a])} {a}" for a in launch_apis)
-        text = (f"{variant}: {fmt_ref(cpu)} CPU vs {fmt_ref(dev)} device per forward (ratio {fmt_ref(nums['cpu_over_device'], 2)}, "
-                f"medians); {listing} per forward; {verdict}")
-        headline = (f"{side}-bound: CPU {fmt_ref(cpu)} vs device {fmt_ref(dev)}" if side in ("launch", "device")
-                    else f"CPU {fmt_ref(cpu)} vs device {fmt_ref(dev)}: within the spread")
-        out.append(finding("cpu_cost", d, [variant], text, nums, [{"kind": "api", "name": a} for a in launch_apis], headline=headline))
-    return out
+    return [_cpu_cost_of(d, v) for v in d.summary["variant"] if d.on_gpu and d.ok(v)]
+
+
+#: The verdict of :func:`bound` in words ({every}: in every repeat's interval / in every profiled forward; {ranges}).
+_BOUND_WORDS = {"launch": "launch-bound at this shape: the host takes longer to issue the work than the GPU to run it, {every} "
+                          "({ranges})",
+                "device": "device-bound at this shape, {every} ({ranges})",
+                "neither": "neither launch- nor device-bound outside the spread: the ranges overlap ({ranges})",
+                None: "the per-forward ranges are not recorded: no verdict on what bounds it"}
+
+
+#: The runtime APIs that launch work on the GPU (kernels, copies, memsets).
+_LAUNCH_API = re.compile("Launch|Memcpy|Memset")
+
+
+def _bound_verdict(d: RunData, nums: dict, side: str | None) -> str:
+    """:func:`bound`'s verdict in words, with the ranges it was judged on."""
+    between = d.between_run("cpu_ms")
+    ranges = (f"host {fmt_ref(nums['cpu_ms_min'])}-{fmt_ref(nums['cpu_ms_max'])}, "
+              f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} per forward"
+              + (", between-run intervals" if between else ""))
+    every = "in every repeat's interval" if between else "in every profiled forward"
+    return _BOUND_WORDS[side].format(every=every, ranges=ranges)
+
+
+def _cpu_cost_of(d: RunData, variant: str) -> dict:
+    cpu, dev = ref_summary(d, variant, "cpu_ms_per_forward", "ms"), ref_summary(d, variant, "device_ms_per_forward", "ms")
+    nums = {"cpu_ms": cpu, "device_ms": dev, "cpu_over_device": derived("ratio", [cpu, dev])}
+    spread = (*d.spread_columns("cpu_ms"), *d.spread_columns("device_ms"))
+    for key, name in zip(("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max"), spread):
+        nums[key] = ref_summary(d, variant, name, "ms")
+    launch_apis = [a for a in d.launches_of(variant)["api"] if _LAUNCH_API.search(a)]
+    nums.update({a: ref_launch(d, variant, a) for a in launch_apis})
+    side = bound(*(nums[n]["value"] for n in ("cpu_ms_min", "cpu_ms_max", "device_ms_min", "device_ms_max")))
+    listing = ", ".join(f"{fmt_ref(nums[a])} {a}" for a in launch_apis)
+    text = (f"{variant}: {fmt_ref(cpu)} CPU vs {fmt_ref(dev)} device per forward (ratio {fmt_ref(nums['cpu_over_device'], 2)}, "
+            f"medians); {listing} per forward; {_bound_verdict(d, nums, side)}")
+    headline = (f"{side}-bound: CPU {fmt_ref(cpu)} vs device {fmt_ref(dev)}" if side in ("launch", "device")
+                else f"CPU {fmt_ref(cpu)} vs device {fmt_ref(dev)}: within the spread")
+    return finding("cpu_cost", d, [variant], text, nums, [{"kind": "api", "name": a} for a in launch_apis], headline=headline)
 
 
 def rule_speed(d: RunData) -> list[dict]:
