@@ -131,42 +131,52 @@ def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> 
     measured variant is not in this run at all is left out. An expectation's own ``source`` and
     ``hardware`` replace the file's (claims from other documents than the study). Each check
     carries the observed reference and the statements of the findings that explain it."""
-    checks = []
-    for e in expectations["expectations"]:
-        vs = e["variants"]
-        check = {k: e.get(k) for k in ("id", "variants", "claim", "metric", "expected", "compare", "tolerance", "explained_by")}
-        if d.row(vs[0]) is None:  # not a variant of this run (config/beyond.yaml's are optional): no row at all
-            continue
-        check.update(shape_key=d.shape_key, source=e.get("source") or expectations.get("source"),
-                     hardware=e.get("hardware") or expectations.get("hardware"), own_source=bool(e.get("source")))
-        missing = [v for v in vs[:1] if not d.ok(v)]
-        if e["metric"] == RANKING and e["expected"] in vs and not d.ok(e["expected"]):
-            missing = missing or [e["expected"]]  # a ranking without the variant it names says nothing of it
-        if missing or not d.on_gpu:
-            why = f"{missing[0]} did not run" if missing else "CPU run: no GPU kernels to compare"
-            check.update(observed=None, verdict="not measured", explanation=why)
-            checks.append(check)
-            continue
-        check.update(_observed(d, e, findings))
-        checks.append(check)
-    return checks
+    # not a variant of this run (config/beyond.yaml's are optional): no row at all
+    return [_check(d, e, expectations, findings) for e in expectations["expectations"] if d.row(e["variants"][0]) is not None]
+
+
+def _check(d: RunData, e: dict, expectations: dict, findings: list[dict]) -> dict:
+    """One expectation checked at this shape (:func:`check_expectations`)."""
+    check = {k: e.get(k) for k in ("id", "variants", "claim", "metric", "expected", "compare", "tolerance", "explained_by")}
+    check.update(shape_key=d.shape_key, source=e.get("source") or expectations.get("source"),
+                 hardware=e.get("hardware") or expectations.get("hardware"), own_source=bool(e.get("source")))
+    why = _unmeasured(d, e)
+    if why:
+        return {**check, "observed": None, "verdict": "not measured", "explanation": why}
+    return {**check, **_observed(d, e, findings)}
+
+
+def _unmeasured(d: RunData, e: dict) -> str:
+    """Why an expectation cannot be measured here ('' when it can): its measured variant (or, for a ranking, the
+    variant it names) did not run, or a CPU run for a claim on GPU kernels."""
+    vs = e["variants"]
+    missing = [v for v in vs[:1] if not d.ok(v)]
+    if e["metric"] == RANKING and e["expected"] in vs and not d.ok(e["expected"]):
+        missing = missing or [e["expected"]]  # a ranking without the variant it names says nothing of it
+    if missing:
+        return f"{missing[0]} did not run"
+    return "" if d.on_gpu else "CPU run: no GPU kernels to compare"
 
 
 def _observed(d: RunData, e: dict, findings: list[dict]) -> dict:
     """An expectation's ``observed`` reference, ``verdict`` and ``explanation`` on a shape whose measured variant ran.
     A metric with no value (a ranking with fewer than two of its variants ranked, a variant of a ratio that is not in
-    this result set: a run of some of the variants) is 'not measured', and its observed reference is kept only when
-    it names its cell or formula (findings.schema.json)."""
+    this result set: a run of some of the variants) is 'not measured' (:func:`_no_value`)."""
     vs = e["variants"]
     obs = METRICS[e["metric"]](d, vs)
     if obs.get("value") is None:
-        absent = [v for v in vs if d.row(v) is None]
-        why = (f"{', '.join(absent)} not in this result set" if absent else "no value in this run's tables")
-        return {"observed": obs if ("table" in obs or "formula" in obs) else None, "verdict": "not measured",
-                "explanation": why}
+        return _no_value(d, vs, obs)
     out = {"observed": obs}
     out["verdict"], noise = verdict(obs, e["expected"], e["compare"], e.get("tolerance"))
     related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
     out["explanation"] = "; ".join([noise] * bool(noise) + [f"{f['variants'][0]}: {f['headline']}" for f in related[:4]])
     out["explained_by_findings"] = [f["id"] for f in related]
     return out
+
+
+def _no_value(d: RunData, vs: list[str], obs: dict) -> dict:
+    """'not measured', saying which variants the result set lacks; the observed reference kept only where it names
+    its cell or formula (findings.schema.json)."""
+    absent = [v for v in vs if d.row(v) is None]
+    why = f"{', '.join(absent)} not in this result set" if absent else "no value in this run's tables"
+    return {"observed": obs if ("table" in obs or "formula" in obs) else None, "verdict": "not measured", "explanation": why}
