@@ -48,37 +48,41 @@ def rule_fusion(d: RunData) -> list[dict]:
 def rule_occupancy(d: RunData) -> list[dict]:
     """Estimated achieved occupancy of each variant's longest kernel, the register-limited
     theoretical value, and 0 % on driver-API launches flagged as a profiler artefact."""
-    out = []
-    for variant in d.summary["variant"]:
-        k = d.kernels_of(variant)
-        k = k[k["category"] == "kernel"]
-        if k.empty or not d.ok(variant):
-            continue
-        main = k.iloc[0]  # kernel tables are sorted by device time
-        nums = {"est_occupancy": ref_kernel(d, variant, main["kernel"], "est_occupancy_pct", "%"),
-                "registers": ref_kernel(d, variant, main["kernel"], "registers_per_thread")}
-        if nums["est_occupancy"]["value"] is None:
-            out.append(finding("occupancy", d, [variant], f"{variant}: the trace carries no occupancy estimate for {kernel_label(main['kernel'])} "
-                               "(no launch metadata)", nums, [{"kind": "kernel", "name": main["kernel"]}]))
-            continue
-        threads = math.prod(int(x) for x in str(main["block"]).split("x")) if isinstance(main["block"], str) else 0
-        theo = theoretical_occupancy(main["registers_per_thread"], threads, main["shared_memory_bytes"], d.props_of(main))
-        text = (f"{variant}: {kernel_label(main['kernel'])} has {fmt_ref(nums['est_occupancy'])} estimated achieved occupancy "
-                f"({fmt_ref(nums['registers'])} registers/thread, block {main['block']})")
-        if theo is not None:
-            text += f"; registers and shared memory allow {theo * 100:.1f} % at most"
-        kind = "observation"
-        if nums["est_occupancy"]["value"] == 0 and main["launch_api"] == DRIVER_LAUNCH:
-            text += (f"; 0 % is an artefact: the kernel was launched through the driver API ({DRIVER_LAUNCH}), for which "
-                     "the profiler's estimate is not computed; it ran for real")
-            kind = "artefact"
-        elif variant in FUSED and nums["est_occupancy"]["value"] <= 25:
-            text += "; low by design: fused attention kernels keep a whole tile of Q, K, V and the accumulators in registers and shared memory"
-        headline = (f"0 % occupancy shown: {DRIVER_LAUNCH} artefact" if kind == "artefact"
-                    else f"occupancy: estimated {math.floor(nums['est_occupancy']['value'] + 0.5)} %"  # both rounded half up,
-                    + (f", limit {math.floor(theo * 100 + 0.5)} %" if theo is not None else ""))  # as the profiler rounds
-        out.append(finding("occupancy", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], kind=kind, headline=headline))
-    return out
+    mains = {v: _main(d, v) for v in d.summary["variant"] if d.ok(v)}
+    return [_occupancy_of(d, v, main) for v, main in mains.items() if main is not None]
+
+
+def _main(d: RunData, variant: str):
+    """A variant's longest kernel (kernel tables are sorted by device time), or None."""
+    k = d.kernels_of(variant)
+    k = k[k["category"] == "kernel"]
+    return None if k.empty else k.iloc[0]
+
+
+def _occupancy_of(d: RunData, variant: str, main) -> dict:
+    nums = {"est_occupancy": ref_kernel(d, variant, main["kernel"], "est_occupancy_pct", "%"),
+            "registers": ref_kernel(d, variant, main["kernel"], "registers_per_thread")}
+    evidence = [{"kind": "kernel", "name": main["kernel"]}]
+    est = nums["est_occupancy"]["value"]
+    if est is None:
+        return finding("occupancy", d, [variant], f"{variant}: the trace carries no occupancy estimate for "
+                       f"{kernel_label(main['kernel'])} (no launch metadata)", nums, evidence)
+    threads = math.prod(int(x) for x in str(main["block"]).split("x")) if isinstance(main["block"], str) else 0
+    theo = theoretical_occupancy(main["registers_per_thread"], threads, main["shared_memory_bytes"], d.props_of(main))
+    text = (f"{variant}: {kernel_label(main['kernel'])} has {fmt_ref(nums['est_occupancy'])} estimated achieved occupancy "
+            f"({fmt_ref(nums['registers'])} registers/thread, block {main['block']})")
+    text += f"; registers and shared memory allow {theo * 100:.1f} % at most" if theo is not None else ""
+    artefact = est == 0 and main["launch_api"] == DRIVER_LAUNCH
+    if artefact:
+        text += (f"; 0 % is an artefact: the kernel was launched through the driver API ({DRIVER_LAUNCH}), for which "
+                 "the profiler's estimate is not computed; it ran for real")
+        return finding("occupancy", d, [variant], text, nums, evidence, kind="artefact",
+                       headline=f"0 % occupancy shown: {DRIVER_LAUNCH} artefact")
+    if variant in FUSED and est <= 25:
+        text += "; low by design: fused attention kernels keep a whole tile of Q, K, V and the accumulators in registers and shared memory"
+    # both rounded half up, as the profiler rounds
+    headline = f"occupancy: estimated {math.floor(est + 0.5)} %" + (f", limit {math.floor(theo * 100 + 0.5)} %" if theo is not None else "")
+    return finding("occupancy", d, [variant], text, nums, evidence, headline=headline)
 
 
 def rule_dispatch(d: RunData) -> list[dict]:
@@ -89,21 +93,31 @@ def rule_dispatch(d: RunData) -> list[dict]:
 
 def _dispatch_of(d: RunData, disp: str) -> dict:
     kernels, ops = set(d.kernels_of(disp)["kernel"]), set(d.ops_of(disp)["op"])
-    same = [v for v in PINNED if d.ok(v) and set(d.kernels_of(v)["kernel"]) == kernels
-            and (kernels or set(d.ops_of(v)["op"]) == ops)]
+    same = [v for v in PINNED if _runs_the_same(d, v, kernels, ops)]
     backend_ops = sorted(o for o in ops if BACKEND_OP.search(o))
     nums = {"kernels_per_forward": ref_summary(d, disp, "kernels_per_forward")}
-    if same:
-        what = "kernels" if kernels else "aten ops (CPU run: no kernels)"
-        text = f"{disp} dispatched to {same[0].removeprefix('sdpa_')}: same {what} as {same[0]}"
-    else:
-        text = f"{disp} matches no pinned variant's kernel set"
-    if backend_ops:
-        text += f"; backend op {', '.join(backend_ops)}"
-    headline = f"dispatched to {same[0].removeprefix('sdpa_')}" if same else "matches no pinned backend"
+    text, headline = _dispatch_words(disp, same, bool(kernels))
+    text += f"; backend op {', '.join(backend_ops)}" if backend_ops else ""
     return finding("dispatch", d, [disp] + same[:1], text, nums,
                    [{"kind": "op", "name": o} for o in backend_ops] + [{"kind": "kernel", "name": n} for n in sorted(kernels)],
                    headline=headline)
+
+
+def _dispatch_words(disp: str, same: list[str], kernels: bool) -> tuple[str, str]:
+    """(statement, headline) of where a dispatcher went: the first pinned variant that ran the same, or none."""
+    if not same:
+        return f"{disp} matches no pinned variant's kernel set", "matches no pinned backend"
+    what = "kernels" if kernels else "aten ops (CPU run: no kernels)"
+    backend = same[0].removeprefix("sdpa_")
+    return f"{disp} dispatched to {backend}: same {what} as {same[0]}", f"dispatched to {backend}"
+
+
+def _runs_the_same(d: RunData, variant: str, kernels: set, ops: set) -> bool:
+    """Whether a pinned ``variant`` ran and launched the same kernels (on a CPU run, with no kernels: the same aten
+    ops) as a dispatcher."""
+    if not d.ok(variant) or set(d.kernels_of(variant)["kernel"]) != kernels:
+        return False
+    return bool(kernels) or set(d.ops_of(variant)["op"]) == ops
 
 
 #: The backend-specific aten ops an SDPA call goes through (the backend a dispatcher chose).
