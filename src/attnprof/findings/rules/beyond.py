@@ -65,48 +65,50 @@ def rule_backward(d: RunData) -> list[dict]:
     """Each variant whose backward was profiled: kernels per backward, backward over forward device
     time, the main backward kernel decoded and the kernels besides it (pre- and post-processing,
     copies) with their share of backward device time."""
-    out = []
     if "kernels_per_backward" not in d.summary:
-        return out
-    for variant in d.summary["variant"]:
-        row = d.row(variant)
-        if row is None or not d.ok(variant) or row.get("backward_status") != "ok":
-            continue
-        col = "device_ms_per_backward" if d.on_gpu else "cpu_ms_per_backward"
-        fcol = "device_ms_per_forward" if d.on_gpu else "cpu_ms_per_forward"
-        bwd, fwd = ref_summary(d, variant, col, "ms"), ref_summary(d, variant, fcol, "ms")
-        nums = {"ms_per_backward": bwd, "backward_over_forward": derived("ratio", [bwd, fwd])}
-        what = "device" if d.on_gpu else "host"
-        text = f"{variant} backward: {fmt_ref(bwd)} {what} time per backward, {fmt_ref(nums['backward_over_forward'])}x its forward"
-        evidence = []
-        k = d.kernels_backward_of(variant)
-        kernels = k[k["category"] == "kernel"].sort_values("share_pct", ascending=False)
-        if d.on_gpu and clean(row.get("kernels_per_backward")) is not None:
-            nums["kernels_per_backward"] = ref_summary(d, variant, "kernels_per_backward")
-            text += f"; {fmt_ref(nums['kernels_per_backward'])} kernels per backward"
-        if len(kernels):
-            main = kernels.iloc[0]
-            info = decode_kernel_name(main["kernel"])
-            nums["main_share"] = ref_kernel_backward(d, variant, main["kernel"], "share_pct", "%")
-            lib = f", {info['library']}" if info["library"] != "unknown" else ""
-            text += f"; main kernel {kernel_label(main['kernel'])}{lib} ({fmt_ref(nums['main_share'])})"
-            evidence.append({"kind": "kernel", "name": main["kernel"]})
-            extra, rest = [], []
-            for _, r in k[k["kernel"] != main["kernel"]].sort_values("share_pct", ascending=False).iterrows():
-                share = ref_kernel_backward(d, variant, r["kernel"], "share_pct", "%")
-                nums[f"share:{r['kernel']}"] = share
-                if len(extra) < MAX_NAMED:
-                    role = decode_kernel_name(r["kernel"]).get("role")
-                    extra.append(f"{kernel_label(r['kernel'])}{f' ({role})' if role else ''} {fmt_ref(share)}")
-                else:
-                    rest.append(share)
-            if extra:
-                text += "; besides it " + ", ".join(extra)
-            if rest:
-                nums["rest_share"] = derived("sum", rest, "%")
-                text += f" and {len(rest)} more ({fmt_ref(nums['rest_share'])} together)"
-        headline = f"backward {fmt_ref(nums['backward_over_forward'])}x forward"
-        if "kernels_per_backward" in nums:
-            headline += f", {fmt_ref(nums['kernels_per_backward'])} kernels"
-        out.append(finding("backward", d, [variant], text, nums, evidence, headline=headline))
-    return out
+        return []
+    return [_backward_of(d, v) for v in d.summary["variant"] if d.ok(v) and d.row(v).get("backward_status") == "ok"]
+
+
+def _backward_of(d: RunData, variant: str) -> dict:
+    prefix, what = ("device_ms", "device") if d.on_gpu else ("cpu_ms", "host")
+    bwd, fwd = ref_summary(d, variant, f"{prefix}_per_backward", "ms"), ref_summary(d, variant, f"{prefix}_per_forward", "ms")
+    nums = {"ms_per_backward": bwd, "backward_over_forward": derived("ratio", [bwd, fwd])}
+    text = f"{variant} backward: {fmt_ref(bwd)} {what} time per backward, {fmt_ref(nums['backward_over_forward'])}x its forward"
+    headline = f"backward {fmt_ref(nums['backward_over_forward'])}x forward"
+    if d.on_gpu and clean(d.row(variant).get("kernels_per_backward")) is not None:
+        nums["kernels_per_backward"] = ref_summary(d, variant, "kernels_per_backward")
+        text += f"; {fmt_ref(nums['kernels_per_backward'])} kernels per backward"
+        headline += f", {fmt_ref(nums['kernels_per_backward'])} kernels"
+    words, evidence = _backward_kernels(d, variant, nums)
+    return finding("backward", d, [variant], text + words, nums, evidence, headline=headline)
+
+
+def _backward_kernels(d: RunData, variant: str, nums: dict) -> tuple[str, list[dict]]:
+    """The main backward kernel decoded, and the kernels besides it with their share of backward device time (the
+    first :data:`MAX_NAMED` named, the rest summed), as words and evidence; their references added to ``nums``."""
+    k = d.kernels_backward_of(variant)
+    kernels = k[k["category"] == "kernel"].sort_values("share_pct", ascending=False)
+    if not len(kernels):
+        return "", []
+    main = kernels.iloc[0]
+    info = decode_kernel_name(main["kernel"])
+    nums["main_share"] = ref_kernel_backward(d, variant, main["kernel"], "share_pct", "%")
+    lib = f", {info['library']}" if info["library"] != "unknown" else ""
+    text = f"; main kernel {kernel_label(main['kernel'])}{lib} ({fmt_ref(nums['main_share'])})"
+    others = k[k["kernel"] != main["kernel"]].sort_values("share_pct", ascending=False)["kernel"]
+    shares = [ref_kernel_backward(d, variant, name, "share_pct", "%") for name in others]
+    nums.update({f"share:{name}": share for name, share in zip(others, shares)})
+    named = [f"{kernel_label(name)}{_role(name)} {fmt_ref(share)}" for name, share in zip(others[:MAX_NAMED], shares)]
+    text += "; besides it " + ", ".join(named) if named else ""
+    rest = shares[MAX_NAMED:]
+    if rest:
+        nums["rest_share"] = derived("sum", rest, "%")
+        text += f" and {len(rest)} more ({fmt_ref(nums['rest_share'])} together)"
+    return text, [{"kind": "kernel", "name": main["kernel"]}]
+
+
+def _role(kernel: str) -> str:
+    """' (role)' of a backward helper kernel (decode_kernel_name's role: preprocessing, dQ conversion...); ''."""
+    role = decode_kernel_name(kernel).get("role")
+    return f" ({role})" if role else ""
