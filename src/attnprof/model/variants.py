@@ -40,6 +40,8 @@ class Variant:
     * ``dispatcher``: it picks a backend rather than run a kernel of its own (SDPA with no backend pinned): a finding
       says what it dispatched to, and no ranking sets it beside (or ahead of) the kernel it dispatched to
       (:data:`DISPATCHERS`; attnprof.findings.ranking).
+    * ``uncompiled``: for a compiled variant, the built-in variant it compiles (naive_compiled: naive), which its
+      kernels and time are set against; None where there is none (flex_attention has no uncompiled twin).
 
     A variant of an existing kind is this one registration; a new kind is a builder in
     attnprof.measure.forwards plus its name in :data:`BUILDERS` (docs/contributing.md)."""
@@ -51,6 +53,7 @@ class Variant:
     builder: str = "sdpa"
     options: tuple[tuple[str, object], ...] = ()
     dispatcher: bool = False
+    uncompiled: str | None = None
 
     def __post_init__(self):
         unknown = [d for d in self.devices if d not in DEVICES]
@@ -81,7 +84,7 @@ REGISTRY: dict[str, Variant] = {
     "sdpa_cudnn": Variant("CUDNN_ATTENTION", "SDPA, backend pinned to CUDNN_ATTENTION", devices=("cuda",)),
     "sdpa_auto": Variant(None, "SDPA, no backend pinned (PyTorch chooses)", dispatcher=True),
     "naive_compiled": Variant(None, "naive under torch.compile (inductor fuses the elementwise work)", compiled=True,
-                              builder="naive_compiled"),
+                              builder="naive_compiled", uncompiled="naive"),
     "flex_attention": Variant(None, "flex_attention under torch.compile, causal block mask built once", compiled=True,
                               builder="flex"),
 }
@@ -94,6 +97,11 @@ COMPILED = tuple(name for name, v in REGISTRY.items() if v.compiled)
 
 #: Variants that dispatch to another backend (:attr:`Variant.dispatcher`), in :data:`REGISTRY`'s order: never ranked.
 DISPATCHERS = tuple(name for name, v in REGISTRY.items() if v.dispatcher)
+
+
+def uncompiled_of(variant: str) -> str | None:
+    """The built-in variant a compiled ``variant`` compiles (:attr:`Variant.uncompiled`); None for any other."""
+    return REGISTRY[variant].uncompiled if variant in REGISTRY else None
 
 
 def ends_capture_process(variant: str, custom: bool) -> bool:

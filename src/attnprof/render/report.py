@@ -28,7 +28,7 @@ from attnprof.model.fmt import format_number
 from attnprof.model.gpus import differing_kinds, number_text
 from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
-from attnprof.model.variants import COMPILED, DISPATCHERS, REGISTRY
+from attnprof.model.variants import COMPILED, DISPATCHERS, REGISTRY, uncompiled_of
 from attnprof.render.breaks import mark_breaks
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 from attnprof.analysis.trace import kernel_label
@@ -1033,7 +1033,7 @@ def _compile_brief(p: _Page1) -> list[dict]:
 
 
 def _compiled_part(p: _Page1, r: dict) -> str:
-    base = p.by.get((r["variant"].removesuffix("_compiled"), p.skey)) if r["variant"].endswith("_compiled") else None
+    base = p.by.get((uncompiled_of(r["variant"]), p.skey))
     n = r.get("kernels_per_forward")
     part = f"{r['variant']} launches {_fmt(n)} kernel{'' if n == 1 else 's'} per forward, {_time(r, p.prefix)}"
     if base is not None and base.get("status") == "ok" and _ok(base.get(f"{p.prefix}_per_forward")):

@@ -14,8 +14,8 @@ preprocessing kernel before the dQ/dK/dV loop and converts dQ from its fp32 accu
 from __future__ import annotations
 
 from attnprof.analysis.trace import kernel_label
-from attnprof.model.variants import COMPILED
-from attnprof.findings.data import NAIVE, RunData
+from attnprof.model.variants import COMPILED, uncompiled_of
+from attnprof.findings.data import RunData
 from attnprof.findings.kernel_names import TRITON_KERNEL, decode_kernel_name, fused_ops
 from attnprof.findings.refs import clean, derived, finding, fmt_ref, ref_kernel, ref_kernel_backward, ref_summary
 
@@ -28,37 +28,40 @@ def rule_compile(d: RunData) -> list[dict]:
     """Each torch.compile variant: its first call's time and inductor's cache verdict (never part
     of the steady-state numbers), its kernels per forward against the uncompiled naive path's,
     and the ops each of its Triton kernels fused."""
-    out = []
-    for variant in d.summary["variant"]:
-        row = d.row(variant)
-        if variant not in COMPILED or not d.ok(variant) or row is None:
-            continue
-        first = ref_summary(d, variant, "compile_first_call_s", "s")
-        if first["value"] is None:
-            continue
-        cache = clean(row.get("compile_cache")) or "not recorded"
-        nums = {"first_call_s": first}
-        text = (f"{variant}: the first call compiled in {fmt_ref(first)} (inductor's FX-graph cache: {cache}); "
-                "that call is kept out of every steady-state number")
-        k = d.kernels_of(variant)
-        triton = k[(k["category"] == "kernel") & k["kernel"].map(lambda n: bool(TRITON_KERNEL.search(kernel_label(n))))]
-        if d.on_gpu and clean(row.get("kernels_per_forward")) is not None:
-            nums["kernels_per_forward"] = ref_summary(d, variant, "kernels_per_forward")
-            text += f"; {fmt_ref(nums['kernels_per_forward'])} kernels per forward"
-            if d.ok(NAIVE) and variant != "flex_attention":
-                nums["naive_kernels_per_forward"] = ref_summary(d, NAIVE, "kernels_per_forward")
-                text += f" against {fmt_ref(nums['naive_kernels_per_forward'])} for the uncompiled {NAIVE}"
-        evidence = []
-        for name in triton["kernel"]:
-            # a template kernel (tem: FlexAttention) is named after its template, not after fused ops
-            ops = [] if kernel_label(name).startswith("triton_tem_") else fused_ops(kernel_label(name))
-            share = ref_kernel(d, variant, name, "share_pct", "%")
-            nums[f"share:{name}"] = share
-            text += f"; {kernel_label(name)} ({fmt_ref(share)} of device time)" + (f" fuses {', '.join(ops)}" if ops else "")
-            evidence.append({"kind": "kernel", "name": name})
-        headline = f"compiled in {fmt_ref(first)} (cache {cache})"
-        out.append(finding("compile", d, [variant], text, nums, evidence, headline=headline))
-    return out
+    compiled = [v for v in d.summary["variant"] if v in COMPILED and d.ok(v)]
+    return [_compile_of(d, v) for v in compiled if clean(d.row(v).get("compile_first_call_s")) is not None]
+
+
+def _compile_of(d: RunData, variant: str) -> dict:
+    row = d.row(variant)
+    first = ref_summary(d, variant, "compile_first_call_s", "s")
+    cache = clean(row.get("compile_cache")) or "not recorded"
+    nums = {"first_call_s": first}
+    text = (f"{variant}: the first call compiled in {fmt_ref(first)} (inductor's FX-graph cache: {cache}); "
+            "that call is kept out of every steady-state number") + _compiled_kernels(d, variant, nums)
+    k = d.kernels_of(variant)
+    triton = k[(k["category"] == "kernel") & k["kernel"].map(lambda n: bool(TRITON_KERNEL.search(kernel_label(n))))]["kernel"]
+    for name in triton:
+        # a template kernel (tem: FlexAttention) is named after its template, not after fused ops
+        ops = [] if kernel_label(name).startswith("triton_tem_") else fused_ops(kernel_label(name))
+        nums[f"share:{name}"] = ref_kernel(d, variant, name, "share_pct", "%")
+        text += f"; {kernel_label(name)} ({fmt_ref(nums[f'share:{name}'])} of device time)" + (f" fuses {', '.join(ops)}" if ops else "")
+    return finding("compile", d, [variant], text, nums, [{"kind": "kernel", "name": n} for n in triton],
+                   headline=f"compiled in {fmt_ref(first)} (cache {cache})")
+
+
+def _compiled_kernels(d: RunData, variant: str, nums: dict) -> str:
+    """'; n kernels per forward against m for the uncompiled variant' of a compiled variant on a GPU (the registry's
+    Variant.uncompiled: FlexAttention has none); its references added to ``nums``."""
+    if not d.on_gpu or clean(d.row(variant).get("kernels_per_forward")) is None:
+        return ""
+    nums["kernels_per_forward"] = ref_summary(d, variant, "kernels_per_forward")
+    text = f"; {fmt_ref(nums['kernels_per_forward'])} kernels per forward"
+    base = uncompiled_of(variant)
+    if base and d.ok(base):
+        nums[f"{base}_kernels_per_forward"] = ref_summary(d, base, "kernels_per_forward")
+        text += f" against {fmt_ref(nums[f'{base}_kernels_per_forward'])} for the uncompiled {base}"
+    return text
 
 
 def rule_backward(d: RunData) -> list[dict]:
