@@ -82,27 +82,37 @@ def rule_grad_correctness(d: RunData) -> list[dict]:
     false) is a failure naming each gradient above the dtype's tolerance (the forward's); its times
     stay published, marked. Rows without a gradient check (forward-only runs, a backward that did
     not run) give nothing."""
-    out = []
     if "grad_rel_error_ok" not in d.summary:
-        return out
-    for variant in d.summary["variant"]:
-        row = d.row(variant)
-        ok = None if row is None or row["status"] != "ok" else clean(row.get("grad_rel_error_ok"))
-        if ok is None or str(ok).lower() == "true":  # a bool, or its text in a table read back as strings
-            continue
-        # an error that is no finite number (a NaN or inf gradient, a value the record lost or garbled) is the worst
-        # there is: named first, never passed over for a finite one that may well be within tolerance
-        values = {g: pd.to_numeric(pd.Series([row.get(f"grad_rel_error_{g}")]), errors="coerce").iloc[0] for g in GRADIENTS}
-        bad = [g for g, v in values.items() if not math.isfinite(v)]
-        nums = {f"grad_rel_error_{g}": ref_summary(d, variant, f"grad_rel_error_{g}") for g in GRADIENTS if g not in bad}
-        worst = max(nums, key=lambda n: nums[n]["value"]) if nums else None
-        listing = ", ".join([f"{g} not finite" for g in bad]
-                            + [f"{n.removeprefix('grad_rel_error_')} {fmt_ref(r)}" for n, r in nums.items()])
-        headline = (f"wrong gradient: {', '.join(bad)} not finite (NaN or inf, or no error recorded)" if bad
-                    else f"wrong gradient: {worst.removeprefix('grad_rel_error_')} relative error {fmt_ref(nums[worst])}"
-                    if worst else "wrong gradient")
-        out.append(finding("grad_correctness", d, [variant],
-                           f"{variant}: its backward's gradients fail the float64 check ({listing}; {row['dtype']} tolerance "
-                           "as for the forward); its backward times are shown, marked, and are not those of a correct backward",
-                           nums, [{"kind": "metric", "name": worst}] if worst else [], kind="failure", headline=headline))
-    return out
+        return []
+    return [_wrong_gradients(d, v) for v in d.summary["variant"] if _grad_failed(d, v)]
+
+
+def _grad_failed(d: RunData, variant: str) -> bool:
+    """Whether a variant that ran has a gradient check that failed (a bool, or its text in a table read back as
+    strings; no check: False)."""
+    ok = clean(d.row(variant).get("grad_rel_error_ok")) if d.ok(variant) else None
+    return ok is not None and str(ok).lower() != "true"
+
+
+def _wrong_gradients(d: RunData, variant: str) -> dict:
+    row = d.row(variant)
+    # an error that is no finite number (a NaN or inf gradient, a value the record lost or garbled) is the worst
+    # there is: named first, never passed over for a finite one that may well be within tolerance
+    values = {g: pd.to_numeric(pd.Series([row.get(f"grad_rel_error_{g}")]), errors="coerce").iloc[0] for g in GRADIENTS}
+    bad = [g for g, v in values.items() if not math.isfinite(v)]
+    nums = {f"grad_rel_error_{g}": ref_summary(d, variant, f"grad_rel_error_{g}") for g in GRADIENTS if g not in bad}
+    worst = max(nums, key=lambda n: nums[n]["value"]) if nums else None
+    listing = ", ".join([f"{g} not finite" for g in bad] + [f"{n.removeprefix('grad_rel_error_')} {fmt_ref(r)}" for n, r in nums.items()])
+    return finding("grad_correctness", d, [variant],
+                   f"{variant}: its backward's gradients fail the float64 check ({listing}; {row['dtype']} tolerance "
+                   "as for the forward); its backward times are shown, marked, and are not those of a correct backward",
+                   nums, [{"kind": "metric", "name": worst}] if worst else [], kind="failure",
+                   headline=_gradient_headline(bad, worst, nums))
+
+
+def _gradient_headline(bad: list[str], worst: str | None, nums: dict) -> str:
+    if bad:
+        return f"wrong gradient: {', '.join(bad)} not finite (NaN or inf, or no error recorded)"
+    if worst:
+        return f"wrong gradient: {worst.removeprefix('grad_rel_error_')} relative error {fmt_ref(nums[worst])}"
+    return "wrong gradient"
