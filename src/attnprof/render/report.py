@@ -570,29 +570,35 @@ def sweep_table(summary: pd.DataFrame, gpu: bool, bound: dict | None = None) -> 
     numbers. ``common`` names what every shape shares."""
     bound = bound or {}
     keys = list(dict.fromkeys(summary["shape_key"]))
-    parts = [k.split("_") for k in keys]
-    common = [p for p in parts[0] if all(p in q for q in parts)] if len(keys) > 1 else []
     prefix = "device_ms" if gpu else "cpu_ms"
-    rows = []
-    for variant in dict.fromkeys(summary["variant"]):
-        cells = []
-        for key in keys:
-            match = summary[(summary["variant"] == variant) & (summary["shape_key"] == key)]
-            if match.empty:
-                cells.append(None)
-                continue
-            r = _records(match)[0]
-            cells.append({"status": r["status"], "ms": r.get(f"{prefix}_per_forward"), "lo": r.get(f"{prefix}_run_lo"),
-                          "hi": r.get(f"{prefix}_run_hi"), "tflops": r.get("tflops"), "kernels": r.get("kernels_per_forward"),
-                          "gbps": r.get("gbps") if key in bound else None,
-                          "memcpy": r.get("memcpy_per_forward"), "wrong": r.get("rel_error_ok") is False})
-        rows.append({"variant": variant, "cells": cells, "dispatcher": variant in DISPATCHERS})
-    # shapes beyond square attention (grouped-query, decode, a lower-right mask) described in words under the table
-    legend = [{"short": _shape_word(k, keys), "describe": _describe(k)} for k in keys
-              if any(mark in k for mark in ("_kv", "_q", "causal-lr")) and _describe(k)]
-    return {"shapes": [{"key": k, "short": _shape_word(k, keys)} for k in keys], "common": "_".join(common), "rows": rows,
-            "legend": legend,
-            "others": len(keys) - 1}
+    by = {(r["variant"], r["shape_key"]): r for r in _records(summary)}
+    rows = [{"variant": v, "cells": [_sweep_cell(by.get((v, k)), prefix, k in bound) for k in keys],
+             "dispatcher": v in DISPATCHERS} for v in dict.fromkeys(summary["variant"])]
+    return {"shapes": [{"key": k, "short": _shape_word(k, keys)} for k in keys], "common": _common_parts(keys),
+            "rows": rows, "legend": _legend(keys), "others": len(keys) - 1}
+
+
+def _common_parts(keys: list[str]) -> str:
+    """What every shape key of a sweep shares ('b8_h16_bf16_causal'); '' for one shape."""
+    parts = [k.split("_") for k in keys]
+    return "_".join(p for p in parts[0] if all(p in q for q in parts)) if len(keys) > 1 else ""
+
+
+def _legend(keys: list[str]) -> list[dict]:
+    """Shapes beyond square attention (grouped-query, decode, a lower-right mask), described in words under the
+    sweep table."""
+    beyond = [k for k in keys if any(mark in k for mark in ("_kv", "_q", "causal-lr"))]
+    return [{"short": _shape_word(k, keys), "describe": _describe(k)} for k in beyond if _describe(k)]
+
+
+def _sweep_cell(r: dict | None, prefix: str, memory_bound: bool) -> dict | None:
+    """One cell of the sweep table (None: the variant has no row at that shape); GB/s only at a memory-bound one."""
+    if r is None:
+        return None
+    return {"status": r["status"], "ms": r.get(f"{prefix}_per_forward"), "lo": r.get(f"{prefix}_run_lo"),
+            "hi": r.get(f"{prefix}_run_hi"), "tflops": r.get("tflops"), "kernels": r.get("kernels_per_forward"),
+            "gbps": r.get("gbps") if memory_bound else None, "memcpy": r.get("memcpy_per_forward"),
+            "wrong": _false(r.get("rel_error_ok"))}
 
 
 def _main_kernel(kernels: pd.DataFrame, variant: str, shape_key: str) -> str:
@@ -1114,18 +1120,24 @@ def expectations_words(checks: list[dict]) -> str:
     """The study comparison in words: how many of its claims hold, which do not, which the rerun intervals leave open."""
     if not checks:
         return ""
-    same = [c for c in checks if c["verdict"] == "same"]
-    diff = [c for c in checks if c["verdict"] == "different"]
-    noise = [c for c in checks if c["verdict"] == WITHIN_NOISE]
-    text = f"{len(same)} of the {len(checks)} claims hold on this run."
+    by: dict[str, list[dict]] = {"same": [], "different": [], WITHIN_NOISE: []}
+    for c in checks:
+        by.setdefault(c["verdict"], []).append(c)
+    diff, noise = by["different"], by[WITHIN_NOISE]
+    text = f"{len(by['same'])} of the {len(checks)} claims hold on this run."
     if diff:
-        text += " " + ("It does not confirm: " if len(diff) == 1 else f"{len(diff)} do not: ") + "; ".join(
-            f"\u201c{c['claim']}\u201d (observed {_fmt((c.get('observed') or {}).get('value'))}"
-            f"{' ' + c['observed']['unit'] if (c.get('observed') or {}).get('unit') else ''})" for c in diff) + "."
+        text += " " + ("It does not confirm: " if len(diff) == 1 else f"{len(diff)} do not: ") + "; ".join(map(_claim_observed, diff)) + "."
     if noise:
         text += (" Within the rerun intervals, so neither confirmed nor refuted: "
                  + "; ".join(f"\u201c{c['claim']}\u201d" for c in noise) + ".")
     return text
+
+
+def _claim_observed(check: dict) -> str:
+    """'“claim” (observed 2 ms)' of an expectation check."""
+    observed = check.get("observed") or {}
+    unit = f" {observed['unit']}" if observed.get("unit") else ""
+    return f"\u201c{check['claim']}\u201d (observed {_fmt(observed.get('value'))}{unit})"
 
 
 def cudnn_version(value) -> str:
