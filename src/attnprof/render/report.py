@@ -460,20 +460,36 @@ def recipe_context(recipes: list[dict]) -> dict:
     only what differs; ``kept_hidden`` counts the rows left out), of which ``recipes_differ`` (steps added, removed,
     replaced or moved) and ``recipes_retimed`` (the same steps, some slower or faster), ``recipes_same`` (how many
     entries have the same steps in the same order) and ``recipe_counts`` (rows of each kind over every entry)."""
-    changed, totals = [], {}
+    changed = [c for c in map(_recipe_shown, recipes) if c is not None]
+    differ = [r for r in changed if not r.get("same")]
+    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(differ), "recipe_counts": _recipe_totals(recipes),
+            "recipes_total": len(recipes), "recipes_differ": differ,
+            "recipes_retimed": [r for r in changed if r.get("same")]}
+
+
+def _recipe_totals(recipes: list[dict]) -> dict[str, int]:
+    """Rows of each kind (kept, added, removed...) over every recipe entry."""
+    totals: dict[str, int] = {}
     for r in recipes:
         for k, n in (r.get("counts") or {}).items():
             totals[k] = totals.get(k, 0) + n
-        shown = [r2 for g in r.get("groups") or [] for r2 in g["rows"]
-                 if r2["kind"] != "kept" or r2.get("verdict") in ("slower", "faster") or r2.get("launch_changed")]
-        if not r.get("same") or shown:
-            groups = [{**g, "rows": [x for x in g["rows"] if x in shown]} for g in r.get("groups") or []]
-            changed.append({**r, "groups": groups,
-                            "kept_hidden": sum(len(g["rows"]) for g in r.get("groups") or []) - len(shown)})
-    differ = [r for r in changed if not r.get("same")]
-    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(differ), "recipe_counts": totals,
-            "recipes_total": len(recipes), "recipes_differ": differ,
-            "recipes_retimed": [r for r in changed if r.get("same")]}
+    return totals
+
+
+def _kept_unchanged(row: dict) -> bool:
+    """A recipe row the tables leave out: a kept step whose time is not slower/faster and whose launch is the same."""
+    return row["kind"] == "kept" and row.get("verdict") not in ("slower", "faster") and not row.get("launch_changed")
+
+
+def _recipe_shown(r: dict) -> dict | None:
+    """A recipe entry as the compare's tables show it: each group without its unchanged kept steps (``kept_hidden``
+    counts them); None when its steps are the same and none changed."""
+    groups = r.get("groups") or []
+    shown = [{**g, "rows": [x for x in g["rows"] if not _kept_unchanged(x)]} for g in groups]
+    hidden = sum(len(g["rows"]) for g in groups) - sum(len(g["rows"]) for g in shown)
+    if r.get("same") and not any(g["rows"] for g in shown):
+        return None
+    return {**r, "groups": shown, "kept_hidden": hidden}
 
 
 def detection_limit(rows: list[dict], threshold: float) -> dict | None:
