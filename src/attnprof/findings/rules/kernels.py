@@ -22,27 +22,27 @@ DRIVER_LAUNCH = "cuLaunchKernelEx"
 
 def rule_fusion(d: RunData) -> list[dict]:
     """Variants whose forward is a single fused kernel, with the kernel's name decoded."""
-    out = []
-    for variant in d.summary["variant"]:
-        row = d.row(variant)
-        if row is None or row["status"] != "ok" or row["kernels_per_forward"] != 1:
-            continue
-        k = d.kernels_of(variant)
-        main = k[k["category"] == "kernel"].iloc[0]
-        props = d.props_of(main)
-        sm = props.get("computeMajor"), props.get("computeMinor")
-        info = decode_kernel_name(main["kernel"])
-        nums = {"kernels_per_forward": ref_summary(d, variant, "kernels_per_forward"),
-                "kernel_us": ref_kernel(d, variant, main["kernel"], "mean_us", "us")}
-        parts = [f"{k_}: {v}" for k_, v in info.items()]
-        text = f"{variant}: one fused kernel per forward, {kernel_label(main['kernel'])} ({fmt_ref(nums['kernel_us'])}); " + "; ".join(parts)
-        if sm[0] and "arch" in info and info["arch"].startswith("sm8"):
-            text += f"; built for Ampere, running on this sm{sm[0]}{sm[1]} GPU without Hopper's wgmma/TMA"
-        headline = f"one fused kernel: {info['library'].split(' (')[0]}"
-        headline += f", {info['arch'].split(' ')[0]}" if "arch" in info else ""
-        headline += f", {info['mma'].split(' ')[0]}" if "mma" in info else ""
-        out.append(finding("fusion", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], headline=headline))
-    return out
+    return [_fusion_of(d, v) for v in d.summary["variant"] if d.ok(v) and d.row(v)["kernels_per_forward"] == 1]
+
+
+def _fusion_of(d: RunData, variant: str) -> dict:
+    main = _main(d, variant)
+    info = decode_kernel_name(main["kernel"])
+    nums = {"kernels_per_forward": ref_summary(d, variant, "kernels_per_forward"),
+            "kernel_us": ref_kernel(d, variant, main["kernel"], "mean_us", "us")}
+    text = (f"{variant}: one fused kernel per forward, {kernel_label(main['kernel'])} ({fmt_ref(nums['kernel_us'])}); "
+            + "; ".join(f"{k}: {v}" for k, v in info.items()) + _ampere_on(d.props_of(main), info))
+    headline = f"one fused kernel: {info['library'].split(' (')[0]}" + "".join(
+        f", {info[key].split(' ')[0]}" for key in ("arch", "mma") if key in info)
+    return finding("fusion", d, [variant], text, nums, [{"kind": "kernel", "name": main["kernel"]}], headline=headline)
+
+
+def _ampere_on(props: dict, info: dict) -> str:
+    """'; built for Ampere, running on this smXY GPU ...' for a kernel built for sm8x where the GPU is known."""
+    major, minor = props.get("computeMajor"), props.get("computeMinor")
+    if not major or not info.get("arch", "").startswith("sm8"):
+        return ""
+    return f"; built for Ampere, running on this sm{major}{minor} GPU without Hopper's wgmma/TMA"
 
 
 def rule_occupancy(d: RunData) -> list[dict]:

@@ -38,23 +38,24 @@ def rule_trace_quality(d: RunData) -> list[dict]:
     """Defects of a trace the completeness rule found (attnprof.analysis.tables.assess_forwards):
     forwards that lost GPU events or have impossible GPU times, forwards missing from the
     trace, and complete forwards that launched different work (with each group's counts)."""
-    out = []
-    for _, row in d.summary.iterrows():
-        note = row.get("trace_note")
-        if row["status"] != "ok" or not isinstance(note, str) or not note:
-            continue
-        v = row["variant"]
-        nums = {c: ref_summary(d, v, c) for c in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
-                                                  "bad_time_events")}
-        groups = json.loads(row["forward_groups"]) if isinstance(row.get("forward_groups"), str) and row["forward_groups"] else []
-        differ = len(groups) > 1
-        headline = (f"forwards differ: {' / '.join(str(g['kernels']) for g in groups)} kernels" if differ
-                    else f"{fmt_ref(nums['forwards_complete'])} of {fmt_ref(nums['forwards_expected'])} forwards complete"
-                    if nums["forwards_complete"]["value"] != nums["forwards_expected"]["value"]
-                    else f"{fmt_ref(nums['bad_time_events'])} GPU events with impossible times")
-        out.append(finding("trace_quality", d, [v], f"{v}: {note}", nums, [{"kind": "metric", "name": "forwards_complete"}],
-                           kind="warning", headline=headline))
-    return out
+    noted = [row for _, row in d.summary.iterrows() if row["status"] == "ok" and isinstance(row.get("trace_note"), str)
+             and row["trace_note"]]
+    return [_trace_quality_of(d, row) for row in noted]
+
+
+def _trace_quality_of(d: RunData, row) -> dict:
+    v = row["variant"]
+    nums = {c: ref_summary(d, v, c) for c in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
+                                              "bad_time_events")}
+    groups = json.loads(row["forward_groups"]) if isinstance(row.get("forward_groups"), str) and row["forward_groups"] else []
+    if len(groups) > 1:
+        headline = f"forwards differ: {' / '.join(str(g['kernels']) for g in groups)} kernels"
+    elif nums["forwards_complete"]["value"] != nums["forwards_expected"]["value"]:
+        headline = f"{fmt_ref(nums['forwards_complete'])} of {fmt_ref(nums['forwards_expected'])} forwards complete"
+    else:
+        headline = f"{fmt_ref(nums['bad_time_events'])} GPU events with impossible times"
+    return finding("trace_quality", d, [v], f"{v}: {row['trace_note']}", nums, [{"kind": "metric", "name": "forwards_complete"}],
+                   kind="warning", headline=headline)
 
 
 def rule_correctness(d: RunData) -> list[dict]:
