@@ -372,7 +372,7 @@ def pair_context(pair: dict, noise_floor: float) -> dict:
     rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
     changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
     threshold = pair.get("threshold", noise_floor)
-    dispatch = [{**d, "variant": _dispatcher_of(d)} for d in pair.get("dispatch") or []]
+    dispatch = _dispatches(pair)
     return {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
             "dispatch_changed": [d for d in dispatch if d.get("a") != d.get("b")],
             "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
@@ -409,6 +409,12 @@ def _extra(row: dict) -> bool:
 #: A dispatch finding's statement (attnprof.findings.rules.kernels): '<dispatcher> dispatched to <backend>: same
 #: kernels as <variant>'.
 _DISPATCHED = re.compile(r"^(?P<dispatcher>\S+) dispatched to \S+: same .*? as (?P<target>\S+?)(?:;|$)")
+
+
+def _dispatches(pair: dict) -> list[dict]:
+    """A pair's dispatch entries (compare.json: what a dispatcher ran at each shape in either set), each with the
+    dispatcher it is about (``variant``)."""
+    return [{**d, "variant": _dispatcher_of(d)} for d in pair.get("dispatch") or []]
 
 
 def _dispatcher_of(entry: dict) -> str:
@@ -1116,8 +1122,7 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, u
     """The small print under page 1's findings: on which GPUs (a run on several alike ones, :func:`gpu_note`; GPUs of
     different kinds are a finding of page 1 instead), what a time and its rerun interval are, and whether every trace
     was complete."""
-    used = used or []  # gpus_used
-    notes = [gpu_note(used)] if len(used) > 1 and not differing_kinds(used) else []
+    notes = _alike_gpus(used or [])  # gpus_used
     if has_run_interval(summary):
         n = int(summary["repeats"].max())
         notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "
@@ -1130,6 +1135,12 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, u
     notes.append(f"{len(warned)} captures have an incomplete trace or a missing check (named in each variant's row)." if warned
                  else "Every capture's trace was complete.")
     return notes
+
+
+def _alike_gpus(used: list[dict]) -> list[str]:
+    """The small print's note on a run captured on several GPUs of one kind ([] for one GPU, or GPUs of different
+    kinds, which page 1 states among its findings)."""
+    return [gpu_note(used)] if len(used) > 1 and not differing_kinds(used) else []
 
 
 def expectations_words(checks: list[dict]) -> str:
