@@ -172,28 +172,37 @@ class Shape:
     causal_alignment: str | None = None
 
     def __post_init__(self):
+        self._check_values()
+        self._normalise()
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads} (grouped-query attention "
+                             "shares each key/value head among heads / kv_heads query heads)")
+        if self.causal_alignment == "lower_right" and self.q_len > self.seq_len:
+            raise ValueError(f"q_len {self.q_len} > kv_len {self.seq_len} with a lower-right causal mask: the first "
+                             f"{self.q_len - self.seq_len} query rows would see no key")
+
+    def _check_values(self) -> None:
+        """Each size an integer >= 1 (kv_heads and q_len: or None), a known dtype and causal alignment."""
         for name in ("batch", "heads", "seq_len", "head_dim", "kv_heads", "q_len"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} {value!r}: must be an integer >= 1")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.causal_alignment not in (None, *CAUSAL_ALIGNMENTS):
+            raise ValueError(f"causal_alignment {self.causal_alignment!r}: expected one of {', '.join(CAUSAL_ALIGNMENTS)}")
+
+    def _normalise(self) -> None:
+        """kv_heads equal to heads and q_len equal to seq_len become None; the alignment is kept only where it
+        matters (causal, q_len != kv_len), the first of CAUSAL_ALIGNMENTS by default."""
         if self.kv_heads == self.heads:
             object.__setattr__(self, "kv_heads", None)
         if self.q_len == self.seq_len:
             object.__setattr__(self, "q_len", None)
-        if self.causal_alignment is not None and self.causal_alignment not in CAUSAL_ALIGNMENTS:
-            raise ValueError(f"causal_alignment {self.causal_alignment!r}: expected one of {', '.join(CAUSAL_ALIGNMENTS)}")
         if not self.causal or self.q_len is None:
             object.__setattr__(self, "causal_alignment", None)
         elif self.causal_alignment is None:
             object.__setattr__(self, "causal_alignment", CAUSAL_ALIGNMENTS[0])
-        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
-            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads} (grouped-query attention "
-                             "shares each key/value head among heads / kv_heads query heads)")
-        if self.causal_alignment == "lower_right" and self.q_len > self.seq_len:
-            raise ValueError(f"q_len {self.q_len} > kv_len {self.seq_len} with a lower-right causal mask: the first "
-                             f"{self.q_len - self.seq_len} query rows would see no key")
 
     @property
     def kv_len(self) -> int:
