@@ -118,10 +118,7 @@ def rule_mask(d: RunData) -> list[dict]:
 
 def rule_extra_ops(d: RunData) -> list[dict]:
     """aten ops the math path runs that the naive in-place path does not (e.g. _safe_softmax)."""
-    if not (d.ok(SDPA_MATH) and d.ok(NAIVE_INPLACE)):
-        return []
-    base = set(d.ops_of(NAIVE_INPLACE)["op"])
-    extra = [o for o in d.ops_of(SDPA_MATH)["op"] if o not in base]
+    extra = _extra_ops(d)
     if not extra:
         return []
     nums = {o: ref_op(d, SDPA_MATH, o) for o in extra}
@@ -130,6 +127,14 @@ def rule_extra_ops(d: RunData) -> list[dict]:
     return [finding("extra_ops", d, [SDPA_MATH], f"{SDPA_MATH} runs ops that {NAIVE_INPLACE} does not: {listing} (per forward)",
                     nums, [{"kind": "op", "name": o} for o in extra],
                     headline=f"{len(extra)} extra ops" + (f", incl. {', '.join(named)}" if named else ""))]
+
+
+def _extra_ops(d: RunData) -> list[str]:
+    """The ops of sdpa_math's forward that naive_inplace's does not run; [] unless both ran."""
+    if not (d.ok(SDPA_MATH) and d.ok(NAIVE_INPLACE)):
+        return []
+    base = set(d.ops_of(NAIVE_INPLACE)["op"])
+    return [o for o in d.ops_of(SDPA_MATH)["op"] if o not in base]
 
 
 def rule_memset(d: RunData) -> list[dict]:
