@@ -41,3 +41,9 @@ with script_log(sm.log[0]) as log:
     for s in shapes:
         print(f"{s['shape_key']}: {len(s['findings'])} findings, {len(s['expectations'])} expectation checks, "
               f"{len(s['counters'])} hardware-counter rows", file=log)
+    import sys
+    from attnprof.findings.ranking import wrong_result_warnings
+
+    for line in wrong_result_warnings(shapes):  # on the terminal (stderr, which the log does not take) and in the log
+        print(f"attnprof findings: {line}", file=sys.__stderr__)
+        print(line, file=log)

@@ -154,15 +154,34 @@ def _cpu_rows(times: dict) -> RunData:
 def test_fastest_is_named_only_outside_the_spread():
     from attnprof.findings import rule_speed
 
-    # flash's median is lower, but its slowest forward (12) is slower than auto's fastest (9.5): a tie
-    tie = [f for f in rule_speed(_cpu_rows({"sdpa_flash": (9.7, 9.3, 12.0, 9.2), "sdpa_auto": (10.1, 9.5, 10.4, 8.2)}))]
-    assert tie[-1]["headline"] == "ties with sdpa_auto for fastest" and tie[-1]["kind"] == "warning"
+    # flash's median is lower, but its slowest forward (12) is slower than cudnn's fastest (9.5): a tie
+    tie = [f for f in rule_speed(_cpu_rows({"sdpa_flash": (9.7, 9.3, 12.0, 9.2), "sdpa_cudnn": (10.1, 9.5, 10.4, 8.2)}))]
+    assert tie[-1]["headline"] == "ties with sdpa_cudnn for fastest" and tie[-1]["kind"] == "warning"
+    assert tie[-1]["ranking"]["tied"] == ["sdpa_flash", "sdpa_cudnn"] and not tie[-1]["ranking"]["clear"]
     # the same medians with narrow ranges: flash is fastest
-    clear = rule_speed(_cpu_rows({"sdpa_flash": (9.7, 9.6, 9.8, 9.2), "sdpa_auto": (10.1, 10.0, 10.4, 10.2)}))
+    clear = rule_speed(_cpu_rows({"sdpa_flash": (9.7, 9.6, 9.8, 9.2), "sdpa_cudnn": (10.1, 10.0, 10.4, 10.2)}))
     assert clear[-1]["headline"] == "fastest variant" and clear[-1]["variants"] == ["sdpa_flash"]
-    # and the other way round when auto's numbers are the lower ones
-    flipped = rule_speed(_cpu_rows({"sdpa_flash": (10.1, 10.0, 10.4, 10.2), "sdpa_auto": (9.7, 9.6, 9.8, 9.2)}))
-    assert flipped[-1]["variants"] == ["sdpa_auto"]
+    # and the other way round when cudnn's numbers are the lower ones
+    flipped = rule_speed(_cpu_rows({"sdpa_flash": (10.1, 10.0, 10.4, 10.2), "sdpa_cudnn": (9.7, 9.6, 9.8, 9.2)}))
+    assert flipped[-1]["variants"] == ["sdpa_cudnn"]
+
+
+def test_a_dispatcher_and_a_wrong_result_are_never_ranked():
+    from attnprof.findings import rule_fidelity, rule_speed
+
+    # sdpa_auto (a dispatcher) and a wrong sdpa_math are the fastest by median and overlap flash: neither is ranked,
+    # so flash is the fastest outside the spread; with them it would tie
+    d = _cpu_rows({"sdpa_auto": (9.0, 8.9, 9.8, 9.0), "sdpa_math": (8.0, 7.9, 9.7, 8.0), "sdpa_flash": (9.7, 9.6, 9.8, 9.2),
+                   "naive": (20.0, 19.0, 21.0, 20.0)})
+    d.summary.loc[d.summary["variant"] == "sdpa_math", ["rel_error", "rel_error_ok"]] = [0.5, False]
+    ranking = rule_speed(d)[-1]
+    assert ranking["variants"] == ["sdpa_flash"] and ranking["headline"] == "fastest variant"
+    assert ranking["ranking"]["order"] == ["sdpa_flash", "naive"]
+    assert set(ranking["ranking"]["left_out"]) == {"sdpa_auto", "sdpa_math"}
+    assert "wrong result" in ranking["ranking"]["left_out"]["sdpa_math"] and "sdpa_math (wrong result" in ranking["statement"]
+    # no adjacent-pair ranking of the fidelity rule names either
+    pairs = [f for f in rule_fidelity(d) if len(f["variants"]) == 2]
+    assert all(not {"sdpa_auto", "sdpa_math"} & set(f["variants"]) for f in pairs)
 
 
 def test_ratio_that_the_independent_timing_contradicts_is_not_a_finding():

@@ -78,9 +78,10 @@ def test_one_registration_carries_a_variants_backend_description_compile_flag_an
 
 def test_the_variants_the_findings_single_out_come_from_the_list():
     from attnprof.findings import FUSED, PINNED
-    from attnprof.findings.data import NAIVE, NAIVE_INPLACE, SDPA_AUTO, SDPA_MATH
+    from attnprof.findings.data import NAIVE, NAIVE_INPLACE, SDPA_MATH
+    from attnprof.model.variants import DISPATCHERS
 
-    assert {NAIVE, NAIVE_INPLACE, SDPA_MATH, SDPA_AUTO} <= set(VARIANTS)
+    assert {NAIVE, NAIVE_INPLACE, SDPA_MATH, *DISPATCHERS} <= set(VARIANTS)
     assert PINNED == tuple(v for v, backend in VARIANTS.items() if backend)
     assert set(FUSED) == set(PINNED) - {SDPA_MATH}
 

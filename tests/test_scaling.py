@@ -65,9 +65,9 @@ def test_fidelity_finding_on_h200_fixtures(h200_data):
     assert set(per_variant) == {"naive", "naive_inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto"}
     flash = per_variant["sdpa_flash"]["numbers"]
     assert flash["timed_over_trace"]["value"] == pytest.approx(flash["timed_ms"]["value"] / flash["trace_ms"]["value"])
-    # sdpa_auto and sdpa_cudnn run the same cuDNN kernel: their order is not a ranking
+    # sdpa_auto dispatches to sdpa_cudnn's kernel: a dispatcher is in no ranking, so in no pair whose order is judged
     pairs = [set(f["variants"]) for f in found if len(f["variants"]) == 2]
-    assert {"sdpa_auto", "sdpa_cudnn"} in pairs
+    assert all("sdpa_auto" not in p for p in pairs)
     json.dumps(found)
 
 

@@ -40,7 +40,7 @@ SUMMARY_COLUMNS = [
     "graph_ms_median", "graph_ms_q1", "graph_ms_q3", "graph_ms_min", "graph_ms_max", "graph_error",
     "forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed", "incomplete_forwards",
     "bad_time_events", "forward_groups", "trace_note",
-    "rel_error", "rel_error_ok", "checks_missing", "peak_memory_mb", "held_memory_mb", "forward_memory_mb",
+    "rel_error", "rel_error_ok", "result_note", "checks_missing", "peak_memory_mb", "held_memory_mb", "forward_memory_mb",
     "forward_gflop", "flop_per_byte", "tflops", "tflops_graph", "oom_bytes", "reason",
     "compile_first_call_s", "compile_cache",
 ]
@@ -755,6 +755,17 @@ def _forward_statistics(row: dict, forwards: pd.DataFrame, verdict: dict, gpu: b
         row["tflops_graph"] = row["forward_gflop"] / row["graph_ms_median"]
 
 
+def result_note(status: dict) -> str:
+    """summary.csv ``result_note``: what a capture's float64 check says of its result, in words, when it failed
+    (``rel_error_ok`` false: a wrong result, left out of every ranking; attnprof.findings.ranking); '' otherwise."""
+    if status.get("rel_error_ok") is not False:
+        return ""
+    error = status.get("rel_error")
+    shown = f"{error:.3g}" if isinstance(error, int | float) else "not recorded"
+    return (f"wrong result: relative error {shown} against the float64 reference, above the {status.get('dtype')} "
+            "tolerance; left out of every ranking")
+
+
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:
     """One summary.csv row from a capture's status record and its forward table.
 
@@ -786,6 +797,7 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         # the GPU the capture ran on (its job's, as nvidia-smi names it: attnprof.measure.gpus); repeats.csv
         **{col: (status.get("gpu") or {}).get(col.removeprefix("gpu_")) for col in CAPTURE_ONLY_COLUMNS},
         "rel_error": status.get("rel_error"), "rel_error_ok": status.get("rel_error_ok"),
+        "result_note": result_note(status),
         "checks_missing": "; ".join(status.get("checks_missing") or []),
         **_memory_columns(status),
         "reason": status.get("reason", ""),

@@ -92,22 +92,23 @@ def counter_findings(variant: str, counters: pd.DataFrame, kernels: pd.DataFrame
     if status is not None and status.get("status") != "ok":
         return [{"rule": "counters", "variant": variant, "status": status.get("status"),
                  "text": f"{variant}: no hardware counters ({status.get('status')}: {status.get('reason')})"}]
-    out = []
-    for c, t in match_kernels(counters, kernels):
-        label = kernel_label(str(c["kernel"] if t is None else t["kernel"])).lstrip(":")
-        f = {"rule": "counters", "variant": variant, "kernel": str(c["kernel"]), "label": label,
-             "grid": c.get("grid"), "block": c.get("block"),
-             "launch_api": None if t is None else t.get("launch_api"),
-             "trace_est_occupancy_pct": None if t is None else _num(t.get("est_occupancy_pct")),
-             "launch_limit_pct": None if t is None else _launch_limit(t, devices or []),
-             **{m: _num(c.get(m)) for m in MEASURED}}
-        # the trace says 0 % but ncu saw warps active: the trace's estimate is wrong here. Seen for
-        # cuLaunchKernelEx launches (cuDNN, cuBLAS nvjet; Kineto computes no estimate for them) and
-        # for FlexAttention's Triton kernel launched with cuLaunchKernel (H200, torch 2.11)
-        f["artefact"] = bool(f["trace_est_occupancy_pct"] == 0 and (f["achieved_occupancy_pct"] or 0) > 0)
-        f["text"] = _text(f, t is None)
-        out.append(f)
-    return out
+    return [_counter_finding(variant, c, t, devices or []) for c, t in match_kernels(counters, kernels)]
+
+
+def _counter_finding(variant: str, c, t, devices: list[dict]) -> dict:
+    """One measured kernel ``c`` (ncu's row) beside its trace row ``t`` (None: not in the trace's kernel table)."""
+    trace = {} if t is None else {"launch_api": t.get("launch_api"), "trace_est_occupancy_pct": _num(t.get("est_occupancy_pct")),
+                                  "launch_limit_pct": _launch_limit(t, devices)}
+    f = {"rule": "counters", "variant": variant, "kernel": str(c["kernel"]),
+         "label": kernel_label(str(c["kernel"] if t is None else t["kernel"])).lstrip(":"),
+         "grid": c.get("grid"), "block": c.get("block"), "launch_api": None, "trace_est_occupancy_pct": None,
+         "launch_limit_pct": None, **trace, **{m: _num(c.get(m)) for m in MEASURED}}
+    # the trace says 0 % but ncu saw warps active: the trace's estimate is wrong here. Seen for
+    # cuLaunchKernelEx launches (cuDNN, cuBLAS nvjet; Kineto computes no estimate for them) and
+    # for FlexAttention's Triton kernel launched with cuLaunchKernel (H200, torch 2.11)
+    f["artefact"] = bool(f["trace_est_occupancy_pct"] == 0 and (f["achieved_occupancy_pct"] or 0) > 0)
+    f["text"] = _text(f, t is None)
+    return f
 
 
 def _pct(v) -> str:

@@ -27,8 +27,9 @@ def _built_in(*names: str) -> tuple[str, ...]:
 
 
 #: The built-in variants the rules compare by name: the study's naive pair (out-of-place and
-#: in-place masked_fill), the math backend set against naive_inplace, and sdpa_auto's dispatch.
-NAIVE, NAIVE_INPLACE, SDPA_MATH, SDPA_AUTO = _built_in("naive", "naive_inplace", "sdpa_math", "sdpa_auto")
+#: in-place masked_fill) and the math backend set against naive_inplace (dispatchers: a property of the variant,
+#: attnprof.model.variants.DISPATCHERS).
+NAIVE, NAIVE_INPLACE, SDPA_MATH = _built_in("naive", "naive_inplace", "sdpa_math")
 #: Variants that pin an SDPA backend (their VARIANTS value, an SDPBackend member name), in VARIANTS' order.
 PINNED = tuple(v for v, backend in VARIANTS.items() if backend)
 #: The pinned backends that compute attention in one fused kernel: all but MATH.

@@ -54,27 +54,33 @@ def verdict(observed: dict, expected, how: str, tol: float | None) -> tuple[str,
     holds only when the expected variant is fastest and tied with none. Other metrics (counts)
     compare their value alone. why: '' or the words for a verdict within noise."""
     spread, tied = observed.get("spread"), observed.get("tied")
-    if "spread" in observed and spread is None and how in ("gt", "approx", "within"):
+    ends = how in ("gt", "approx", "within")  # an interval comparison: the ends of a spread decide
+    if "spread" in observed and spread is None and ends:
         return WITHIN_NOISE, (f"observed {observed['value']:.4g}, but the per-forward min-max range of its inputs is not "
                               "recorded, so this run cannot tell it from noise")
-    same = _compare(observed["value"], expected, how, tol)
     if tied is not None and expected in tied and len(tied) > 1:
         return WITHIN_NOISE, (f"{', '.join(tied)}: their {observed.get('ranges', 'per-forward ranges')} overlap (or one is not recorded), "
                               "so this run cannot rank them")
-    if spread and how in ("gt", "approx", "within"):
-        lo, hi = spread["low"]["value"], spread["high"]["value"]
-        at_lo, at_hi = _compare(lo, expected, how, tol), _compare(hi, expected, how, tol)
-        straddles = how != "gt" and lo <= expected <= hi
-        if at_lo != at_hi or (not at_lo and straddles):
-            names = [i.get("variant") for i in observed.get("inputs", []) if i.get("variant")]
-            op = {"difference": " minus ", "ratio": " over "}.get(observed.get("formula"), ", ")
-            of = f" ({op.join(names)})" if len(names) == 2 else ""
-            how_ends = ("the range reaches both sides of the expected value" if at_lo == at_hi
-                        else "the claim holds at one end and not at the other")
-            return WITHIN_NOISE, (f"observed {observed['value']:.4g}{of}, but {lo:.4g} to {hi:.4g} over the "
-                                  f"{spread.get('ranges', 'per-forward ranges')}: {how_ends}")
-        same = at_lo
-    return ("same" if same else "different"), ""
+    if spread and ends:
+        return _at_the_ends(observed, expected, how, tol)
+    return ("same" if _compare(observed["value"], expected, how, tol) else "different"), ""
+
+
+def _at_the_ends(observed: dict, expected, how: str, tol: float | None) -> tuple[str, str]:
+    """:func:`verdict` of a metric with a spread: the claim at both ends of it."""
+    spread = observed["spread"]
+    lo, hi = spread["low"]["value"], spread["high"]["value"]
+    at_lo, at_hi = _compare(lo, expected, how, tol), _compare(hi, expected, how, tol)
+    straddles = how != "gt" and lo <= expected <= hi
+    if at_lo == at_hi and (at_lo or not straddles):
+        return ("same" if at_lo else "different"), ""
+    names = [i.get("variant") for i in observed.get("inputs", []) if i.get("variant")]
+    op = {"difference": " minus ", "ratio": " over "}.get(observed.get("formula"), ", ")
+    of = f" ({op.join(names)})" if len(names) == 2 else ""
+    how_ends = ("the range reaches both sides of the expected value" if at_lo == at_hi
+                else "the claim holds at one end and not at the other")
+    return WITHIN_NOISE, (f"observed {observed['value']:.4g}{of}, but {lo:.4g} to {hi:.4g} over the "
+                          f"{spread.get('ranges', 'per-forward ranges')}: {how_ends}")
 
 
 def expectation_problems(doc: dict, variants: Iterable[str] = ()) -> list[str]:
@@ -85,31 +91,48 @@ def expectation_problems(doc: dict, variants: Iterable[str] = ()) -> list[str]:
     neither built in (:data:`attnprof.model.variants.VARIANTS`) nor in ``variants`` (a run's own)."""
     from attnprof.model.variants import VARIANTS
 
-    known_variants = set(VARIANTS) | set(variants)
+    known = set(VARIANTS) | set(variants)
+    return [p for i, e in enumerate(doc.get("expectations") or []) for p in _problems_of(e, f"expectation {e.get('id', i)!r}", known)]
+
+
+def _problems_of(e: dict, where: str, known: set[str]) -> list[str]:
+    """What is wrong with one expectation ``e`` (:func:`expectation_problems`); ``known``: the variants it may name."""
     problems = []
-    for i, e in enumerate(doc.get("expectations") or []):
-        where = f"expectation {e.get('id', i)!r}"
-        if e.get("metric") not in METRICS:
-            problems.append(f"{where} names metric {e.get('metric')!r}, which attnprof.findings.METRICS does not define "
-                            f"(known: {', '.join(METRICS)})")
-        if e.get("compare") not in COMPARES:
-            problems.append(f"{where} names compare {e.get('compare')!r} (known: {', '.join(COMPARES)})")
-        elif e["compare"] in TOLERANT and e.get("tolerance") is None:
-            problems.append(f"{where}: compare {e['compare']!r} needs a tolerance")
-        elif e["compare"] in TOLERANT and not (isinstance(e["tolerance"], int | float) and e["tolerance"] >= 0):
-            problems.append(f"{where}: tolerance {e['tolerance']!r} is not a number >= 0")
-        if e.get("compare") == "approx" and e.get("expected") == 0:
-            problems.append(f"{where}: compare 'approx' is relative to expected, which is 0 (use 'within')")
-        if e.get("metric") == RANKING and e.get("expected") not in (e.get("variants") or []):
-            problems.append(f"{where}: expected {e.get('expected')!r} is not one of its variants {e.get('variants')}")
-        if not e.get("variants"):
-            problems.append(f"{where} names no variants")
-        unknown = [v for v in e.get("variants") or [] if v not in known_variants]
-        if unknown:
-            problems.append(f"{where} names variants {unknown}, which are neither built in nor in this run")
-        rules = [r for r in e.get("explained_by") or [] if r not in RULE_NAMES]
-        if rules:
-            problems.append(f"{where} is explained_by rules {rules}, which no finding rule has (known: {', '.join(RULE_NAMES)})")
+    if e.get("metric") not in METRICS:
+        problems.append(f"{where} names metric {e.get('metric')!r}, which attnprof.findings.METRICS does not define "
+                        f"(known: {', '.join(METRICS)})")
+    problems += _compare_problems(e, where) + _variant_problems(e, where, known)
+    rules = [r for r in e.get("explained_by") or [] if r not in RULE_NAMES]
+    if rules:
+        problems.append(f"{where} is explained_by rules {rules}, which no finding rule has (known: {', '.join(RULE_NAMES)})")
+    return problems
+
+
+def _variant_problems(e: dict, where: str, known: set[str]) -> list[str]:
+    """An expectation that names no variants, variants not ``known``, or a ranking whose expected is none of them."""
+    vs = e.get("variants") or []
+    problems = [f"{where}: expected {e.get('expected')!r} is not one of its variants {e.get('variants')}"
+                ] if e.get("metric") == RANKING and e.get("expected") not in vs else []
+    if not vs:
+        problems.append(f"{where} names no variants")
+    unknown = [v for v in vs if v not in known]
+    if unknown:
+        problems.append(f"{where} names variants {unknown}, which are neither built in nor in this run")
+    return problems
+
+
+def _compare_problems(e: dict, where: str) -> list[str]:
+    """An expectation's ``compare`` that is unknown, lacks the tolerance it needs, or is relative to 0."""
+    how = e.get("compare")
+    if how not in COMPARES:
+        return [f"{where} names compare {how!r} (known: {', '.join(COMPARES)})"]
+    problems = []
+    if how in TOLERANT and e.get("tolerance") is None:
+        problems.append(f"{where}: compare {how!r} needs a tolerance")
+    elif how in TOLERANT and not (isinstance(e["tolerance"], int | float) and e["tolerance"] >= 0):
+        problems.append(f"{where}: tolerance {e['tolerance']!r} is not a number >= 0")
+    if how == "approx" and e.get("expected") == 0:
+        problems.append(f"{where}: compare 'approx' is relative to expected, which is 0 (use 'within')")
     return problems
 
 
@@ -131,30 +154,52 @@ def check_expectations(d: RunData, expectations: dict, findings: list[dict]) -> 
     measured variant is not in this run at all is left out. An expectation's own ``source`` and
     ``hardware`` replace the file's (claims from other documents than the study). Each check
     carries the observed reference and the statements of the findings that explain it."""
-    checks = []
-    for e in expectations["expectations"]:
-        vs = e["variants"]
-        check = {k: e.get(k) for k in ("id", "variants", "claim", "metric", "expected", "compare", "tolerance", "explained_by")}
-        if d.row(vs[0]) is None:  # not a variant of this run (config/beyond.yaml's are optional): no row at all
-            continue
-        check.update(shape_key=d.shape_key, source=e.get("source") or expectations.get("source"),
-                     hardware=e.get("hardware") or expectations.get("hardware"), own_source=bool(e.get("source")))
-        missing = [v for v in vs[:1] if not d.ok(v)]
-        if e["metric"] == RANKING and e["expected"] in vs and not d.ok(e["expected"]):
-            missing = missing or [e["expected"]]  # a ranking without the variant it names says nothing of it
-        if missing or not d.on_gpu:
-            why = f"{missing[0]} did not run" if missing else "CPU run: no GPU kernels to compare"
-            check.update(observed=None, verdict="not measured", explanation=why)
-            checks.append(check)
-            continue
-        obs = METRICS[e["metric"]](d, vs)
-        check["observed"] = obs
-        if obs.get("value") is None:
-            check.update(verdict="not measured", explanation="no value in this run's tables")
-        else:
-            check["verdict"], noise = verdict(obs, e["expected"], e["compare"], e.get("tolerance"))
-            related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
-            check["explanation"] = "; ".join([noise] * bool(noise) + [f"{f['variants'][0]}: {f['headline']}" for f in related[:4]])
-            check["explained_by_findings"] = [f["id"] for f in related]
-        checks.append(check)
-    return checks
+    # not a variant of this run (config/beyond.yaml's are optional): no row at all
+    return [_check(d, e, expectations, findings) for e in expectations["expectations"] if d.row(e["variants"][0]) is not None]
+
+
+def _check(d: RunData, e: dict, expectations: dict, findings: list[dict]) -> dict:
+    """One expectation checked at this shape (:func:`check_expectations`)."""
+    check = {k: e.get(k) for k in ("id", "variants", "claim", "metric", "expected", "compare", "tolerance", "explained_by")}
+    check.update(shape_key=d.shape_key, source=e.get("source") or expectations.get("source"),
+                 hardware=e.get("hardware") or expectations.get("hardware"), own_source=bool(e.get("source")))
+    why = _unmeasured(d, e)
+    if why:
+        return {**check, "observed": None, "verdict": "not measured", "explanation": why}
+    return {**check, **_observed(d, e, findings)}
+
+
+def _unmeasured(d: RunData, e: dict) -> str:
+    """Why an expectation cannot be measured here ('' when it can): its measured variant (or, for a ranking, the
+    variant it names) did not run, or a CPU run for a claim on GPU kernels."""
+    vs = e["variants"]
+    missing = [v for v in vs[:1] if not d.ok(v)]
+    if e["metric"] == RANKING and e["expected"] in vs and not d.ok(e["expected"]):
+        missing = missing or [e["expected"]]  # a ranking without the variant it names says nothing of it
+    if missing:
+        return f"{missing[0]} did not run"
+    return "" if d.on_gpu else "CPU run: no GPU kernels to compare"
+
+
+def _observed(d: RunData, e: dict, findings: list[dict]) -> dict:
+    """An expectation's ``observed`` reference, ``verdict`` and ``explanation`` on a shape whose measured variant ran.
+    A metric with no value (a ranking with fewer than two of its variants ranked, a variant of a ratio that is not in
+    this result set: a run of some of the variants) is 'not measured' (:func:`_no_value`)."""
+    vs = e["variants"]
+    obs = METRICS[e["metric"]](d, vs)
+    if obs.get("value") is None:
+        return _no_value(d, vs, obs)
+    out = {"observed": obs}
+    out["verdict"], noise = verdict(obs, e["expected"], e["compare"], e.get("tolerance"))
+    related = [f for f in findings if f["rule"] in e.get("explained_by", []) and set(f["variants"]) & set(vs)]
+    out["explanation"] = "; ".join([noise] * bool(noise) + [f"{f['variants'][0]}: {f['headline']}" for f in related[:4]])
+    out["explained_by_findings"] = [f["id"] for f in related]
+    return out
+
+
+def _no_value(d: RunData, vs: list[str], obs: dict) -> dict:
+    """'not measured', saying which variants the result set lacks; the observed reference kept only where it names
+    its cell or formula (findings.schema.json)."""
+    absent = [v for v in vs if d.row(v) is None]
+    why = f"{', '.join(absent)} not in this result set" if absent else "no value in this run's tables"
+    return {"observed": obs if ("table" in obs or "formula" in obs) else None, "verdict": "not measured", "explanation": why}

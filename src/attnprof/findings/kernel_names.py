@@ -108,54 +108,75 @@ def decode_kernel_name(name: str) -> dict:
     Tile, dtype and architecture are then read from the family's documented name layout."""
     fn = short_kernel_name(name)
     base = fn.split("::")[-1].lower()
-    info: dict = {}
-    if fn.startswith("triton_tem_fused_flex_attention"):
-        info = {"library": "FlexAttention (Triton template, torch.compile)"}
-        if "backward" in fn:
-            info["pass"] = "backward"
-        return info
-    if fn.startswith("cudnn::fusion::") and ("dot_do_o" in base or "convert_dq" in base):
-        # cuDNN's backward helpers: D = rowsum(dO * O) before the main kernel, dQ from fp32 to 16 bits after it
-        return {"library": "cuDNN", "pass": "backward", "role": "preprocess" if "dot_do_o" in base else "postprocess"}
-    if base.startswith("flash_bwd") and fn.startswith("pytorch_flash::"):
-        # FlashAttention-2's backward (Dao 2023, Algorithm 2): D = rowsum(dO * O) first, the dQ/dK/dV
-        # loop, then dQ converted from its fp32 accumulator
-        role = "preprocess" if "dot_do_o" in base else "postprocess" if "convert_dq" in base else "main"
-        return {"library": "FlashAttention-2 (PyTorch's pytorch_flash)", "pass": "backward", "role": role,
-                "mma": "mma.sync (SM80 instructions)"}
-    if base.startswith("flash_fwd") and fn.startswith("pytorch_flash::"):
-        info["library"] = "FlashAttention-2 (PyTorch's pytorch_flash)"
-        m = re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+)", name)
-        if m:
-            info.update(head_dim=int(m.group(1)), tile=f"{m.group(2)}x{m.group(3)}", warps=int(m.group(4)))
-        info["mma"] = "mma.sync (SM80 instructions)"
-        info["arch"] = "sm80 code path (runs on sm90 without wgmma/TMA)"
-        m = re.search(r"cutlass::(bfloat16_t|half_t)", name)
-    elif base.startswith("fmha_cutlass"):
-        info["library"] = "memory-efficient attention (xFormers kernels on CUTLASS)"
-        if base.startswith("fmha_cutlassb"):  # cutlassF: forward, cutlassB: backward
-            info["pass"] = "backward"
-        m = re.search(r"aligned_(\d+x\d+)", base)
-        if m:
-            info["tile"] = m.group(1)
-        info["mma"] = "mma.sync (SM80 instructions)"
-        m = re.search(r"_(bf16|f16|f32)_", base)
-    elif base.startswith("cudnn_generated"):
-        info["library"] = "cuDNN (runtime-generated kernel)"
-        if "_bprop_" in base:  # fprop: forward, bprop: backward
-            info["pass"] = "backward"
-        m = re.search(r"knob_\d+_(\d+x\d+x\d+)", base)
-        if m:
-            info["tile"] = m.group(1)
-        m = re.search(r"_(wgmma|wmma|hmma|mma)_", base)
-        if m:
-            info["mma"] = m.group(1)
-        m = re.search(r"_(bf16|f16|f32)_", base)
-    else:
-        return {"library": "unknown"}
+    decode = next((decode for fits, decode in _FAMILIES if fits(fn, base)), None)
+    return decode(name, fn, base) if decode else {"library": "unknown"}
+
+
+def _flex(name: str, fn: str, base: str) -> dict:
+    return {"library": "FlexAttention (Triton template, torch.compile)", **({"pass": "backward"} if "backward" in fn else {})}
+
+
+def _cudnn_helper(name: str, fn: str, base: str) -> dict:
+    # cuDNN's backward helpers: D = rowsum(dO * O) before the main kernel, dQ from fp32 to 16 bits after it
+    return {"library": "cuDNN", "pass": "backward", "role": "preprocess" if "dot_do_o" in base else "postprocess"}
+
+
+def _flash_backward(name: str, fn: str, base: str) -> dict:
+    # FlashAttention-2's backward (Dao 2023, Algorithm 2): D = rowsum(dO * O) first, the dQ/dK/dV loop, then dQ
+    # converted from its fp32 accumulator
+    role = "preprocess" if "dot_do_o" in base else "postprocess" if "convert_dq" in base else "main"
+    return {"library": "FlashAttention-2 (PyTorch's pytorch_flash)", "pass": "backward", "role": role,
+            "mma": "mma.sync (SM80 instructions)"}
+
+
+def _flash_forward(name: str, fn: str, base: str) -> dict:
+    info: dict = {"library": "FlashAttention-2 (PyTorch's pytorch_flash)"}
+    m = re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+)", name)
     if m:
-        info["dtype"] = {"bfloat16_t": "bf16", "half_t": "fp16", "f16": "fp16/bf16 (f16 family)"}.get(m.group(1), m.group(1))
+        info.update(head_dim=int(m.group(1)), tile=f"{m.group(2)}x{m.group(3)}", warps=int(m.group(4)))
+    info.update(mma="mma.sync (SM80 instructions)", arch="sm80 code path (runs on sm90 without wgmma/TMA)")
+    return _dtype_and_arch(info, re.search(r"cutlass::(bfloat16_t|half_t)", name), base)
+
+
+def _cutlass(name: str, fn: str, base: str) -> dict:
+    info: dict = {"library": "memory-efficient attention (xFormers kernels on CUTLASS)"}
+    if base.startswith("fmha_cutlassb"):  # cutlassF: forward, cutlassB: backward
+        info["pass"] = "backward"
+    info.update(_found(r"aligned_(\d+x\d+)", base, "tile"), mma="mma.sync (SM80 instructions)")
+    return _dtype_and_arch(info, re.search(r"_(bf16|f16|f32)_", base), base)
+
+
+def _cudnn_generated(name: str, fn: str, base: str) -> dict:
+    info: dict = {"library": "cuDNN (runtime-generated kernel)"}
+    if "_bprop_" in base:  # fprop: forward, bprop: backward
+        info["pass"] = "backward"
+    info.update(_found(r"knob_\d+_(\d+x\d+x\d+)", base, "tile"), **_found(r"_(wgmma|wmma|hmma|mma)_", base, "mma"))
+    return _dtype_and_arch(info, re.search(r"_(bf16|f16|f32)_", base), base)
+
+
+def _found(pattern: str, text: str, key: str) -> dict:
+    """{key: the pattern's first group} where it matches ``text``, else {}."""
+    m = re.search(pattern, text)
+    return {key: m.group(1)} if m else {}
+
+
+def _dtype_and_arch(info: dict, dtype, base: str) -> dict:
+    """``info`` with the dtype of a name's match ``dtype`` and the architecture its function name states (smXX)."""
+    if dtype:
+        info["dtype"] = {"bfloat16_t": "bf16", "half_t": "fp16", "f16": "fp16/bf16 (f16 family)"}.get(dtype.group(1), dtype.group(1))
     m = re.search(r"sm_?(\d{2,3})", base)
     if m:
         info["arch"] = f"sm{m.group(1)}"
     return info
+
+
+#: The fused-attention kernel families by their function name (``fn``, and ``base``: its last part, lower case), in
+#: the order they are tried, each with the decoder of its name layout.
+_FAMILIES = (
+    (lambda fn, base: fn.startswith("triton_tem_fused_flex_attention"), _flex),
+    (lambda fn, base: fn.startswith("cudnn::fusion::") and ("dot_do_o" in base or "convert_dq" in base), _cudnn_helper),
+    (lambda fn, base: base.startswith("flash_bwd") and fn.startswith("pytorch_flash::"), _flash_backward),
+    (lambda fn, base: base.startswith("flash_fwd") and fn.startswith("pytorch_flash::"), _flash_forward),
+    (lambda fn, base: base.startswith("fmha_cutlass"), _cutlass),
+    (lambda fn, base: base.startswith("cudnn_generated"), _cudnn_generated),
+)

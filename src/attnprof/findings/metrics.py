@@ -12,6 +12,7 @@ import pandas as pd
 
 from attnprof.findings.data import RunData
 from attnprof.findings.kernel_names import FP32_GEMM, MASK_KERNEL, matches
+from attnprof.findings.ranking import rank
 from attnprof.findings.refs import derived, ref_kernel, ref_op, ref_summary
 
 
@@ -74,20 +75,17 @@ def metric_device_ratio(d, vs):
 
 
 def metric_fastest_fused(d, vs):
-    """The variant of ``vs`` that ran with the least time per forward (median; device ms on a
-    GPU, host ms on a CPU). ``tied``: the variants whose per-forward min-max range overlaps the
-    fastest one's (the fastest included), i.e. the ones this run cannot rank against it."""
-    col, lo, hi, _ = d.time_columns()
-    ok = [v for v in vs if d.ok(v)]
-    if len(ok) < 2:  # nothing to rank against
+    """The variant of ``vs`` that ran with the least time per forward (median; device ms on a GPU, host ms on a CPU),
+    by the one ranking rule (attnprof.findings.ranking.rank: no wrong result, no dispatcher). ``tied``: the variants
+    whose interval overlaps the fastest one's (the fastest included), i.e. the ones this run cannot rank against it."""
+    r = rank(d.summary, d.shape_key, among=list(vs))
+    if len(r["order"]) < 2:  # nothing to rank against
         return {"value": None}
-    best = min(ok, key=lambda v: d.row(v)[col])
-    spreads = {v: (ref_summary(d, v, lo, "ms"), ref_summary(d, v, hi, "ms")) for v in ok}
-    b_lo, b_hi = (r["value"] for r in spreads[best])
-    tied = [v for v in ok if v == best or None in (b_lo, b_hi, spreads[v][0]["value"], spreads[v][1]["value"])
-            or (spreads[v][0]["value"] <= b_hi and b_lo <= spreads[v][1]["value"])]
-    return {"value": best, "unit": "", "formula": "argmin", "inputs": [ref_summary(d, v, col, "ms") for v in ok],
-            "tied": tied, "ranges": d.spread_words()["ranges"], "spread_inputs": [r for v in ok for r in spreads[v]]}
+    lo, hi = r["low_column"], r["high_column"]
+    ranked = [v for v in vs if v in r["order"]]  # in the expectation's order
+    return {"value": r["order"][0], "unit": "", "formula": "argmin", "inputs": [ref_summary(d, v, r["column"], "ms") for v in ranked],
+            "tied": [v for v in ranked if v in r["tied"]], "ranges": d.spread_words()["ranges"],
+            "spread_inputs": [ref_summary(d, v, c, "ms") for v in ranked for c in (lo, hi)]}
 
 
 def metric_main_occupancy(d, vs):

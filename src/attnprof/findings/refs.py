@@ -116,7 +116,30 @@ def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers:
     summary table's findings column (defaults to the statement)."""
     return {"id": f"{rule}/{'+'.join(variants)}/{d.shape_key}", "rule": rule, "shape_key": d.shape_key,
             "variants": variants, "kind": kind, "headline": headline or statement, "statement": statement,
-            "numbers": numbers, "evidence": evidence}
+            "numbers": numbers, "evidence": evidence, "cells": cells_of(numbers.values())}
+
+
+def _leaves(refs):
+    """The table references under ``refs``, through formulas, spreads and a ranking's inputs."""
+    for ref in refs:
+        if "table" in ref:
+            yield ref
+        for key in ("inputs", "spread_inputs"):
+            yield from _leaves(ref.get(key) or [])
+        spread = ref.get("spread") or {}
+        yield from _leaves([spread[k] for k in ("low", "high") if k in spread])
+
+
+def cells_of(refs) -> list[dict]:
+    """The cells a finding rests on, once each, in order: (table, variant, shape_key, pass, column) of every table
+    reference among ``refs``; ``pass`` is backward for a backward column or table, else forward."""
+    out = {}
+    for ref in _leaves(refs):
+        backward = "backward" in ref["column"] or ref["table"] == KERNELS_BACKWARD
+        cell = {"table": ref["table"], "variant": ref["variant"], "shape_key": ref["shape_key"],
+                "pass": "backward" if backward else "forward", "column": ref["column"]}
+        out.setdefault(tuple(cell.values()), cell)
+    return list(out.values())
 
 
 def lookup(ref: dict, tables: dict[str, pd.DataFrame]):

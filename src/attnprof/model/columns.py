@@ -203,6 +203,9 @@ declare(_S, "rel_error", "",
         "‖out − ref‖/‖ref‖ against a float64 reference computed in blocks (per batch, head and query block, so it fits "
         "beside any shape that profiled)", ReportHeader("rel. error", digits=2))
 declare(_S, "rel_error_ok", "", "`rel_error` within the dtype's tolerance (`config.tolerance`)")
+declare(_S, "result_note", "",
+        "when `rel_error_ok` is false: the wrong result in words (its relative error, the tolerance it is above), and "
+        "that it is left out of every ranking (page 1, the findings, the expectations); empty otherwise")
 declare(_S, "checks_missing", "",
         "checks after the profile that did not finish (`phase: reason`, e.g. `correctness: out_of_memory ...`); the "
         "trace and its tables stand")

@@ -37,6 +37,11 @@ class Variant:
       keyword arguments, as (name, value) pairs. attnprof.measure.forwards.make_forward calls
       ``builder(shape, device, **options)`` and holds ``sdpa_kernel(backend)`` around the calls when a
       backend is pinned; it names no variant.
+    * ``dispatcher``: it picks a backend rather than run a kernel of its own (SDPA with no backend pinned): a finding
+      says what it dispatched to, and no ranking sets it beside (or ahead of) the kernel it dispatched to
+      (:data:`DISPATCHERS`; attnprof.findings.ranking).
+    * ``uncompiled``: for a compiled variant, the built-in variant it compiles (naive_compiled: naive), which its
+      kernels and time are set against; None where there is none (flex_attention has no uncompiled twin).
 
     A variant of an existing kind is this one registration; a new kind is a builder in
     attnprof.measure.forwards plus its name in :data:`BUILDERS` (docs/contributing.md)."""
@@ -47,6 +52,8 @@ class Variant:
     devices: tuple[str, ...] = DEVICES
     builder: str = "sdpa"
     options: tuple[tuple[str, object], ...] = ()
+    dispatcher: bool = False
+    uncompiled: str | None = None
 
     def __post_init__(self):
         unknown = [d for d in self.devices if d not in DEVICES]
@@ -75,9 +82,9 @@ REGISTRY: dict[str, Variant] = {
     "sdpa_efficient": Variant("EFFICIENT_ATTENTION", "SDPA, backend pinned to EFFICIENT_ATTENTION", devices=("cuda",)),
     "sdpa_flash": Variant("FLASH_ATTENTION", "SDPA, backend pinned to FLASH_ATTENTION"),
     "sdpa_cudnn": Variant("CUDNN_ATTENTION", "SDPA, backend pinned to CUDNN_ATTENTION", devices=("cuda",)),
-    "sdpa_auto": Variant(None, "SDPA, no backend pinned (PyTorch chooses)"),
+    "sdpa_auto": Variant(None, "SDPA, no backend pinned (PyTorch chooses)", dispatcher=True),
     "naive_compiled": Variant(None, "naive under torch.compile (inductor fuses the elementwise work)", compiled=True,
-                              builder="naive_compiled"),
+                              builder="naive_compiled", uncompiled="naive"),
     "flex_attention": Variant(None, "flex_attention under torch.compile, causal block mask built once", compiled=True,
                               builder="flex"),
 }
@@ -87,6 +94,14 @@ VARIANTS: dict[str, str | None] = {name: v.backend for name, v in REGISTRY.items
 
 #: Variants built by ``torch.compile`` (:attr:`Variant.compiled`), in :data:`REGISTRY`'s order.
 COMPILED = tuple(name for name, v in REGISTRY.items() if v.compiled)
+
+#: Variants that dispatch to another backend (:attr:`Variant.dispatcher`), in :data:`REGISTRY`'s order: never ranked.
+DISPATCHERS = tuple(name for name, v in REGISTRY.items() if v.dispatcher)
+
+
+def uncompiled_of(variant: str) -> str | None:
+    """The built-in variant a compiled ``variant`` compiles (:attr:`Variant.uncompiled`); None for any other."""
+    return REGISTRY[variant].uncompiled if variant in REGISTRY else None
 
 
 def ends_capture_process(variant: str, custom: bool) -> bool:
@@ -157,28 +172,37 @@ class Shape:
     causal_alignment: str | None = None
 
     def __post_init__(self):
+        self._check_values()
+        self._normalise()
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads} (grouped-query attention "
+                             "shares each key/value head among heads / kv_heads query heads)")
+        if self.causal_alignment == "lower_right" and self.q_len > self.seq_len:
+            raise ValueError(f"q_len {self.q_len} > kv_len {self.seq_len} with a lower-right causal mask: the first "
+                             f"{self.q_len - self.seq_len} query rows would see no key")
+
+    def _check_values(self) -> None:
+        """Each size an integer >= 1 (kv_heads and q_len: or None), a known dtype and causal alignment."""
         for name in ("batch", "heads", "seq_len", "head_dim", "kv_heads", "q_len"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} {value!r}: must be an integer >= 1")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.causal_alignment not in (None, *CAUSAL_ALIGNMENTS):
+            raise ValueError(f"causal_alignment {self.causal_alignment!r}: expected one of {', '.join(CAUSAL_ALIGNMENTS)}")
+
+    def _normalise(self) -> None:
+        """kv_heads equal to heads and q_len equal to seq_len become None; the alignment is kept only where it
+        matters (causal, q_len != kv_len), the first of CAUSAL_ALIGNMENTS by default."""
         if self.kv_heads == self.heads:
             object.__setattr__(self, "kv_heads", None)
         if self.q_len == self.seq_len:
             object.__setattr__(self, "q_len", None)
-        if self.causal_alignment is not None and self.causal_alignment not in CAUSAL_ALIGNMENTS:
-            raise ValueError(f"causal_alignment {self.causal_alignment!r}: expected one of {', '.join(CAUSAL_ALIGNMENTS)}")
         if not self.causal or self.q_len is None:
             object.__setattr__(self, "causal_alignment", None)
         elif self.causal_alignment is None:
             object.__setattr__(self, "causal_alignment", CAUSAL_ALIGNMENTS[0])
-        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
-            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads} (grouped-query attention "
-                             "shares each key/value head among heads / kv_heads query heads)")
-        if self.causal_alignment == "lower_right" and self.q_len > self.seq_len:
-            raise ValueError(f"q_len {self.q_len} > kv_len {self.seq_len} with a lower-right causal mask: the first "
-                             f"{self.q_len - self.seq_len} query rows would see no key")
 
     @property
     def kv_len(self) -> int:

@@ -5,9 +5,11 @@ and a PDF of the same HTML (WeasyPrint)."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -17,13 +19,16 @@ from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
 from attnprof.analysis.stats import SAME_SITTING, SITTING_SD, detectable_at, detectable_change
 from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_run_interval
+from attnprof.findings.data import RunData
 from attnprof.findings.expectations import WITHIN_NOISE
+from attnprof.findings.ranking import PASSES, claims as ranking_claims, rank, time_prefix
+from attnprof.findings.rules.timing import rule_fidelity, rule_speed
 from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.model.fmt import format_number
 from attnprof.model.gpus import differing_kinds, number_text
 from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
-from attnprof.model.variants import COMPILED, REGISTRY
+from attnprof.model.variants import COMPILED, DISPATCHERS, REGISTRY, uncompiled_of
 from attnprof.render.breaks import mark_breaks
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 from attnprof.analysis.trace import kernel_label
@@ -135,84 +140,143 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     profiler's self-check (attnprof.analysis.control.check_control_table of control.csv; None: a result set
     without a control capture): its line in the methods, and when it failed the first line of page 1.
     The summary's declared formulas (attnprof.analysis.tables.derive_columns: GB/s) are computed here too, so
-    that a result set written before a formula was declared shows it."""
-    summary = derive_columns(summary)
-    shapes = []
-    by_shape = {s["shape_key"]: s for s in findings["shapes"]}
-    counts = study_counts(expectations)
-    for shape_key in dict.fromkeys(summary["shape_key"]):
-        rows = summary[summary["shape_key"] == shape_key]
-        f = by_shape.get(shape_key, {"findings": [], "expectations": []})
-        # each finding with the anchor of its row in the findings table (page 1 links its evidence there)
-        f = {**f, "findings": [{**item, "anchor": f"f-{shape_key}-{i}"} for i, item in enumerate(f["findings"], 1)]}
-        fidelity = _fidelity_ratios(f["findings"])
-        per_variant = {}
-        for item in f["findings"]:
-            if item["rule"] in ("status", "trace_quality"):  # the summary row shows status, reason and trace note itself
-                continue
-            if item["rule"] in ("backward", "compile"):  # stated in their own tables (backward_numbers)
-                continue
-            for v in item["variants"][:1]:
-                per_variant.setdefault(v, []).append(item)
-        beyond = {(item["rule"], item["variants"][0]): [item] for item in f["findings"] if item["rule"] in ("backward", "compile")}
-        table = []
-        for row in _records(rows):
-            v = row["variant"]
-            k = kernels[(kernels["variant"] == v) & (kernels["shape_key"] == shape_key)] if len(kernels) else kernels
-            if len(k):  # a short name for the table (the full name on demand), the time per forward in ms like every other
-                k = k.assign(label=[kernel_label(n) for n in k["kernel"]],
-                             ms_per_forward=k["us_per_forward"] / 1000 if "us_per_forward" in k else None)
-            la = launches[(launches["variant"] == v) & (launches["shape_key"] == shape_key)] if len(launches) else launches
-            row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
-            table.append({**row, "change": change_of(v, env), "study_kernels": counts.get(v),
-                          "findings": per_variant.get(v, []), "kernels": _records(k), "launches": _records(la),
-                          **_row_numbers(row), **fidelity.get(v, {"timed_over_trace": None, "graph_over_trace": None}),
-                          **backward_numbers(row, bool(env.get("gpu_name")), beyond.get(("backward", v), [])),
-                          "backward_findings": beyond.get(("backward", v), []), "compile_findings": beyond.get(("compile", v), [])})
-        shapes.append({
-            "key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": f["findings"],
-            "expectations": [_check_numbers(c) for c in f["expectations"]],
-            "expectations_words": expectations_words(f["expectations"]),
-            "is_study": bool(f["expectations"]), "part1": False,
-            "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
-            "deviations": sum(1 for c in f["expectations"] if c["verdict"] == "different"),
-            "counters": (counters or {}).get(shape_key, []),
-        })
-    # part 1 of the report: the shape the study's expectations were checked at (else the first)
-    study = next((sh for sh in shapes if sh["is_study"]), shapes[0] if shapes else None)
-    if study is not None:
-        study["part1"] = True
-    gpu = bool(env.get("gpu_name"))
-    for sh in shapes:  # the timeline of part 1 stands in part 1, beside the summary; a CPU run has no device plots
-        sh["timeline"] = sh["plots"].get(TIMELINE)
-        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
-                             if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
+    that a result set written before a formula was declared shows it. The timing findings (rules speed and
+    fidelity, which read summary.csv and kernels.csv only) are made again with this engine
+    (:func:`timing_findings`), so page 1 and the findings table state the same rankings even for a findings.json
+    written by an earlier one."""
+    summary, gpu, calibration = derive_columns(summary), bool(env.get("gpu_name")), calibration or {}
+    shapes = [_shape_context(shape_key, summary, kernels, launches, findings, env, expectations, plots, counters)
+              for shape_key in dict.fromkeys(summary["shape_key"])]
+    study = _part1(shapes, gpu)
     cfg = env.get("config", {})
-    if control is None:
-        control = check_control(None, "cuda" if gpu else "cpu")
-    brief = in_brief(study, shapes, summary, kernels)
-    bound = memory_bound(summary, calibration or {})
-    memory = memory_bound_brief(summary, calibration or {}, bound)
-    if memory:  # before the captures that published nothing, which close page 1's findings
-        at = next((i for i, b in enumerate(brief) if b.get("kind") == "missing"), len(brief))
-        brief[at:at] = memory
+    control = control or check_control(None, "cuda" if gpu else "cpu")
+    bound = memory_bound(summary, calibration)
     used = gpus_used(repeats)
-    if len(used) > 1 and differing_kinds(used):  # page 1 says it among the findings, not in the small print
-        brief.insert(0, {"text": gpu_note(used), "href": "#env"})
-    if control["ok"] is False:  # page 1 leads with it: every count below may be the profiler's, not the variants'
-        brief.insert(0, {"text": "The profiler's accounting differs from the counts known by construction of its control "
-                                 f"workload ({control['why']}): the kernel, memcpy, memset and op counts of this result set "
-                                 "are suspect.", "href": "#self-check"})
+    brief = _page1(in_brief(study, shapes, summary, kernels), memory_bound_brief(summary, calibration, bound), used, control)
     return {"run": run, "env": env, "config": cfg, "repeats_text": repeats_text(cfg, summary), "shapes": shapes, "study": study, "expectations_meta": expectations, "css": css,
             "full_width": sorted(FULL_WIDTH), "captions": CAPTIONS if gpu else CPU_CAPTIONS, "timeline_name": TIMELINE, "brief": brief,
             "self_check": control, "self_check_line": self_check_line(control),
-            "brief_notes": brief_notes(study, shapes, summary, used), "gpus_used": used, "sweep": sweep_table(summary, bool(env.get("gpu_name")), bound),
+            "brief_notes": brief_notes(study, shapes, summary, used), "gpus_used": used, "sweep": sweep_table(summary, gpu, bound),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
-            "calibration": calibration_numbers(calibration or {}), "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary), "files": file_names(),
-            # compare's noise floor in % (a result set recorded before the compare config had none: its default)
-            "noise_floor_pct": 100 * (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR),
-            "noise_floor_host_pct": 100 * (cfg.get("compare") or {}).get("noise_floor_host", NOISE_FLOOR_HOST)}
+            "calibration": calibration_numbers(calibration), "multi_shape": summary["shape_key"].nunique() > 1,
+            "host_load": _load_range(summary), "files": file_names(), **noise_floors(cfg)}
+
+
+def noise_floors(cfg: dict) -> dict:
+    """compare's noise floors in % (``noise_floor_pct``, ``noise_floor_host_pct``) from the run's config (a result
+    set recorded before the compare config had none: the defaults)."""
+    compare = cfg.get("compare") or {}
+    return {"noise_floor_pct": 100 * compare.get("noise_floor", NOISE_FLOOR),
+            "noise_floor_host_pct": 100 * compare.get("noise_floor_host", NOISE_FLOOR_HOST)}
+
+
+def _part1(shapes: list[dict], gpu: bool) -> dict | None:
+    """Part 1 of the report: the shape the study's expectations were checked at (else the first), marked; every
+    shape's plots as shown (part 1's timeline stands in part 1, beside the summary; a CPU run has no device plots)."""
+    study = next((sh for sh in shapes if sh["is_study"]), next(iter(shapes), None))
+    for sh in shapes:
+        sh["part1"] = sh is study
+        sh["timeline"] = sh["plots"].get(TIMELINE)
+        hidden = {TIMELINE} if sh["part1"] else set()
+        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items() if _shown(name, gpu) and name not in hidden}
+    return study
+
+
+def _shown(plot: str, gpu: bool) -> bool:
+    return gpu or plot in CPU_PLOTS
+
+
+def _page1(brief: list[dict], memory: list[dict], used: list[dict], control: dict) -> list[dict]:
+    """Page 1's findings in order: the profiler's failed self-check first (every count below may be the profiler's),
+    GPUs of different kinds, then :func:`in_brief`'s, with the memory-bound sentences before the captures that
+    published nothing, which close it."""
+    at = next((i for i, b in enumerate(brief) if b.get("kind") == "missing"), len(brief))
+    brief = brief[:at] + memory + brief[at:]
+    if len(used) > 1 and differing_kinds(used):  # page 1 says it among the findings, not in the small print
+        brief.insert(0, {"text": gpu_note(used), "href": "#env", "claims": set()})
+    if control["ok"] is False:
+        brief.insert(0, {"text": "The profiler's accounting differs from the counts known by construction of its control "
+                                 f"workload ({control['why']}): the kernel, memcpy, memset and op counts of this result set "
+                                 "are suspect.", "href": "#self-check", "claims": set()})
+    return brief
+
+
+#: The rules whose findings read summary.csv and kernels.csv only: the report makes them again (:func:`timing_findings`).
+TIMING_RULES = ("speed", "fidelity")
+
+
+def timing_findings(stored: list[dict], summary: pd.DataFrame, kernels: pd.DataFrame, shape_key: str) -> list[dict]:
+    """A shape's findings with those of :data:`TIMING_RULES` made again from the tables by this engine
+    (attnprof.findings.rules.timing: the one ranking rule), in the place of the stored ones (findings.json of an
+    earlier engine ranked dispatchers and wrong results); where none is stored, before the correctness rules, where
+    the rules run."""
+    d = RunData(shape_key, _at(summary, shape_key).reset_index(drop=True), _at(kernels, shape_key),
+                pd.DataFrame(columns=["variant", "api", "calls_per_forward"]),
+                pd.DataFrame(columns=["variant", "op", "calls_per_forward"]), {})
+    fresh = rule_speed(d) + rule_fidelity(d)
+    after = ("correctness", "grad_correctness", "backward")
+    at = next((i for i, f in enumerate(stored) if f["rule"] in TIMING_RULES + after), len(stored))
+    return [f for f in stored[:at]] + fresh + [f for f in stored[at:] if f["rule"] not in TIMING_RULES]
+
+
+def _at(table: pd.DataFrame, shape_key: str) -> pd.DataFrame:
+    """The rows of a table at one shape (an empty table as it is)."""
+    return table[table["shape_key"] == shape_key] if len(table) else table
+
+
+def _shape_context(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
+                   env: dict, expectations: dict, plots: dict, counters: dict | None) -> dict:
+    """One shape's part of the report: its summary rows (:func:`_row_context`), findings, expectation checks, plots
+    and hardware counters."""
+    stored = next((s for s in findings["shapes"] if s["shape_key"] == shape_key), {"findings": [], "expectations": []})
+    # each finding with the anchor of its row in the findings table (page 1 links its evidence there)
+    found = [{**item, "anchor": f"f-{shape_key}-{i}"}
+             for i, item in enumerate(timing_findings(stored["findings"], summary, kernels, shape_key), 1)]
+    checks, counts = stored["expectations"], study_counts(expectations)
+    table = [_row_context(row, shape_key, kernels, launches, found, env, counts) for row in _records(_at(summary, shape_key))]
+    return {"key": shape_key, "describe": _describe(shape_key), "rows": table, "findings": found,
+            "expectations": [_check_numbers(c) for c in checks], "expectations_words": expectations_words(checks),
+            "is_study": bool(checks), "part1": False,
+            "plots": {name: data_uri(p) for name, p in plots.get(shape_key, {}).items()},
+            "deviations": sum(c["verdict"] == "different" for c in checks), "counters": (counters or {}).get(shape_key, [])}
+
+
+#: Rules whose findings the summary row does not list: status and trace quality (the row shows status, reason and
+#: trace note itself), backward and compile (stated in their own tables, :func:`backward_numbers`).
+_OWN_COLUMNS = ("status", "trace_quality", "backward", "compile")
+#: The timing-fidelity ratios of a row without a fidelity finding.
+_NO_FIDELITY = {"timed_over_trace": None, "graph_over_trace": None}
+
+
+def _row_context(row: dict, shape_key: str, kernels: pd.DataFrame, launches: pd.DataFrame, found: list[dict], env: dict,
+                 counts: dict) -> dict:
+    """One summary row as the report's table shows it: its kernels (:func:`_row_kernels`), launches, the findings
+    about it (first-named variant), its timing-fidelity ratios and backward numbers."""
+    v = row["variant"]
+    row["forward_groups"] = json.loads(row["forward_groups"]) if row.get("forward_groups") else []
+    mine = [f for f in found if f["variants"][:1] == [v]]
+    beyond = {rule: [f for f in mine if f["rule"] == rule] for rule in ("backward", "compile")}
+    return {**row, "change": change_of(v, env), "study_kernels": counts.get(v),
+            "findings": [f for f in mine if f["rule"] not in _OWN_COLUMNS], "kernels": _row_kernels(kernels, v, shape_key),
+            "launches": _records(_of(launches, v, shape_key)), **_row_numbers(row),
+            **_fidelity_ratios(found).get(v, _NO_FIDELITY),
+            **backward_numbers(row, bool(env.get("gpu_name")), beyond["backward"]),
+            "backward_findings": beyond["backward"], "compile_findings": beyond["compile"]}
+
+
+def _row_kernels(kernels: pd.DataFrame, variant: str, shape_key: str) -> list[dict]:
+    """A row's kernels with a short name for the table (the full name on demand) and the time per forward in ms like
+    every other."""
+    k = _of(kernels, variant, shape_key)
+    if not len(k):
+        return _records(k)
+    per_forward = k["us_per_forward"] / 1000 if "us_per_forward" in k else None
+    return _records(k.assign(label=[kernel_label(n) for n in k["kernel"]], ms_per_forward=per_forward))
+
+
+def _of(table: pd.DataFrame, variant: str, shape_key: str) -> pd.DataFrame:
+    """The rows of a per-variant table (kernels, launches) of one variant at one shape."""
+    return table[(table["variant"] == variant) & (table["shape_key"] == shape_key)] if len(table) else table
 
 
 def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:
@@ -260,8 +324,7 @@ def backward_numbers(row: dict, gpu: bool, findings: list[dict]) -> dict:
 
 def _grad_wrong(row: dict) -> bool:
     """Whether a summary row's gradient check failed (``grad_rel_error_ok`` false, or its text)."""
-    ok = row.get("grad_rel_error_ok")
-    return ok is False or str(ok).lower() == "false"
+    return _false(row.get("grad_rel_error_ok"))
 
 
 def _check_numbers(check: dict) -> dict:
@@ -287,38 +350,92 @@ def calibration_numbers(calibration: dict) -> dict:
 def compare_context(doc: dict, css: str) -> dict:
     """What the compare template needs: compare.json (``cmp``) with the practical threshold in %
     (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
-    pair's verdict counts, the rows called changed (``changed``) and the (variant, shape) whose kernels differ
-    (``kernels_differ``) or ops (``ops_differ``), the smallest change its verdicts could find (``detection``,
-    attnprof.render.report.detection_limit), and the CSS."""
+    pair as :func:`pair_context` gives it, and the CSS."""
     cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
            "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
-    pairs = []
-    for pair in doc["pairs"]:
-        rows = [{"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
-                 "repeats_b": None, "repeats_needed": None, "why": "", **r} for r in pair["rows"]]
-        counts = pair.get("counts") or {v: sum(r["verdict"] == v for r in rows)
-                                        for v in VERDICTS}
-        # the backward / torch.compile table: rows with a backward or a compile record in either result set
-        extra = [r for r in rows if r.get("bwd_verdict") or r.get("compile_a_s") or r.get("compile_b_s")]
-        changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
-        kernels_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
-                                            if r.get("kernels_added") or r.get("kernels_removed")))
-        ops_differ = list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
-                                        if r.get("ops_added") or r.get("ops_removed")))
-        threshold = pair.get("threshold", doc["noise_floor"])
-        # a compare.json written before notes and the rest were recorded: empty lists
-        recipes = pair.get("recipes") or []
-        # a compare.json written before the joint control and the sitting term were recorded: none stated
-        pairs.append({"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-                      "torch": _torch_builds(pair),
-                      "accounting": None, "paired": False, "joint": None, "sitting_sd": None, **pair, **recipe_context(recipes),
-                      "dispatch_changed": [d for d in pair.get("dispatch") or [] if d.get("a") != d.get("b")],
-                      "rows": rows, "extra_rows": extra, "counts": counts, "changed": changed,
-                      "threshold_pct": 100 * threshold, "kernels_differ": kernels_differ, "ops_differ": ops_differ,
-                      "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None,
-                      "detection": detection_limit(rows, threshold)})
-    cmp["pairs"] = pairs
+    cmp["pairs"] = [pair_context(pair, doc["noise_floor"]) for pair in doc["pairs"]]
     return {"cmp": cmp, "css": css}
+
+
+def _differ(rows: list[dict], what: str) -> list[str]:
+    """'variant at shape' of the rows whose ``what`` (kernels, ops) were added or removed, once each."""
+    return list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
+                              if r.get(f"{what}_added") or r.get(f"{what}_removed")))
+
+
+def pair_context(pair: dict, noise_floor: float) -> dict:
+    """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
+    (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
+    verdicts could find (``detection``, :func:`detection_limit`), the dispatches that changed (each with its
+    dispatcher, ``variant``) and ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass)
+    of every row called slower or faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
+    rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
+    changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
+    threshold = pair.get("threshold", noise_floor)
+    dispatch = _dispatches(pair)
+    return {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
+            "dispatch_changed": [d for d in dispatch if d.get("a") != d.get("b")],
+            "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
+            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
+            "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
+            "claims": _compare_claims(changed, dispatch)}
+
+
+def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
+    """Rows per verdict: the pair's own counts, each verdict it lacks (a compare.json written before that verdict
+    existed) counted from its rows."""
+    return {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
+
+
+def _pct(fraction) -> float | None:
+    return 100 * fraction if fraction else None
+
+
+#: What a compare row of an older compare.json lacks, as None (or '').
+_ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
+                 "repeats_b": None, "repeats_needed": None, "why": ""}
+#: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
+#: the joint control and the sitting term were recorded, none stated.
+_PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
+                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None}
+
+
+def _extra(row: dict) -> bool:
+    """Whether a compare row goes in the backward / torch.compile table: a backward or a compile record in either
+    result set."""
+    return bool(row.get("bwd_verdict") or row.get("compile_a_s") or row.get("compile_b_s"))
+
+
+#: A dispatch finding's statement (attnprof.findings.rules.kernels): '<dispatcher> dispatched to <backend>: same
+#: kernels as <variant>'.
+_DISPATCHED = re.compile(r"^(?P<dispatcher>\S+) dispatched to \S+: same .*? as (?P<target>\S+?)(?:;|$)")
+
+
+def _dispatches(pair: dict) -> list[dict]:
+    """A pair's dispatch entries (compare.json: what a dispatcher ran at each shape in either set), each with the
+    dispatcher it is about (``variant``)."""
+    return [{**d, "variant": _dispatcher_of(d)} for d in pair.get("dispatch") or []]
+
+
+def _dispatcher_of(entry: dict) -> str:
+    """The dispatcher a compare.json dispatch entry is about, from its statements (the registry's dispatchers,
+    attnprof.model.variants.DISPATCHERS, when neither names one)."""
+    for side in ("statement_a", "statement_b"):
+        m = _DISPATCHED.match(entry.get(side) or "")
+        if m:
+            return m["dispatcher"]
+    return ", ".join(DISPATCHERS)
+
+
+def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]:
+    """``claims`` of :func:`pair_context`: ``both`` (the verdicts) and ``a``/``b`` (each side's dispatches)."""
+    out = {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": set(), "b": set()}
+    for d in dispatch:
+        for side in ("a", "b"):
+            m = _DISPATCHED.match(d.get(f"statement_{side}") or "")
+            if m:
+                out[side].add((f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward"))
+    return out
 
 
 def _torch_builds(pair: dict) -> dict | None:
@@ -349,20 +466,36 @@ def recipe_context(recipes: list[dict]) -> dict:
     only what differs; ``kept_hidden`` counts the rows left out), of which ``recipes_differ`` (steps added, removed,
     replaced or moved) and ``recipes_retimed`` (the same steps, some slower or faster), ``recipes_same`` (how many
     entries have the same steps in the same order) and ``recipe_counts`` (rows of each kind over every entry)."""
-    changed, totals = [], {}
+    changed = [c for c in map(_recipe_shown, recipes) if c is not None]
+    differ = [r for r in changed if not r.get("same")]
+    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(differ), "recipe_counts": _recipe_totals(recipes),
+            "recipes_total": len(recipes), "recipes_differ": differ,
+            "recipes_retimed": [r for r in changed if r.get("same")]}
+
+
+def _recipe_totals(recipes: list[dict]) -> dict[str, int]:
+    """Rows of each kind (kept, added, removed...) over every recipe entry."""
+    totals: dict[str, int] = {}
     for r in recipes:
         for k, n in (r.get("counts") or {}).items():
             totals[k] = totals.get(k, 0) + n
-        shown = [r2 for g in r.get("groups") or [] for r2 in g["rows"]
-                 if r2["kind"] != "kept" or r2.get("verdict") in ("slower", "faster") or r2.get("launch_changed")]
-        if not r.get("same") or shown:
-            groups = [{**g, "rows": [x for x in g["rows"] if x in shown]} for g in r.get("groups") or []]
-            changed.append({**r, "groups": groups,
-                            "kept_hidden": sum(len(g["rows"]) for g in r.get("groups") or []) - len(shown)})
-    differ = [r for r in changed if not r.get("same")]
-    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(differ), "recipe_counts": totals,
-            "recipes_total": len(recipes), "recipes_differ": differ,
-            "recipes_retimed": [r for r in changed if r.get("same")]}
+    return totals
+
+
+def _kept_unchanged(row: dict) -> bool:
+    """A recipe row the tables leave out: a kept step whose time is not slower/faster and whose launch is the same."""
+    return row["kind"] == "kept" and row.get("verdict") not in ("slower", "faster") and not row.get("launch_changed")
+
+
+def _recipe_shown(r: dict) -> dict | None:
+    """A recipe entry as the compare's tables show it: each group without its unchanged kept steps (``kept_hidden``
+    counts them); None when its steps are the same and none changed."""
+    groups = r.get("groups") or []
+    shown = [{**g, "rows": [x for x in g["rows"] if not _kept_unchanged(x)]} for g in groups]
+    hidden = sum(len(g["rows"]) for g in groups) - sum(len(g["rows"]) for g in shown)
+    if r.get("same") and not any(g["rows"] for g in shown):
+        return None
+    return {**r, "groups": shown, "kept_hidden": hidden}
 
 
 def detection_limit(rows: list[dict], threshold: float) -> dict | None:
@@ -411,10 +544,6 @@ def change_of(variant: str, env: dict) -> str:
     return CHANGES.get(variant, variant)
 
 
-#: variants that pick a backend rather than run a kernel of their own: a finding says what they dispatched to,
-#: and a ranking never sets them beside (or ahead of) the kernel they dispatched to
-DISPATCHERS = ("sdpa_auto",)
-
 #: a status of summary.csv in words, for page 1
 _STATUS_WORDS = {"out_of_memory": "ran out of memory", "unsupported": "is not supported", "error": "failed",
                  "incomplete_trace": "left an incomplete trace"}
@@ -422,6 +551,11 @@ _STATUS_WORDS = {"out_of_memory": "ran out of memory", "unsupported": "is not su
 
 def _ok(value) -> bool:
     return value is not None and not (isinstance(value, float) and value != value)
+
+
+def _false(value) -> bool:
+    """A check that failed: False, or its text in a table read back as strings."""
+    return value is False or str(value).lower() == "false"
 
 
 def _interval(row, prefix: str) -> str:
@@ -458,29 +592,35 @@ def sweep_table(summary: pd.DataFrame, gpu: bool, bound: dict | None = None) -> 
     numbers. ``common`` names what every shape shares."""
     bound = bound or {}
     keys = list(dict.fromkeys(summary["shape_key"]))
-    parts = [k.split("_") for k in keys]
-    common = [p for p in parts[0] if all(p in q for q in parts)] if len(keys) > 1 else []
     prefix = "device_ms" if gpu else "cpu_ms"
-    rows = []
-    for variant in dict.fromkeys(summary["variant"]):
-        cells = []
-        for key in keys:
-            match = summary[(summary["variant"] == variant) & (summary["shape_key"] == key)]
-            if match.empty:
-                cells.append(None)
-                continue
-            r = _records(match)[0]
-            cells.append({"status": r["status"], "ms": r.get(f"{prefix}_per_forward"), "lo": r.get(f"{prefix}_run_lo"),
-                          "hi": r.get(f"{prefix}_run_hi"), "tflops": r.get("tflops"), "kernels": r.get("kernels_per_forward"),
-                          "gbps": r.get("gbps") if key in bound else None,
-                          "memcpy": r.get("memcpy_per_forward"), "wrong": r.get("rel_error_ok") is False})
-        rows.append({"variant": variant, "cells": cells, "dispatcher": variant in DISPATCHERS})
-    # shapes beyond square attention (grouped-query, decode, a lower-right mask) described in words under the table
-    legend = [{"short": _shape_word(k, keys), "describe": _describe(k)} for k in keys
-              if any(mark in k for mark in ("_kv", "_q", "causal-lr")) and _describe(k)]
-    return {"shapes": [{"key": k, "short": _shape_word(k, keys)} for k in keys], "common": "_".join(common), "rows": rows,
-            "legend": legend,
-            "others": len(keys) - 1}
+    by = {(r["variant"], r["shape_key"]): r for r in _records(summary)}
+    rows = [{"variant": v, "cells": [_sweep_cell(by.get((v, k)), prefix, k in bound) for k in keys],
+             "dispatcher": v in DISPATCHERS} for v in dict.fromkeys(summary["variant"])]
+    return {"shapes": [{"key": k, "short": _shape_word(k, keys)} for k in keys], "common": _common_parts(keys),
+            "rows": rows, "legend": _legend(keys), "others": len(keys) - 1}
+
+
+def _common_parts(keys: list[str]) -> str:
+    """What every shape key of a sweep shares ('b8_h16_bf16_causal'); '' for one shape."""
+    parts = [k.split("_") for k in keys]
+    return "_".join(p for p in parts[0] if all(p in q for q in parts)) if len(keys) > 1 else ""
+
+
+def _legend(keys: list[str]) -> list[dict]:
+    """Shapes beyond square attention (grouped-query, decode, a lower-right mask), described in words under the
+    sweep table."""
+    beyond = [k for k in keys if any(mark in k for mark in ("_kv", "_q", "causal-lr"))]
+    return [{"short": _shape_word(k, keys), "describe": _describe(k)} for k in beyond if _describe(k)]
+
+
+def _sweep_cell(r: dict | None, prefix: str, memory_bound: bool) -> dict | None:
+    """One cell of the sweep table (None: the variant has no row at that shape); GB/s only at a memory-bound one."""
+    if r is None:
+        return None
+    return {"status": r["status"], "ms": r.get(f"{prefix}_per_forward"), "lo": r.get(f"{prefix}_run_lo"),
+            "hi": r.get(f"{prefix}_run_hi"), "tflops": r.get("tflops"), "kernels": r.get("kernels_per_forward"),
+            "gbps": r.get("gbps") if memory_bound else None, "memcpy": r.get("memcpy_per_forward"),
+            "wrong": _false(r.get("rel_error_ok"))}
 
 
 def _main_kernel(kernels: pd.DataFrame, variant: str, shape_key: str) -> str:
@@ -494,183 +634,310 @@ def _main_kernel(kernels: pd.DataFrame, variant: str, shape_key: str) -> str:
     return str(top.get("label") or kernel_label(top["kernel"]))
 
 
-def _kernel_set(kernels: pd.DataFrame, variant: str, shape_key: str) -> frozenset:
-    if kernels is None or not len(kernels):
-        return frozenset()
-    k = kernels[(kernels["variant"] == variant) & (kernels["shape_key"] == shape_key)]
-    return frozenset(k["kernel"])
+@dataclass
+class _Page1:
+    """What page 1's sentences read: the summary's rows (by (variant, shape)), the shapes, the study's shape
+    ``skey``, the time they state (``prefix``: device_ms on a GPU, cpu_ms on a CPU) and the shapes' rankings
+    (``rankings``: (shape key, pass) -> attnprof.findings.ranking.rank's result, from the ranking findings)."""
+
+    summary: pd.DataFrame
+    study: dict | None
+    shapes: list[dict]
+    kernels: pd.DataFrame | None
+
+    def __post_init__(self):
+        self.rows = _records(self.summary)
+        self.by = {(r["variant"], r["shape_key"]): r for r in self.rows}
+        self.keys = list(dict.fromkeys(self.summary["shape_key"]))
+        self.skey = self.study["key"] if self.study else self.keys[0]
+        self.many = len(self.keys) > 1
+        self.prefix = time_prefix(self.summary)
+        self.gpu = self.prefix == "device_ms"
+        self.where = "device" if self.gpu else "host"
+        # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
+        self.spans = ("rerun intervals" if has_run_interval(self.summary)
+                      else "ranges of the forwards (one repeat: no rerun interval)")
+        self.rankings = self._rankings()
+
+    def _rankings(self) -> dict[tuple[str, str], dict]:
+        """(shape key, pass) -> the ranking its ranking finding carries; a shape without one (a findings.json of an
+        earlier engine): the same rule on the same summary."""
+        out = {(f["ranking"]["shape_key"], f["ranking"]["pass"]): f["ranking"]
+               for sh in self.shapes for f in sh["findings"] if f.get("ranking")}
+        for key, pass_ in itertools.product(self.keys, PASSES):
+            out.setdefault((key, pass_), rank(self.summary, key, pass_))
+        return out
+
+    @property
+    def thing(self) -> str:
+        """What a ranking ranks in words: kernels on a GPU; on a CPU there are no kernels to tell apart."""
+        return "kernel" if self.gpu else "variant"
+
+    def wrong_at(self, at: list[dict]) -> str:
+        """' (wrong at n of N shapes)' of a sweep; '' for one shape."""
+        return f" (wrong at {len(at)} of {len(self.keys)} shapes)" if self.many else ""
+
+    def shapes_text(self, n: int) -> str:
+        return f"{n} shape{'' if n == 1 else 's'}"
 
 
 def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kernels: pd.DataFrame | None = None) -> list[dict]:
-    """Page 1's findings, 3 to 6 sentences, each with its number, its rerun interval and ``href``, the anchor of its
-    evidence: correctness failures first (rel_error_ok false, then grad_rel_error_ok false), then the fastest distinct kernel and its margin over the
-    next (a dispatcher such as sdpa_auto and a variant with a wrong result are never candidates), what a dispatcher
-    dispatched to and what it costs on the host, a hidden copy, FP32 GEMMs, and captures that did not run."""
-    # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
-    spans = "rerun intervals" if has_run_interval(summary) else "ranges of the forwards (one repeat: no rerun interval)"
-    out: list[dict] = []
+    """Page 1's findings, 3 to 6 sentences, each with its number, its rerun interval, ``href`` (the anchor of its
+    evidence) and ``claims`` (what it states, cell by cell: (claim, variant, shape key, pass)): correctness failures
+    first (rel_error_ok false, then grad_rel_error_ok false), then the fastest variant and its margin over the next,
+    from the shapes' ranking findings (attnprof.findings.ranking, the rule the findings table states too: a dispatcher
+    and a variant with a wrong result are never ranked), what a dispatcher dispatched to and what it costs on the
+    host, a hidden copy, FP32 GEMMs, the backward and torch.compile, backwards that failed, and captures that did
+    not run."""
     if summary.empty:
-        return out
-    gpu = "device_ms_per_forward" in summary and bool(summary["device_ms_per_forward"].notna().any())
-    prefix = "device_ms" if gpu else "cpu_ms"
-    where = "device" if gpu else "host"
-    keys = list(dict.fromkeys(summary["shape_key"]))
-    skey = study["key"] if study else keys[0]
-    rows = _records(summary)
-    by = {(r["variant"], r["shape_key"]): r for r in rows}
-    many = len(keys) > 1
-    sweep_href = "#sweep" if many else "#study"
+        return []
+    p = _Page1(summary, study, shapes, kernels)
+    out = _wrong_brief(p) + _wrong_grad_brief(p) + _fastest_brief(p) + _dispatch_brief(p) + _work_brief(p)
+    return out + _backward_and_compile_brief(p) + _backward_failed_brief(p) + _missing_brief(p)
 
-    # 1. correctness
-    wrong = [r for r in rows if r.get("rel_error_ok") is False]
-    for variant in dict.fromkeys(r["variant"] for r in wrong):
-        at = [r for r in wrong if r["variant"] == variant]
-        worst = max(at, key=lambda r: r.get("rel_error") or 0)
-        out.append({"text": f"{variant} computes a wrong result: relative error {_fmt(worst.get('rel_error'), 2)} against the "
-                            f"float64 reference at {worst['shape_key']}"
-                            + (f" (wrong at {len(at)} of {len(keys)} shapes)" if many else "")
-                            + "; it is left out of every ranking.",
-                    "href": f"#v-{worst['shape_key']}-{variant}"})
 
-    # 1b. the backward's gradients (config passes with backward): a wrong gradient leads as a wrong result does
-    wrong_grad = [r for r in rows if _grad_wrong(r)]
-    for variant in dict.fromkeys(r["variant"] for r in wrong_grad):
-        at = [r for r in wrong_grad if r["variant"] == variant]
-        worst_row = max(at, key=lambda r: backward_numbers(r, gpu, [])["grad_worst"] or 0)
-        nums = backward_numbers(worst_row, gpu, [])
-        what = f"{nums['grad_worst_name']} relative error {_fmt(nums['grad_worst'], 2)}" if nums["grad_worst_name"] else "relative error"
-        out.append({"text": f"{variant} computes wrong gradients in its backward: {what} against the float64 reference at "
-                            f"{worst_row['shape_key']}" + (f" (wrong at {len(at)} of {len(keys)} shapes)" if many else "")
-                            + "; its backward times are shown, marked, and are not those of a correct backward.",
-                    "href": f"#backward-{worst_row['shape_key']}"})
+def _by_variant(rows: list[dict]) -> dict[str, list[dict]]:
+    """Rows grouped by variant, in their order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["variant"], []).append(r)
+    return out
 
-    # 2. fastest distinct kernel, shape by shape
-    wrong_variants = {r["variant"] for r in wrong}
-    per_shape = {}
-    for key in keys:
-        cands = sorted((r for r in rows if r["shape_key"] == key and r["status"] == "ok" and r["variant"] not in DISPATCHERS
-                        and r.get("rel_error_ok") is not False and _ok(r.get(f"{prefix}_per_forward"))),
-                       key=lambda r: r[f"{prefix}_per_forward"])
-        if not cands:
-            continue
-        best = cands[0]
-        own = _kernel_set(kernels, best["variant"], key)
-        nxt = next((r for r in cands[1:] if not own or _kernel_set(kernels, r["variant"], key) != own), None)
-        per_shape[key] = (best, nxt)
-    if per_shape:
-        # a shape names a winner only where it is ahead outside the spans; elsewhere there is no clear fastest
-        clear_at = {k: n is None or _apart(b, n, prefix) for k, (b, n) in per_shape.items()}
-        unclear = [k for k, c in clear_at.items() if not c]
-        winners = list(dict.fromkeys(b["variant"] for k, (b, _) in per_shape.items() if clear_at[k]))
-        best, nxt = per_shape.get(skey) or next(iter(per_shape.values()))
-        at_key = best["shape_key"]
-        kname = _main_kernel(kernels, best["variant"], at_key) if gpu else ""
-        fused = next((f["headline"].split(": ", 1)[-1] for f in (study or {}).get("findings", [])
-                      if f["rule"] == "fusion" and f["variants"][:1] == [best["variant"]]), "")
-        # the library's words for a fused kernel (its full name is in the kernel tables), else the kernel's short name
-        what = f"{best['variant']}" + (f" ({fused})" if fused else (f" (kernel {kname})" if kname else ""))
-        thing = "kernel" if gpu else "variant"  # on a CPU there are no kernels to tell apart
-        clear = nxt is None or _apart(best, nxt, prefix)
-        fastest = f"The fastest {thing}" if clear else f"By median, the fastest {thing}"
-        def n_shapes(n):
-            return f"{n} shape{'' if n == 1 else 's'}"
-        if winners == [best["variant"]] and not unclear:
-            lead = f"{fastest} is {what}, at {'all ' + str(len(per_shape)) + ' shapes' if many else at_key}"
-        else:
-            others = [f"{w} at {n_shapes(sum(b['variant'] == w and clear_at[k] for k, (b, _) in per_shape.items()))}"
-                      for w in winners if w != best["variant"]]
-            if unclear:
-                others.append(f"no clear fastest at {n_shapes(len(unclear))} (the {spans} overlap)")
-            lead = f"{fastest} at {at_key} is {what}" + (("; elsewhere " + "; ".join(others)) if others else "")
-        text = lead + f": {_time(best, prefix)} {where} time per forward at {at_key}"
-        if nxt is not None and not clear:  # no ranking to state: say so first, then the medians
-            text = (f"No {thing} is fastest outside the {spans} at {at_key}: by median {best['variant']}, "
-                    f"{_time(best, prefix)} {where} time per forward, then {nxt['variant']}, {_time(nxt, prefix)} "
-                    f"({_fmt(nxt[f'{prefix}_per_forward'] / best[f'{prefix}_per_forward'])}\u00d7)")
-        elif nxt is not None:
-            ratio = nxt[f"{prefix}_per_forward"] / best[f"{prefix}_per_forward"]
-            holds = _apart(best, nxt, prefix)
-            nlabel = _main_kernel(kernels, nxt["variant"], at_key) if gpu else ""
-            text += (f", {_fmt(ratio)}\u00d7 faster than the next {'distinct kernel' if gpu else 'variant'}, {nxt['variant']}"
-                     + (f" ({nlabel})" if nlabel and len(nlabel) <= 40 else "")
-                     + f", at {_time(nxt, prefix)}" + ("" if holds else f"; the {spans} overlap, so this run does not rank them"))
-            margins = [n[f"{prefix}_per_forward"] / b[f"{prefix}_per_forward"] for k, (b, n) in per_shape.items()
-                       if n is not None and clear_at[k] and b["variant"] == best["variant"]]
-            if many and len(margins) > 1:
-                text += (f"; where it is ahead outside the {spans} ({n_shapes(len(margins))}), its margin is "
-                         f"{_fmt(min(margins))}\u00d7 to {_fmt(max(margins))}\u00d7")
-        if wrong_variants:
-            text += f" (wrong results left out: {', '.join(sorted(wrong_variants))})"
-        out.append({"text": text + ".", "href": sweep_href})
 
-    # 3. dispatchers: where they went and what they cost on the host
+def _wrong_brief(p: _Page1) -> list[dict]:
+    """A variant whose result failed the float64 check: named first, left out of every ranking."""
+    return [_wrong_sentence(p, v, at) for v, at in _by_variant([r for r in p.rows if _false(r.get("rel_error_ok"))]).items()]
+
+
+def _wrong_sentence(p: _Page1, variant: str, at: list[dict]) -> dict:
+    worst = max(at, key=lambda r: r.get("rel_error") or 0)
+    return {"text": f"{variant} computes a wrong result: relative error {_fmt(worst.get('rel_error'), 2)} against the "
+                    f"float64 reference at {worst['shape_key']}{p.wrong_at(at)}; it is left out of every ranking.",
+            "href": f"#v-{worst['shape_key']}-{variant}", "claims": {("wrong", variant, r["shape_key"], "forward") for r in at}}
+
+
+def _wrong_grad_brief(p: _Page1) -> list[dict]:
+    """The backward's gradients (config passes with backward): a wrong gradient leads as a wrong result does."""
+    return [_wrong_grad_sentence(p, v, at) for v, at in _by_variant([r for r in p.rows if _grad_wrong(r)]).items()]
+
+
+def _wrong_grad_sentence(p: _Page1, variant: str, at: list[dict]) -> dict:
+    worst_row = max(at, key=lambda r: backward_numbers(r, p.gpu, [])["grad_worst"] or 0)
+    nums = backward_numbers(worst_row, p.gpu, [])
+    what = f"{nums['grad_worst_name']} relative error {_fmt(nums['grad_worst'], 2)}" if nums["grad_worst_name"] else "relative error"
+    return {"text": f"{variant} computes wrong gradients in its backward: {what} against the float64 reference at "
+                    f"{worst_row['shape_key']}{p.wrong_at(at)}; its backward times are shown, marked, are not those of a "
+                    "correct backward and are not ranked.",
+            "href": f"#backward-{worst_row['shape_key']}",
+            "claims": {("wrong", variant, r["shape_key"], "backward") for r in at}}
+
+
+def _ranked(r: dict) -> bool:
+    """Whether a ranking names a fastest variant: the first ahead outside every interval, or the only one ranked."""
+    return len(r["order"]) == 1 or r["clear"]
+
+
+def _fastest_brief(p: _Page1) -> list[dict]:
+    """The fastest variant, shape by shape, as the shapes' forward rankings state it, and the wrong results they left
+    out."""
+    per_shape = {k: r for k in p.keys if (r := p.rankings[(k, "forward")])["order"]}
+    if not per_shape:
+        return []
+    r = per_shape.get(p.skey) or next(iter(per_shape.values()))
+    text = _fastest_text(p, per_shape, r) + _wrong_left_out(per_shape.values())
+    return [{"text": text + ".", "href": "#sweep" if p.many else "#study", "claims": _stated(per_shape.values())}]
+
+
+def _wrong_left_out(rankings) -> str:
+    """' (wrong results left out: X, Y)' of the variants ``rankings`` left out for a wrong result; '' for none."""
+    wrong = sorted({v for r in rankings for v, why in r["left_out"].items() if why.startswith("wrong")})
+    return f" (wrong results left out: {', '.join(wrong)})" if wrong else ""
+
+
+def _stated(rankings) -> set[tuple]:
+    """What page 1 states of ``rankings``: each one's fastest or tied variants (attnprof.findings.ranking.claims)."""
+    return {c for r in rankings for c in ranking_claims(r) if c[0] != "ranked"}
+
+
+def _fastest_text(p: _Page1, per_shape: dict, r: dict) -> str:
+    """The sentence of :func:`_fastest_brief` for ranking ``r`` (the study shape's): the only one ranked, the fastest
+    and its margin, or the variants tied."""
+    if len(r["order"]) == 1:
+        best = p.by[(r["order"][0], r["shape_key"])]
+        return (f"Only {best['variant']} is ranked at {r['shape_key']} (the others: {_left_out_words(r)}): "
+                f"{_time(best, p.prefix)} {p.where} time per forward")
+    if r["clear"]:
+        return _lead(p, per_shape, r) + _margin(p, per_shape, r)
+    return _tie_words(p, r)
+
+
+def _left_out_words(r: dict) -> str:
+    return "; ".join(f"{v}, {why}" for v, why in r["left_out"].items()) or "none in this result set"
+
+
+def _what(p: _Page1, variant: str, key: str) -> str:
+    """A variant with the library's words for its fused kernel (the fusion finding), else its main kernel's name."""
+    fused = next((f["headline"].split(": ", 1)[-1] for f in (p.study or {}).get("findings", [])
+                  if f["rule"] == "fusion" and f["variants"][:1] == [variant]), "")
+    kname = _main_kernel(p.kernels, variant, key) if p.gpu else ""
+    return variant + (f" ({fused})" if fused else (f" (kernel {kname})" if kname else ""))
+
+
+def _lead(p: _Page1, per_shape: dict, r: dict) -> str:
+    """'The fastest kernel is X, at ...': the winner at the study's shape and where else another one wins or none does."""
+    best, key = r["order"][0], r["shape_key"]
+    others = _elsewhere(p, per_shape, best)
+    if not others:
+        lead = f"The fastest {p.thing} is {_what(p, best, key)}, at {f'all {len(per_shape)} shapes' if p.many else key}"
+    else:
+        lead = f"The fastest {p.thing} at {key} is {_what(p, best, key)}; elsewhere " + "; ".join(others)
+    return lead + f": {_time(p.by[(best, key)], p.prefix)} {p.where} time per forward at {key}"
+
+
+def _elsewhere(p: _Page1, per_shape: dict, best: str) -> list[str]:
+    """The other winners ('W at n shapes') and the shapes without a clear fastest; [] where ``best`` wins at all."""
+    firsts = [q["order"][0] for q in per_shape.values() if _ranked(q)]
+    unclear = len(per_shape) - len(firsts)
+    others = [f"{w} at {p.shapes_text(firsts.count(w))}" for w in dict.fromkeys(firsts) if w != best]
+    return others + ([f"no clear fastest at {p.shapes_text(unclear)} (the {p.spans} overlap)"] if unclear else [])
+
+
+def _margin(p: _Page1, per_shape: dict, r: dict) -> str:
+    """', r× faster than the next variant, Y, at T', and the range of the margins where the same variant wins."""
+    key, col = r["shape_key"], r["column"]
+    best, nxt = p.by[(r["order"][0], key)], p.by[(r["order"][1], key)]
+    label = _main_kernel(p.kernels, nxt["variant"], key) if p.gpu else ""
+    text = (f", {_fmt(nxt[col] / best[col])}\u00d7 faster than the next variant, {nxt['variant']}"
+            + (f" ({label})" if label and len(label) <= 40 else "") + f", at {_time(nxt, p.prefix)}")
+    margins = [q["median"][q["order"][1]] / q["median"][q["order"][0]] for q in per_shape.values()
+               if q["clear"] and q["order"][0] == best["variant"]]
+    if p.many and len(margins) > 1:
+        text += (f"; where it is ahead outside the {p.spans} ({p.shapes_text(len(margins))}), its margin is "
+                 f"{_fmt(min(margins))}\u00d7 to {_fmt(max(margins))}\u00d7")
+    return text
+
+
+def _tie_words(p: _Page1, r: dict) -> str:
+    """No fastest outside the intervals: the first by median and the variants tied with it."""
+    key, col = r["shape_key"], r["column"]
+    best = p.by[(r["order"][0], key)]
+    tied = [p.by[(v, key)] for v in r["tied"][1:]]
+    listing = ", ".join(f"{t['variant']}, {_time(t, p.prefix)} ({_fmt(t[col] / best[col])}\u00d7)" for t in tied)
+    return (f"No {p.thing} is fastest outside the {p.spans} at {key}: by median {best['variant']}, "
+            f"{_time(best, p.prefix)} {p.where} time per forward, tied with {listing}")
+
+
+def _dispatch_brief(p: _Page1) -> list[dict]:
+    """Each dispatcher (attnprof.model.variants.DISPATCHERS): where it went (its dispatch findings) and what it costs
+    on the host against the variant it dispatched to, only outside the intervals."""
     went: dict[str, dict[str, list[str]]] = {}
-    for sh in shapes:
+    for sh in p.shapes:
         for f in sh["findings"]:
             if f["rule"] == "dispatch" and len(f["variants"]) == 2:
                 went.setdefault(f["variants"][0], {}).setdefault(f["variants"][1], []).append(sh["key"])
-    for disp in [v for v in DISPATCHERS if v in set(summary["variant"])]:
-        targets = went.get(disp, {})
-        if not targets:
-            continue
-        target = max(targets, key=lambda t: len(targets[t]))
-        n_ok = sum(1 for k in keys if by.get((disp, k), {}).get("status") == "ok")
-        text = (f"{disp} is a dispatcher, not a kernel: it dispatches to {target} (the same kernel)"
-                + (f" at {len(targets[target])} of {n_ok} shapes" if many else ""))
-        others = [f"{t} at {', '.join(v)}" for t, v in targets.items() if t != target]
-        if others:
-            text += f", to {'; '.join(others)}"
-        a, b = by.get((disp, skey)), by.get((target, skey))
-        if a and b and _ok(a.get("cpu_ms_per_forward")) and _ok(b.get("cpu_ms_per_forward")):
-            more = a["cpu_ms_per_forward"] - b["cpu_ms_per_forward"]
-            higher = sum(1 for k in keys if _ok(by.get((disp, k), {}).get("cpu_ms_per_forward"))
-                         and _ok(by.get((target, k), {}).get("cpu_ms_per_forward"))
-                         and by[(disp, k)]["cpu_ms_per_forward"] > by[(target, k)]["cpu_ms_per_forward"])
-            apart = _apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")
-            if apart:
-                text += (f", and costs {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at "
-                         f"{skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
-                         + (f"; by median more at {higher} of {len(keys)} shapes" if many else ""))
-            else:  # a difference inside the intervals is no finding: say so, without the numbers of a non-result
-                text += f"; its host time per forward is not told apart from {target}'s by this run (the {spans} overlap)"
-        out.append({"text": text + ".", "href": f"#v-{skey}-{disp}"})
+    present = set(p.summary["variant"])
+    return [_dispatch_sentence(p, disp, went[disp]) for disp in DISPATCHERS if disp in present and went.get(disp)]
 
-    # 4. hidden copies and FP32 GEMMs at the study's shape, as the findings state them
-    for f in (study or {}).get("findings", []):
-        v = f["variants"][0] if f["variants"] else ""
-        r = by.get((v, skey))
-        if r is None:
-            continue
-        if f["rule"] == "hidden_copy":
-            fix = next((o for o in rows if o["shape_key"] == skey and o["variant"] != v and o["status"] == "ok"
-                        and o.get("memcpy_per_forward") == 0 and o["variant"].startswith(v)), None)
-            text = f"{v} launches a {f['headline']}: {_time(r, prefix)} per forward"
-            if fix is not None:
-                text += (f"; {fix['variant']}, without the copy, {_time(fix, prefix)}"
-                         + ("" if _apart(fix, r, prefix) else f"; the {spans} overlap"))
-            out.append({"text": text + ".", "href": f"#{f['anchor']}"})
-        elif f["rule"] == "precision" and "FP32" in f["headline"]:
-            text = (f"{v} launches {_fmt(r.get('kernels_per_forward'))} kernels per forward, its GEMMs in FP32 "
-                    f"({f['headline']}), and takes {_time(r, prefix)}")
-            best = per_shape.get(skey, (None, None))[0]
-            if best is not None:
-                text += f", {_fmt(r[f'{prefix}_per_forward'] / best[f'{prefix}_per_forward'])}\u00d7 {best['variant']}'s time"
-            out.append({"text": text + ".", "href": f"#{f['anchor']}"})
 
-    # 5. the backward pass and torch.compile, where the run profiled them (config passes, compiled variants)
-    out += _backward_and_compile_brief(rows, by, skey, spans, prefix, gpu)
+def _dispatch_sentence(p: _Page1, disp: str, targets: dict[str, list[str]]) -> dict:
+    target = max(targets, key=lambda t: len(targets[t]))
+    n_ok = sum(1 for k in p.keys if p.by.get((disp, k), {}).get("status") == "ok")
+    text = (f"{disp} is a dispatcher, not a kernel: it dispatches to {target} (the same kernel)"
+            + (f" at {len(targets[target])} of {n_ok} shapes" if p.many else ""))
+    others = [f"{t} at {', '.join(v)}" for t, v in targets.items() if t != target]
+    if others:
+        text += f", to {'; '.join(others)}"
+    return {"text": text + _host_cost(p, disp, target) + ".", "href": f"#v-{p.skey}-{disp}",
+            "claims": {("dispatches to " + t, disp, k, "forward") for t, ks in targets.items() for k in ks}}
 
-    # 6. captures that published nothing
-    failed = summary[summary["status"] != "ok"]
+
+def _host_cost(p: _Page1, disp: str, target: str) -> str:
+    """What a dispatcher costs on the host against its target at the study's shape, only outside the intervals."""
+    a, b = p.by.get((disp, p.skey)), p.by.get((target, p.skey))
+    if not (_host_ms(a) and _host_ms(b)):
+        return ""
+    more = a["cpu_ms_per_forward"] - b["cpu_ms_per_forward"]
+    if not (_apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")):
+        # a difference inside the intervals is no finding: say so, without the numbers of a non-result
+        return f"; its host time per forward is not told apart from {target}'s by this run (the {p.spans} overlap)"
+    higher = sum(1 for k in p.keys if 0 < _host_ms(p.by.get((target, k))) < _host_ms(p.by.get((disp, k))))
+    return (f", and costs {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at "
+            f"{p.skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
+            + (f"; by median more at {higher} of {len(p.keys)} shapes" if p.many else ""))
+
+
+def _host_ms(row: dict | None) -> float:
+    """A row's host time per forward; 0 where there is no row or no time (no sentence, no shape counted)."""
+    value = (row or {}).get("cpu_ms_per_forward")
+    return value if _ok(value) else 0.0
+
+
+def _work_brief(p: _Page1) -> list[dict]:
+    """Hidden copies and FP32 GEMMs at the study's shape, as the findings state them."""
+    out = []
+    for f in (p.study or {}).get("findings", []):
+        r = p.by.get((f["variants"][0] if f["variants"] else "", p.skey))
+        if r is not None and f["rule"] == "hidden_copy":
+            out.append(_copy_sentence(p, f, r))
+        elif r is not None and f["rule"] == "precision" and "FP32" in f["headline"]:
+            out.append(_precision_sentence(p, f, r))
+    return out
+
+
+def _copy_sentence(p: _Page1, f: dict, r: dict) -> dict:
+    v = r["variant"]
+    fix = next((o for o in p.rows if o["shape_key"] == p.skey and o["variant"] != v and o["status"] == "ok"
+                and o.get("memcpy_per_forward") == 0 and o["variant"].startswith(v)), None)
+    text = f"{v} launches a {f['headline']}: {_time(r, p.prefix)} per forward"
+    if fix is not None:
+        text += (f"; {fix['variant']}, without the copy, {_time(fix, p.prefix)}"
+                 + ("" if _apart(fix, r, p.prefix) else f"; the {p.spans} overlap"))
+    return {"text": text + ".", "href": f"#{f['anchor']}", "claims": set()}
+
+
+def _precision_sentence(p: _Page1, f: dict, r: dict) -> dict:
+    v = r["variant"]
+    text = (f"{v} launches {_fmt(r.get('kernels_per_forward'))} kernels per forward, its GEMMs in FP32 "
+            f"({f['headline']}), and takes {_time(r, p.prefix)}")
+    ranking = p.rankings.get((p.skey, "forward"))
+    if ranking and _ranked(ranking) and v in ranking["median"]:  # set beside the fastest only where there is one
+        best = ranking["order"][0]
+        text += f", {_fmt(ranking['median'][v] / ranking['median'][best])}\u00d7 {best}'s time"
+    return {"text": text + ".", "href": f"#{f['anchor']}", "claims": set()}
+
+
+def _backward_failed_brief(p: _Page1) -> list[dict]:
+    """Backwards that did not run (summary.csv ``backward_status`` not ok, where the forward ran), each with
+    PyTorch's reason (``backward_reason``)."""
+    failed = [r for r in p.rows if r.get("status") == "ok" and r.get("backward_status") not in _BACKWARD_RAN]
+    return [_backward_failed_sentence(v, at) for v, at in _by_variant(failed).items()]
+
+
+#: backward_status of a row whose backward ran, or was not asked for (empty, NaN read back as None).
+_BACKWARD_RAN = (None, "", "ok")
+
+
+def _backward_failed_sentence(variant: str, at: list[dict]) -> dict:
+    status = at[0]["backward_status"]
+    reason = short_reason(at[0].get("backward_reason"))[:300] or "no reason recorded"
+    return {"text": f"{variant}'s backward {_STATUS_WORDS.get(status, status)} at {', '.join(r['shape_key'] for r in at)} "
+                    f"(PyTorch: \u201c{reason}\u201d); it has no backward numbers there and is not ranked.",
+            "href": f"#backward-{at[0]['shape_key']}", "claims": {("not run", variant, r["shape_key"], "backward") for r in at}}
+
+
+def _missing_brief(p: _Page1) -> list[dict]:
+    """Captures that published nothing, by variant and status, with the shapes by key (never summed up as a
+    seq_len: the cause may be the head_dim, the dtype or the heads)."""
+    failed = p.summary[p.summary["status"] != "ok"]
+    out = []
     for (variant, status), fr in failed.groupby(["variant", "status"], sort=False):
         recs = _records(fr)
         gib = [r["oom_bytes"] / 2**30 for r in recs if _ok(r.get("oom_bytes"))]
-        # the shapes by key, never summed up as a seq_len: the cause may be the head_dim, the dtype or the heads
-        at = ", ".join(fr["shape_key"])
         why = " (PyTorch's reasons in its row)" if status == "unsupported" else ""
-        out.append({"text": f"{variant} {_STATUS_WORDS.get(status, status)} at {at}{why}"
+        out.append({"text": f"{variant} {_STATUS_WORDS.get(status, status)} at {', '.join(fr['shape_key'])}{why}"
                             + (f", asking for up to {_fmt(max(gib))} GiB" if gib else "") + "; it has no numbers there.",
-                    "href": f"#v-{recs[0]['shape_key']}-{variant}" if not many else "#sweep", "kind": "missing"})
+                    "href": f"#v-{recs[0]['shape_key']}-{variant}" if not p.many else "#sweep", "kind": "missing",
+                    "claims": {("not run", variant, r["shape_key"], "forward") for r in recs}})
     return out
 
 
@@ -703,74 +970,104 @@ def memory_bound_brief(summary: pd.DataFrame, calibration: dict, bound: dict[str
     [] on a CPU run, without a calibration, or where every shape is compute-bound."""
     if "gbps" not in summary:
         return []
-    copy = calibration.get("copy_tb_per_s")
-    many = summary["shape_key"].nunique() > 1
-    out = []
-    for key, ridge in (memory_bound(summary, calibration) if bound is None else bound).items():
-        rec = _records(summary[summary["shape_key"] == key])
-        ok = [r for r in rec if r.get("status") == "ok" and _ok(r.get("gbps")) and _ok(r.get("device_ms_per_forward"))
-              and r.get("rel_error_ok") is not False and r["variant"] not in DISPATCHERS]
-        if not ok:
-            continue
-        best = min(ok, key=lambda r: r["device_ms_per_forward"])
-        lo, hi = best.get("device_ms_run_lo"), best.get("device_ms_run_hi")
-        scale = best["gbps"] * best["device_ms_per_forward"]  # GB/s x ms: the same bytes over another time
-        rerun = f" (rerun {_fmt(scale / hi)}–{_fmt(scale / lo)})" if _ok(lo) and _ok(hi) and lo > 0 else ""
-        text = (f"Memory-bound at {key} ({_fmt(rec[0]['flop_per_byte'])} FLOP/B, under the measured ridge of {_fmt(ridge)}): "
-                f"the fastest, {best['variant']}, moves {_fmt(best['gbps'])} GB/s{rerun}, "
-                f"{_fmt(100 * best['gbps'] / (copy * 1e3), 2)} % of the measured copy bandwidth")
-        # the sweep table shows GB/s at a memory-bound shape; a one-shape run has it in the timing-fidelity table
-        out.append({"text": text + ".", "href": f"#sweep-{best['variant']}" if many else f"#fidelity-{key}"})
-    return out
+    bound = memory_bound(summary, calibration) if bound is None else bound
+    out = [_memory_sentence(summary, calibration, key, ridge) for key, ridge in bound.items()]
+    return [o for o in out if o]
 
 
-def _backward_and_compile_brief(rows: list[dict], by: dict, skey: str, spans: str, prefix: str, gpu: bool) -> list[dict]:
-    """Page 1's sentences on the backward pass (the fastest backward kernel among variants whose gradients passed
-    the float64 check, its time with rerun interval and TFLOP/s, and how many gradients were checked) and on
-    torch.compile (each compiled variant's kernels and time per forward against the variant it compiles, and its
-    first call, kept out of those numbers), at the study's shape ``skey``. [] for a forward-only run."""
-    out = []
-    bwd = f"{prefix.split('_')[0]}_ms_backward"  # device_ms_backward / cpu_ms_backward
-    ok = [r for r in rows if r["shape_key"] == skey and r.get("backward_status") == "ok"
-          and _ok(r.get(f"{prefix}_per_backward")) and r.get("grad_rel_error_ok") is not False
-          and r["variant"] not in DISPATCHERS]
-    if len(ok) >= 2:
-        ranked = sorted(ok, key=lambda r: r[f"{prefix}_per_backward"])
-        best, nxt = ranked[0], ranked[1]
+def _memory_sentence(summary: pd.DataFrame, calibration: dict, key: str, ridge: float) -> dict | None:
+    """One memory-bound shape's sentence: the first of its ranking (attnprof.findings.ranking.rank: no dispatcher, no
+    wrong result), called the fastest only where it is ahead outside the intervals."""
+    r = rank(summary, key)
+    rec = {x["variant"]: x for x in _records(_at(summary, key))}
+    best = rec[r["order"][0]] if r["order"] else {}
+    if not _ok(best.get("gbps")):
+        return None
+    who = "the fastest" if _ranked(r) else "by median the first (tied within the intervals)"
+    text = (f"Memory-bound at {key} ({_fmt(best['flop_per_byte'])} FLOP/B, under the measured ridge of {_fmt(ridge)}): "
+            f"{who}, {best['variant']}, moves {_fmt(best['gbps'])} GB/s{_gbps_rerun(best)}, "
+            f"{_fmt(100 * best['gbps'] / (calibration['copy_tb_per_s'] * 1e3), 2)} % of the measured copy bandwidth")
+    # the sweep table shows GB/s at a memory-bound shape; a one-shape run has it in the timing-fidelity table
+    href = f"#sweep-{best['variant']}" if summary["shape_key"].nunique() > 1 else f"#fidelity-{key}"
+    return {"text": text + ".", "href": href, "claims": _stated([r])}
 
-        def when(r):
-            return f"{_fmt(r[f'{prefix}_per_backward'])} ms{_interval(r, bwd)}"
-        checked = [r for r in rows if r.get("grad_rel_error_ok") in (True, False)]
-        text = (f"Backward: {best['variant']} is fastest at {skey}, {when(best)} per backward"
-                + (f", {_fmt(best['backward_tflops'])} TFLOP/s (2.5× the forward's FLOPs)" if gpu and _ok(best.get("backward_tflops")) else "")
-                + f"; next {nxt['variant']}, {when(nxt)}"
-                + ("" if _apart(best, nxt, bwd) else f" (the {spans} overlap)"))
-        if checked:
-            passed = sum(1 for r in checked if r["grad_rel_error_ok"] is True)
-            text += f". Gradients dq, dk, dv checked against float64 in {len(checked)} captures: {passed} within tolerance"
-        out.append({"text": text + ".", "href": f"#backward-{skey}"})
+
+def _gbps_rerun(row: dict) -> str:
+    """' (rerun lo–hi)' of a row's GB/s: the same bytes over the ends of its device time's rerun interval."""
+    lo, hi = row.get("device_ms_run_lo"), row.get("device_ms_run_hi")
+    if not (_ok(lo) and _ok(hi) and lo > 0):
+        return ""
+    scale = row["gbps"] * row["device_ms_per_forward"]  # GB/s x ms: the same bytes over another time
+    return f" (rerun {_fmt(scale / hi)}–{_fmt(scale / lo)})"
+
+
+def _backward_and_compile_brief(p: _Page1) -> list[dict]:
+    """Page 1's sentences on the backward pass (:func:`_backward_brief`) and on torch.compile
+    (:func:`_compile_brief`) at the study's shape. [] for a forward-only run."""
+    return _backward_brief(p) + _compile_brief(p)
+
+
+def _backward_brief(p: _Page1) -> list[dict]:
+    """The fastest backward, as the study shape's backward ranking states it (variants whose gradients passed the
+    float64 check, no dispatcher), its time with rerun interval and TFLOP/s, the next, and how many gradients were
+    checked (:func:`_gradients_checked`)."""
+    r = p.rankings.get((p.skey, "backward"))
+    if not r or len(r["order"]) < 2:
+        return []
+    best, nxt = (p.by[(v, p.skey)] for v in r["order"][:2])
+    head = (f"Backward: {best['variant']} is fastest at {p.skey}" if r["clear"]
+            else f"Backward: no variant is fastest outside the {p.spans} at {p.skey}; by median {best['variant']}")
+    tflops = best.get("backward_tflops") if p.gpu else None
+    text = (head + f", {_backward_time(p, best)} per backward"
+            + (f", {_fmt(tflops)} TFLOP/s (2.5× the forward's FLOPs)" if _ok(tflops) else "")
+            + f"; next {nxt['variant']}, {_backward_time(p, nxt)}" + ("" if r["clear"] else f" (the {p.spans} overlap)"))
+    return [{"text": text + _gradients_checked(p.rows) + ".", "href": f"#backward-{p.skey}", "claims": _stated([r])}]
+
+
+def _backward_time(p: _Page1, row: dict) -> str:
+    """A backward's time per backward with its rerun interval (device ms on a GPU, host ms on a CPU)."""
+    prefix = p.prefix.split("_")[0]  # device / cpu
+    return f"{_fmt(row[f'{prefix}_ms_per_backward'])} ms{_interval(row, f'{prefix}_ms_backward')}"
+
+
+def _gradients_checked(rows: list[dict]) -> str:
+    """'. Gradients ... checked in n captures: m within tolerance'; '' where none was checked."""
+    checked = [row["grad_rel_error_ok"] for row in rows if row.get("grad_rel_error_ok") in (True, False)]
+    if not checked:
+        return ""
+    return (f". Gradients dq, dk, dv checked against float64 in {len(checked)} captures: {checked.count(True)} "
+            "within tolerance")
+
+
+def _compile_brief(p: _Page1) -> list[dict]:
+    """One sentence for every compiled variant (page 1 keeps its table of contents): its kernels and time per
+    forward against the variant it compiles, and its first call, kept out of those numbers."""
     parts, first_calls, href = [], [], None
-    for r in rows:
-        if r["shape_key"] != skey or r["variant"] not in COMPILED or r.get("status") != "ok":
+    for r in p.rows:
+        if r["shape_key"] != p.skey or r["variant"] not in COMPILED or r.get("status") != "ok":
             continue
-        href = href or f"#v-{skey}-{r['variant']}"
-        base = by.get((r["variant"].removesuffix("_compiled"), skey)) if r["variant"].endswith("_compiled") else None
-        n = r.get("kernels_per_forward")
-        part = f"{r['variant']} launches {_fmt(n)} kernel{'' if n == 1 else 's'} per forward, {_time(r, prefix)}"
-        if base is not None and base.get("status") == "ok" and _ok(base.get(f"{prefix}_per_forward")):
-            part += (f", against {base['variant']}'s {_fmt(base.get('kernels_per_forward'))} kernels and {_time(base, prefix)}"
-                     + ("" if _apart(r, base, prefix) else f" (the {spans} overlap)"))
-        parts.append(part)
+        href = href or f"#v-{p.skey}-{r['variant']}"
+        parts.append(_compiled_part(p, r))
         if _ok(r.get("compile_first_call_s")):
             first_calls.append(f"{r['variant']} {_fmt(r['compile_first_call_s'])} s"
                                + (f" (first backward {_fmt(r['compile_backward_first_call_s'])} s)"
                                   if _ok(r.get("compile_backward_first_call_s")) else ""))
-    if parts:  # one sentence for every compiled variant: page 1 keeps its table of contents
-        text = "torch.compile: " + "; ".join(parts)
-        if first_calls:
-            text += "; first calls (the compile), kept out of these numbers: " + ", ".join(first_calls)
-        out.append({"text": text + ".", "href": href})
-    return out
+    if not parts:
+        return []
+    text = "torch.compile: " + "; ".join(parts)
+    if first_calls:
+        text += "; first calls (the compile), kept out of these numbers: " + ", ".join(first_calls)
+    return [{"text": text + ".", "href": href, "claims": set()}]
+
+
+def _compiled_part(p: _Page1, r: dict) -> str:
+    base = p.by.get((uncompiled_of(r["variant"]), p.skey))
+    n = r.get("kernels_per_forward")
+    part = f"{r['variant']} launches {_fmt(n)} kernel{'' if n == 1 else 's'} per forward, {_time(r, p.prefix)}"
+    if base is not None and base.get("status") == "ok" and _ok(base.get(f"{p.prefix}_per_forward")):
+        part += (f", against {base['variant']}'s {_fmt(base.get('kernels_per_forward'))} kernels and {_time(base, p.prefix)}"
+                 + ("" if _apart(r, base, p.prefix) else f" (the {p.spans} overlap)"))
+    return part
 
 
 def gpus_used(repeats: pd.DataFrame | None) -> list[dict]:
@@ -825,8 +1122,7 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, u
     """The small print under page 1's findings: on which GPUs (a run on several alike ones, :func:`gpu_note`; GPUs of
     different kinds are a finding of page 1 instead), what a time and its rerun interval are, and whether every trace
     was complete."""
-    used = used or []  # gpus_used
-    notes = [gpu_note(used)] if len(used) > 1 and not differing_kinds(used) else []
+    notes = _alike_gpus(used or [])  # gpus_used
     if has_run_interval(summary):
         n = int(summary["repeats"].max())
         notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "
@@ -841,22 +1137,34 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, u
     return notes
 
 
+def _alike_gpus(used: list[dict]) -> list[str]:
+    """The small print's note on a run captured on several GPUs of one kind ([] for one GPU, or GPUs of different
+    kinds, which page 1 states among its findings)."""
+    return [gpu_note(used)] if len(used) > 1 and not differing_kinds(used) else []
+
+
 def expectations_words(checks: list[dict]) -> str:
     """The study comparison in words: how many of its claims hold, which do not, which the rerun intervals leave open."""
     if not checks:
         return ""
-    same = [c for c in checks if c["verdict"] == "same"]
-    diff = [c for c in checks if c["verdict"] == "different"]
-    noise = [c for c in checks if c["verdict"] == WITHIN_NOISE]
-    text = f"{len(same)} of the {len(checks)} claims hold on this run."
+    by: dict[str, list[dict]] = {"same": [], "different": [], WITHIN_NOISE: []}
+    for c in checks:
+        by.setdefault(c["verdict"], []).append(c)
+    diff, noise = by["different"], by[WITHIN_NOISE]
+    text = f"{len(by['same'])} of the {len(checks)} claims hold on this run."
     if diff:
-        text += " " + ("It does not confirm: " if len(diff) == 1 else f"{len(diff)} do not: ") + "; ".join(
-            f"\u201c{c['claim']}\u201d (observed {_fmt((c.get('observed') or {}).get('value'))}"
-            f"{' ' + c['observed']['unit'] if (c.get('observed') or {}).get('unit') else ''})" for c in diff) + "."
+        text += " " + ("It does not confirm: " if len(diff) == 1 else f"{len(diff)} do not: ") + "; ".join(map(_claim_observed, diff)) + "."
     if noise:
         text += (" Within the rerun intervals, so neither confirmed nor refuted: "
                  + "; ".join(f"\u201c{c['claim']}\u201d" for c in noise) + ".")
     return text
+
+
+def _claim_observed(check: dict) -> str:
+    """'“claim” (observed 2 ms)' of an expectation check."""
+    observed = check.get("observed") or {}
+    unit = f" {observed['unit']}" if observed.get("unit") else ""
+    return f"\u201c{check['claim']}\u201d (observed {_fmt(observed.get('value'))}{unit})"
 
 
 def cudnn_version(value) -> str:

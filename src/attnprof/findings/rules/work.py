@@ -57,39 +57,45 @@ def _input_dtypes(d: RunData, variant: str, op_names: tuple[str, ...]) -> list[s
 
 def rule_precision(d: RunData) -> list[dict]:
     """FP32 GEMMs (CUDA-core SIMT or fp32 tensor-op kernels) and upcast copies when the
-    inputs are bf16/fp16, from kernel names and the op input types of the record_shapes pass."""
-    out = []
-    for variant in d.summary["variant"]:
-        row = d.row(variant)
-        if row is None or row["status"] != "ok" or row["dtype"] not in LOW_PRECISION:
-            continue
-        k = d.kernels_of(variant)
-        gemms = k[matches(k, GEMM)]
-        fp32 = gemms[matches(gemms, FP32_GEMM)]
-        ups = k[matches(k, UPCAST_KERNEL) & (k["category"] == "kernel")]
-        if fp32.empty:
-            continue
-        nums = {f"fp32_gemm_{i}": ref_kernel(d, variant, g, "calls_per_forward") for i, g in enumerate(fp32["kernel"])}
-        nums.update({f"fp32_gemm_{i}_us": ref_kernel(d, variant, g, "mean_us", "us") for i, g in enumerate(fp32["kernel"])})
-        nums.update({f"copy_{i}": ref_kernel(d, variant, c, "calls_per_forward") for i, c in enumerate(ups["kernel"])})
-        bmm_types = _input_dtypes(d, variant, ("aten::bmm", "aten::matmul", "aten::mm"))
-        names = ", ".join(kernel_label(g) for g in fp32["kernel"])
-        text = (f"{variant}: inputs are {row['dtype']} but {len(fp32)} GEMM kernel(s) run in FP32 on CUDA cores ({names})"
-                f"; {int(sum(ups['calls_per_forward']))} cast/copy kernels per forward convert to and from FP32")
-        if bmm_types:
-            text += f"; aten::bmm inputs recorded as {', '.join(bmm_types)}"
-        ev = [{"kind": "kernel", "name": g} for g in fp32["kernel"]] + [{"kind": "op", "name": "aten::bmm"}]
-        out.append(finding("precision", d, [variant], text, nums, ev,
-                           headline=f"FP32 GEMMs on CUDA cores ({len(fp32)}) + {int(sum(ups['calls_per_forward']))} cast kernels"))
-    for variant in d.summary["variant"]:  # bf16 tensor-core GEMMs elsewhere, for contrast
-        k = d.kernels_of(variant)
-        g = k[matches(k, GEMM) & ~matches(k, FP32_GEMM)]
-        if len(g) and d.row(variant) is not None and d.row(variant)["dtype"] in LOW_PRECISION:
-            nums = {f"gemm_{i}": ref_kernel(d, variant, n, "calls_per_forward") for i, n in enumerate(g["kernel"])}
-            out.append(finding("precision", d, [variant], f"{variant}: GEMMs stay in {d.row(variant)['dtype']} on tensor cores "
-                               f"({', '.join(kernel_label(n) for n in g['kernel'])})", nums, [{"kind": "kernel", "name": n} for n in g["kernel"]],
-                               headline=f"{d.row(variant)['dtype']} tensor-core GEMMs"))
-    return out
+    inputs are bf16/fp16, from kernel names and the op input types of the record_shapes pass;
+    and, for contrast, the variants whose GEMMs stay in the low precision on tensor cores."""
+    low = [v for v in d.summary["variant"] if (d.row(v) is not None) and d.row(v)["dtype"] in LOW_PRECISION]
+    fp32 = filter(None, (_fp32_gemms(d, v) for v in low if d.ok(v)))
+    return [*fp32, *filter(None, (_low_precision_gemms(d, v) for v in low))]
+
+
+def _fp32_gemms(d: RunData, variant: str) -> dict | None:
+    """A low-precision variant's FP32 GEMM kernels and the casts around them; None where it has none."""
+    k = d.kernels_of(variant)
+    gemms = k[matches(k, GEMM)]
+    fp32 = gemms[matches(gemms, FP32_GEMM)]
+    if fp32.empty:
+        return None
+    ups = k[matches(k, UPCAST_KERNEL) & (k["category"] == "kernel")]
+    nums = {f"fp32_gemm_{i}": ref_kernel(d, variant, g, "calls_per_forward") for i, g in enumerate(fp32["kernel"])}
+    nums.update({f"fp32_gemm_{i}_us": ref_kernel(d, variant, g, "mean_us", "us") for i, g in enumerate(fp32["kernel"])})
+    nums.update({f"copy_{i}": ref_kernel(d, variant, c, "calls_per_forward") for i, c in enumerate(ups["kernel"])})
+    bmm_types = _input_dtypes(d, variant, ("aten::bmm", "aten::matmul", "aten::mm"))
+    names = ", ".join(kernel_label(g) for g in fp32["kernel"])
+    casts = int(sum(ups["calls_per_forward"]))
+    text = (f"{variant}: inputs are {d.row(variant)['dtype']} but {len(fp32)} GEMM kernel(s) run in FP32 on CUDA cores ({names})"
+            f"; {casts} cast/copy kernels per forward convert to and from FP32")
+    text += f"; aten::bmm inputs recorded as {', '.join(bmm_types)}" if bmm_types else ""
+    ev = [{"kind": "kernel", "name": g} for g in fp32["kernel"]] + [{"kind": "op", "name": "aten::bmm"}]
+    return finding("precision", d, [variant], text, nums, ev, headline=f"FP32 GEMMs on CUDA cores ({len(fp32)}) + {casts} cast kernels")
+
+
+def _low_precision_gemms(d: RunData, variant: str) -> dict | None:
+    """A low-precision variant's GEMMs that stay in its dtype on tensor cores; None where it has none."""
+    k = d.kernels_of(variant)
+    g = k[matches(k, GEMM) & ~matches(k, FP32_GEMM)]
+    if not len(g):
+        return None
+    dtype = d.row(variant)["dtype"]
+    nums = {f"gemm_{i}": ref_kernel(d, variant, n, "calls_per_forward") for i, n in enumerate(g["kernel"])}
+    return finding("precision", d, [variant], f"{variant}: GEMMs stay in {dtype} on tensor cores "
+                   f"({', '.join(kernel_label(n) for n in g['kernel'])})", nums, [{"kind": "kernel", "name": n} for n in g["kernel"]],
+                   headline=f"{dtype} tensor-core GEMMs")
 
 
 def rule_mask(d: RunData) -> list[dict]:
@@ -112,10 +118,7 @@ def rule_mask(d: RunData) -> list[dict]:
 
 def rule_extra_ops(d: RunData) -> list[dict]:
     """aten ops the math path runs that the naive in-place path does not (e.g. _safe_softmax)."""
-    if not (d.ok(SDPA_MATH) and d.ok(NAIVE_INPLACE)):
-        return []
-    base = set(d.ops_of(NAIVE_INPLACE)["op"])
-    extra = [o for o in d.ops_of(SDPA_MATH)["op"] if o not in base]
+    extra = _extra_ops(d)
     if not extra:
         return []
     nums = {o: ref_op(d, SDPA_MATH, o) for o in extra}
@@ -124,6 +127,14 @@ def rule_extra_ops(d: RunData) -> list[dict]:
     return [finding("extra_ops", d, [SDPA_MATH], f"{SDPA_MATH} runs ops that {NAIVE_INPLACE} does not: {listing} (per forward)",
                     nums, [{"kind": "op", "name": o} for o in extra],
                     headline=f"{len(extra)} extra ops" + (f", incl. {', '.join(named)}" if named else ""))]
+
+
+def _extra_ops(d: RunData) -> list[str]:
+    """The ops of sdpa_math's forward that naive_inplace's does not run; [] unless both ran."""
+    if not (d.ok(SDPA_MATH) and d.ok(NAIVE_INPLACE)):
+        return []
+    base = set(d.ops_of(NAIVE_INPLACE)["op"])
+    return [o for o in d.ops_of(SDPA_MATH)["op"] if o not in base]
 
 
 def rule_memset(d: RunData) -> list[dict]:
