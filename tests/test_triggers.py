@@ -139,3 +139,39 @@ def test_the_imports_kept_between_invocations_never_hide_an_edit_or_a_new_module
         cache.write_text(damaged)
         assert closure(True) == closure(False)
     _new_process()
+
+
+#: The modules the capture process runs, listed by hand from its code (scripts/capture.py -> runtime.isolation /
+#: runtime.worker -> measure.capture, whose self-check reads the trace back with the completeness rule alone):
+#: an edit of any of these recaptures, an edit of any other module recaptures nothing. variants.py and
+#: measure/forwards.py reach the capture through the per-variant fingerprint (a param), not as files.
+CAPTURE_RUNS = {
+    "__init__.py", "analysis/__init__.py", "analysis/completeness.py", "analysis/trace.py", "measure/__init__.py",
+    "measure/capture.py", "measure/env.py", "measure/gpus.py", "measure/lock.py", "model/__init__.py", "model/fmt.py",
+    "model/gpus.py", "model/names.py", "runtime/__init__.py", "runtime/isolation.py", "runtime/logs.py",
+    "runtime/worker.py",
+}
+FINGERPRINTED = {"model/variants.py", "measure/forwards.py"}
+
+
+def _capture_inputs() -> set[str]:
+    """Rule capture's code inputs, as the workflow computes them (workflow/rules/common.smk code())."""
+    excluded = set(re.search(r'code\("capture", exclude=\(([^)]*)\)\)', (ROOT / "workflow/rules/capture.smk").read_text())
+                   .group(1).replace('"', "").replace(" ", "").strip(",").split(","))
+    assert excluded == FINGERPRINTED
+    closure = {str(p.resolve().relative_to(PKG.resolve())) for p in import_closure(ROOT / "scripts/capture.py", PKG)}
+    return closure - excluded
+
+
+@pytest.mark.parametrize("module", sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")))
+def test_an_edit_recaptures_only_where_the_capture_runs_the_code(module):
+    """Module by module: an edit reruns rule capture exactly when the capture process runs that module."""
+    assert (module in _capture_inputs()) == (module in CAPTURE_RUNS), module
+
+
+def test_the_statistics_the_columns_and_the_report_recapture_nothing():
+    inputs = _capture_inputs()
+    for module in ("analysis/stats.py", "analysis/tables.py", "analysis/backward.py", "model/columns.py",
+                   "render/report.py", "findings/rules/__init__.py"):
+        assert (PKG / module).exists() and module not in inputs, module
+    assert len(inputs) == len(CAPTURE_RUNS) == 17  # of 51 modules (20 of 50 before the completeness rule moved out)

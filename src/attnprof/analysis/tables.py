@@ -7,7 +7,6 @@ steps appear in the trace, and each statistic is computed per forward first.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import statistics
@@ -16,19 +15,17 @@ from collections.abc import Mapping
 import pandas as pd
 
 from attnprof.model.columns import formulas
-from attnprof.analysis.trace import (GRAPH_LAUNCH_API, busy_time, cpu_ops, events_frame, flow_finishes, forward_ranges, gpu_events, is_launch_api,
-                    kernel_label, launches)
+from attnprof.analysis.trace import kernel_label
+# the completeness rule lives alone (the capture's self-check imports it without this module); its names are
+# kept here too, where the table code and its callers have always found them
+from attnprof.analysis.completeness import (  # noqa: F401
+    BUSY_NOTE_FRACTION, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, analyse_trace, assess_forwards, completeness,
+    describe_groups, forward_groups, forward_table, incomplete_reason)
 
 KERNEL_COLUMNS = [
     "variant", "shape_key", "kernel", "label", "category", "device", "calls_per_forward", "calls_min", "calls_max",
     "total_us", "us_per_forward", "mean_us", "share_pct", "grid", "block", "registers_per_thread", "shared_memory_bytes",
     "est_occupancy_pct", "launch_api", "op",
-]
-FORWARD_COLUMNS = [
-    "variant", "shape_key", "forward", "cpu_us", "device_us", "device_busy_us", "device_span_us", "kernels", "memcpy", "memset",
-    "launch_calls", "launches_without_gpu_event", "gpu_events_without_launch", "duplicate_gpu_events", "duplicate_launches",
-    "bad_time_events", "stream_overlap_events", "graph_launches", "range_ok", "complete", "timing_complete", "signature",
-    "unattributed_gpu_events",
 ]
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
@@ -123,9 +120,6 @@ REPEAT_COLUMNS = ["variant", "shape_key", "repeat", "status", "reason", "kernels
                   "memset_per_forward", "device_ms_per_forward", "cpu_ms_per_forward", "kernels_per_backward",
                   "device_ms_per_backward", "cpu_ms_per_backward", "backward_status", "forwards_complete",
                   "host_load_1m", "started_at", *CAPTURE_ONLY_COLUMNS]
-#: Fewest complete forwards a capture must have for its numbers to be published (the study
-#: profiled 3 active steps); config key ``profiler.min_complete_forwards``.
-DEFAULT_MIN_COMPLETE_FORWARDS = 3
 
 
 def compile_columns(record) -> dict:
@@ -145,88 +139,8 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else (frames[0] if frames else pd.DataFrame())
 
 
-def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, expect_gpu: bool = False) -> pd.DataFrame:
-    """Per forward (index = forward number), from the frames of :func:`analyse_trace` (``ranges``,
-    ``gpu``, ``api``):
-
-    - launch_calls: API calls that enqueue GPU work, whatever their name (``api["enqueues"]``,
-      :func:`attnprof.analysis.trace.enqueues_gpu_work`; for an ``api`` frame without that column: a name of
-      :data:`attnprof.analysis.trace.LAUNCH_API` or a GPU event with the call's correlation id);
-    - launches_without_gpu_event: of those, calls whose correlation id has no kernel, memcpy or
-      memset event in the trace (Kineto lost the GPU records);
-    - gpu_events_without_launch: GPU events with no launch record whose own External id names an
-      aten op of this forward (Kineto lost the CPU-side record);
-    - duplicate_gpu_events: the forward's GPU events that share a correlation id with another;
-    - duplicate_launches: the forward's launch calls that share a correlation id with another launch
-      call of the trace (each launch has its own id; a reused one can hide a lost GPU event behind
-      the other launch's);
-    - bad_time_events: the forward's GPU events with impossible times (``time_ok`` in
-      :func:`attnprof.analysis.trace.gpu_events`, same-stream overlaps included);
-    - stream_overlap_events: of those, events that overlap another GPU event on their stream;
-    - graph_launches: the forward's launch calls that replay a CUDA graph (one call, the graph's
-      several GPU events under its correlation id, each counted; ``api["graph_launch"]``);
-    - range_ok: the forward's range has valid times and overlaps no other (forward_ranges);
-    - complete: range_ok, and no lost, orphaned or duplicate records (GPU events or launches), and -- when
-      ``expect_gpu`` -- at least one GPU event (on a GPU, a forward with no recorded GPU
-      activity at all is lost, not empty);
-    - timing_complete: complete, and every GPU event has valid times.
-
-    Completeness rule: only complete forwards enter counts; only timing-complete forwards
-    enter device times."""
-    fwd = pd.Index(ranges["forward"], name="forward")
-    gpu_corr = gpu["correlation"].dropna()
-    if "enqueues" in api:
-        enqueues = api["enqueues"].astype(bool)
-    else:
-        enqueues = is_launch_api(api["name"]) | api["correlation"].isin(gpu_corr).fillna(False).astype(bool)
-    graph = (api["graph_launch"].astype(bool) if "graph_launch" in api
-             else api["name"].astype(str).str.match(GRAPH_LAUNCH_API))
-    launch = api[(api["forward"] >= 0) & enqueues]
-    lost = launch[~launch["correlation"].isin(gpu_corr).fillna(False).astype(bool)]
-    every_launch = api[enqueues]
-    reused = every_launch["correlation"].dropna()
-    reused = set(reused[reused.duplicated(keep=False)])
-    inside = gpu[gpu["forward"] >= 0]
-
-    def per_forward(frame: pd.DataFrame, key: str = "forward") -> pd.Series:
-        return frame.groupby(key).size().reindex(fwd, fill_value=0).astype(int)
-
-    out = pd.DataFrame(index=fwd)
-    out["launch_calls"] = per_forward(launch)
-    out["launches_without_gpu_event"] = per_forward(lost)
-    out["gpu_events_without_launch"] = per_forward(gpu[gpu["orphan_forward"] >= 0], "orphan_forward")
-    out["duplicate_gpu_events"] = per_forward(inside[inside["duplicate"]])
-    out["duplicate_launches"] = per_forward(launch[launch["correlation"].isin(reused)])
-    out["bad_time_events"] = per_forward(inside[~inside["time_ok"]])
-    out["stream_overlap_events"] = (per_forward(inside[inside["stream_overlap"].astype(bool)]) if "stream_overlap" in inside
-                                    else 0)
-    out["graph_launches"] = per_forward(launch[graph[launch.index]])
-    out["range_ok"] = ranges.set_index("forward")["range_ok"].reindex(fwd).astype(bool)
-    out["complete"] = (out["range_ok"] & (out["launches_without_gpu_event"] == 0) & (out["gpu_events_without_launch"] == 0)
-                       & (out["duplicate_gpu_events"] == 0) & (out["duplicate_launches"] == 0))
-    if expect_gpu:
-        out["complete"] &= per_forward(inside) > 0
-    out["timing_complete"] = out["complete"] & (out["bad_time_events"] == 0)
-    return out
 
 
-def analyse_trace(trace: dict, range_name: str, expect_gpu: bool | None = None) -> dict[str, pd.DataFrame]:
-    """Parse a trace once; return frames ``ranges``, ``gpu``, ``api``, ``ops`` (see
-    :mod:`attnprof.analysis.trace`) and ``completeness`` (:func:`completeness`). ``expect_gpu``: the
-    capture ran on a GPU, so a forward without any GPU event is incomplete (default: the
-    trace has ``deviceProperties``). Raises TraceError only through the caller's load."""
-    events = events_frame(trace)
-    ranges = forward_ranges(events, range_name)
-    frames = {
-        "ranges": ranges,
-        "gpu": gpu_events(events, ranges),
-        "api": launches(events, ranges, flows=flow_finishes(trace)),
-        "ops": cpu_ops(events, ranges),
-    }
-    if expect_gpu is None:
-        expect_gpu = bool(trace.get("deviceProperties"))
-    frames["completeness"] = completeness(ranges, frames["gpu"], frames["api"], expect_gpu)
-    return frames
 
 
 def _counted_forwards(frames: dict) -> list[int]:
@@ -285,40 +199,6 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     return table.sort_values(["total_us", "calls_max"], ascending=False)[KERNEL_COLUMNS].reset_index(drop=True)
 
 
-def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
-    """One row per profiled forward: cpu_us (host time of the forward's range), device_us
-    (sum of its kernel+memcpy+memset durations, valid-time events only), device_busy_us (the
-    time those events kept the GPU busy: the union of their intervals, :func:`attnprof.analysis.trace.busy_time`;
-    below device_us only where events overlap on different streams), device_span_us
-    (first start to last end of its valid-time GPU events), counts per category (every GPU
-    event, bad times included), and the completeness columns of :func:`completeness`
-    (launch_calls, launches_without_gpu_event, bad_time_events, stream_overlap_events,
-    graph_launches, complete, timing_complete). All times in us.
-    unattributed_gpu_events: trace-wide GPU events outside every forward, same value on
-    every row, normally 0."""
-    ranges, gpu = frames["ranges"], frames["gpu"]
-    if ranges.empty:
-        return pd.DataFrame(columns=FORWARD_COLUMNS)
-    inside = gpu[gpu["forward"] >= 0]
-    valid = inside[inside["time_ok"]].groupby("forward")
-    counts = inside.groupby(["forward", "category"]).size().unstack(fill_value=0)
-    table = pd.DataFrame({"variant": variant, "shape_key": shape_key, "forward": ranges["forward"], "cpu_us": ranges["cpu_us"]})
-    table["device_us"] = table["forward"].map(valid["dur"].sum()).fillna(0.0)
-    ok = inside[inside["time_ok"]]
-    table["device_busy_us"] = table["forward"].map(busy_time(ok["ts"], ok["dur"], ok["forward"])).astype(float).fillna(0.0)
-    table["device_span_us"] = table["forward"].map(valid["end"].max() - valid["ts"].min()).fillna(0.0)
-    for cat in ("kernel", "memcpy", "memset"):
-        col = "kernels" if cat == "kernel" else cat
-        table[col] = table["forward"].map(counts[cat] if cat in counts else {}).fillna(0).astype(int)
-    comp = frames["completeness"]
-    for col in comp.columns:
-        table[col] = table["forward"].map(comp[col]).values
-    # what the forward ran, as a short hash of its sorted GPU event names: forwards with equal
-    # counts but different kernels are told apart (forward_groups)
-    names = inside.groupby("forward")["name"].apply(lambda n: hashlib.sha1("\n".join(sorted(n)).encode()).hexdigest()[:12])
-    table["signature"] = table["forward"].map(names).astype(object).fillna("")
-    table["unattributed_gpu_events"] = int(((gpu["forward"] < 0) & (gpu["orphan_forward"] < 0)).sum())
-    return table[FORWARD_COLUMNS]
 
 
 def _calls_table(frames: dict, which: str, column: str, variant: str, shape_key: str, first_seen: bool) -> pd.DataFrame:
@@ -352,155 +232,24 @@ def op_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     return _calls_table(frames, "ops", "op", variant, shape_key, first_seen=True)
 
 
-def _ranges_text(forwards: list[int]) -> str:
-    """'0-5, 8' for [0, 1, 2, 3, 4, 5, 8]."""
-    parts, run = [], []
-    for f in forwards:
-        if run and f != run[-1] + 1:
-            parts.append(run)
-            run = []
-        run.append(f)
-    if run:
-        parts.append(run)
-    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in parts)
 
 
-def forward_groups(forwards: pd.DataFrame) -> list[dict]:
-    """Complete forwards grouped by their (kernels, memcpy, memset) counts, largest group
-    first: each {kernels, memcpy, memset, forwards (how many), forward_ids, device_ms (median
-    over the group's timing-complete forwards, None if none)}. One group when all forwards
-    launch the same work."""
-    fw = forwards[forwards["complete"].astype(bool)]
-    if "signature" not in fw:
-        fw = fw.assign(signature="")
-    fw = fw.assign(signature=fw["signature"].astype(object).fillna("").astype(str))  # all-NaN on a CPU run
-    groups = []
-    for (kern, mcp, mst, sig), g in fw.groupby(["kernels", "memcpy", "memset", "signature"]):
-        timed = g[g["timing_complete"].astype(bool)]["device_us"]
-        groups.append({"kernels": int(kern), "memcpy": int(mcp), "memset": int(mst), "forwards": len(g),
-                       "forward_ids": [int(i) for i in g["forward"]], "signature": sig,
-                       "device_ms": float(timed.median() / 1e3) if len(timed) else None})
-    return sorted(groups, key=lambda g: (-g["forwards"], g["kernels"], g["forward_ids"][0]))
 
 
-def describe_groups(groups: list[dict]) -> str:
-    """'5 kernels + 1 memcpy + 1 memset (1.0773 ms) in 5 forwards; 6 kernels ... in 5'."""
-    def one(g):
-        work = f"{g['kernels']} kernel{'s' if g['kernels'] != 1 else ''}"
-        work += f" + {g['memcpy']} memcpy" if g["memcpy"] else ""
-        work += f" + {g['memset']} memset" if g["memset"] else ""
-        ms = f" ({g['device_ms']:.4f} ms)" if g["device_ms"] is not None else ""
-        return f"{work}{ms} in {g['forwards']} forward{'s' if g['forwards'] != 1 else ''}"
-    same_counts = len({(g["kernels"], g["memcpy"], g["memset"]) for g in groups}) < len(groups)
-    return "; ".join(one(g) for g in groups) + ("; forwards with the same counts launched different kernels" if same_counts else "")
 
 
-def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int = DEFAULT_MIN_COMPLETE_FORWARDS) -> dict:
-    """Apply the completeness rule to a forward table (:func:`forward_table`).
-
-    ``expected``: forwards the profiler schedule asked for (``active``; None: those present).
-    Returns forwards_expected, forwards_profiled (present in the trace), forwards_complete,
-    forwards_timed (complete with valid times), incomplete_forwards (e.g. '0-5'),
-    bad_time_events, groups (:func:`forward_groups`), note (one sentence per defect, '' when
-    none) and sufficient (at least ``minimum`` complete forwards)."""
-    present = len(forwards)
-    expected = present if expected is None else int(expected)
-    if not present:  # a capture whose trace holds no forward (a table of no rows may lack every column)
-        forwards = pd.DataFrame({"forward": [], "complete": [], "timing_complete": [], "bad_time_events": []})
-    complete = forwards["complete"].astype(bool)
-    timed = forwards["timing_complete"].astype(bool)
-    incomplete = [int(f) for f in forwards.loc[~complete, "forward"]]
-    bad = int(forwards["bad_time_events"].sum())
-    groups = forward_groups(forwards) if present else []
-    notes = [f"{present} of {expected} profiled forwards are in the trace"] if present != expected else []
-    if incomplete:
-        notes.append(_incomplete_note(forwards.loc[~complete], incomplete, present))
-    if bad:
-        notes.append(_bad_times_note(forwards, bad))
-    notes += _more_notes(forwards, timed) if present else []
-    if len(groups) > 1:
-        notes.append("forwards differ: " + describe_groups(groups))
-    stray = int(forwards["unattributed_gpu_events"].max()) if present and "unattributed_gpu_events" in forwards else 0
-    if stray:
-        notes.append(f"{stray} GPU event{'s' if stray > 1 else ''} of the trace launched outside every forward range "
-                     "(or with no launch record): not counted, the forwards may miss work")
-    n_complete = int(complete.sum())
-    return {"forwards_expected": expected, "forwards_profiled": present, "forwards_complete": n_complete,
-            "forwards_timed": int(timed.sum()), "incomplete_forwards": _ranges_text(incomplete), "bad_time_events": bad,
-            "groups": groups, "note": "; ".join(notes), "sufficient": n_complete >= minimum, "minimum": minimum}
 
 
-#: Why a forward is incomplete, by forward-table column (:func:`assess_forwards`' note).
-_INCOMPLETE_WHY = (("launches_without_gpu_event", "launches without a GPU event"),
-                   ("gpu_events_without_launch", "GPU events without their launch record"),
-                   ("duplicate_gpu_events", "GPU events sharing one launch's correlation id"),
-                   ("duplicate_launches", "launch calls sharing a correlation id with another launch"),
-                   # backward ranges only (attnprof.analysis.backward): launches on another thread in two windows
-                   ("ambiguous_launches", "launches on another thread inside the windows of several ranges"))
 
 
-def _incomplete_note(bad_rows: pd.DataFrame, incomplete: list[int], present: int) -> str:
-    """The note's sentence on the incomplete forwards (``bad_rows``: their rows; ``incomplete``: their numbers)."""
-    why = [f"{n} {words}" for col, words in _INCOMPLETE_WHY if (n := int(bad_rows[col].sum()) if col in bad_rows else 0)]
-    n_ranges = int((~bad_rows["range_ok"].astype(bool)).sum()) if "range_ok" in bad_rows else 0
-    if n_ranges:
-        why.append(f"{n_ranges} forward ranges with invalid times or overlapping another")
-    return (f"{len(incomplete)} of {present} forwards incomplete (forward{'s' if len(incomplete) > 1 else ''} "
-            f"{_ranges_text(incomplete)}: {', '.join(why) or 'no GPU activity recorded'}), left out of every statistic")
 
 
-def _bad_times_note(forwards: pd.DataFrame, bad: int) -> str:
-    """The note's sentence on the ``bad`` GPU events with impossible times."""
-    bad_fwd = [int(f) for f in forwards.loc[forwards["bad_time_events"] > 0, "forward"]]
-    return (f"{bad} GPU event{'s' if bad > 1 else ''} with impossible times (ts or duration missing, <= 0 or not "
-            f"finite, starting before its launch, or ending long after the trace) in forward{'s' if len(bad_fwd) > 1 else ''} "
-            f"{_ranges_text(bad_fwd)}: counted, but those forwards are left out of device times")
 
 
-#: Cross-stream overlap worth a word in the note: the busy time is this much below the summed durations.
-BUSY_NOTE_FRACTION = 1e-3
 
 
-def _more_notes(forwards: pd.DataFrame, timed: pd.Series) -> list[str]:
-    """The sentences of :func:`assess_forwards`' note about same-stream overlaps, CUDA-graph
-    replays, GPU events that overlap on different streams (the sum of durations and the busy time
-    both stated, ms per forward, medians over the timed forwards) and launches from threads that
-    are not the range's (backward ranges: ``other_thread_launches``); [] when none applies. Columns
-    absent from ``forwards`` (tables written before they existed) say nothing."""
-    notes = []
-
-    def where(mask) -> str:
-        ids = [int(f) for f in forwards.loc[mask, "forward"]]
-        return f"forward{'s' if len(ids) > 1 else ''} {_ranges_text(ids)}"
-
-    col = forwards.get("stream_overlap_events")
-    if col is not None and int(col.sum()):
-        n = int(col.sum())
-        notes.append(f"{n} of those GPU events overlap another GPU event on the same stream ({where(col > 0)}): a stream "
-                     "runs its work in order, so their times are impossible and not summed")
-    col = forwards.get("graph_launches")
-    if col is not None and int(col.sum()):
-        notes.append(f"{where(col > 0)} replay a CUDA graph ({int(col.sum())} graph launches): every GPU event of a replay "
-                     "carries its launch's correlation id and is counted")
-    if "device_busy_us" in forwards and timed.any():
-        t = forwards[timed.to_numpy(bool)]
-        over = (t["device_us"] - t["device_busy_us"]) > BUSY_NOTE_FRACTION * t["device_us"]
-        if over.any():
-            notes.append(f"GPU events overlap on different streams ({where(forwards.index.isin(t.index[over.to_numpy()]))}): "
-                         f"the device time sums their durations, {t['device_us'].median() / 1e3:.4f} ms per forward, while "
-                         f"the GPU was busy {t['device_busy_us'].median() / 1e3:.4f} ms (device_busy_us)")
-    col = forwards.get("other_thread_launches")
-    if col is not None and int(col.sum()):
-        notes.append(f"{int(col.sum())} launches from threads that are neither the range's nor the autograd engine's inside "
-                     f"the windows of {where(col > 0)}: not counted (their GPU events are outside every range)")
-    return notes
 
 
-def incomplete_reason(trace_path, verdict: dict) -> str:
-    """Reason of an ``incomplete_trace`` status: the file, both counts and the defects."""
-    n = verdict["forwards_complete"]
-    return (f"{trace_path}: {n} complete forward{'s' if n != 1 else ''} of {verdict['forwards_expected']} profiled, "
-            f"fewer than the minimum of {verdict['minimum']} (profiler.min_complete_forwards); {verdict['note']}")
 
 
 def per_forward_stats(prefix: str, ms: pd.Series) -> dict:

@@ -56,7 +56,7 @@ Status values (``status.json``, and each phase's ``status``):
   a trace the profiler wrote that cannot be read back (``TraceError``);
 * ``incomplete_trace`` -- the profile ran, but its own trace, read back before ``ok`` is
   written, has fewer complete forwards than ``min_complete_forwards`` (the completeness
-  rule of :func:`attnprof.analysis.tables.assess_forwards`: every launch must find its GPU event;
+  rule of :func:`attnprof.analysis.completeness.assess_forwards`: every launch must find its GPU event;
   on a GPU every forward must record GPU activity); ``reason`` names the trace file and
   both counts; the trace is kept for diagnosis, the later phases are skipped;
 * ``skipped`` -- phases only: not run, ``reason`` says why.
@@ -896,24 +896,24 @@ def merge_checks(record: dict, result: dict | None, error: str = "") -> dict:
 
 
 def _min_complete(spec: dict) -> int:
-    from attnprof.analysis.tables import DEFAULT_MIN_COMPLETE_FORWARDS  # pandas is imported only where a trace is read
+    from attnprof.analysis.completeness import DEFAULT_MIN_COMPLETE_FORWARDS  # pandas is imported only where a trace is read
 
     return int(spec.get("min_complete_forwards", DEFAULT_MIN_COMPLETE_FORWARDS))
 
 
 def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) -> dict:
     """Read back the trace the profiler just wrote and apply the completeness rule
-    (:func:`attnprof.analysis.tables.assess_forwards`) with the spec's schedule ``active`` and
+    (:func:`attnprof.analysis.completeness.assess_forwards`) with the spec's schedule ``active`` and
     ``min_complete_forwards``. Returns the record fields to set: always ``trace_check``
     (forwards expected/profiled/complete/timed and the note); and, when the trace cannot
     be read, ``status`` failed with the TraceError; when it has too few complete forwards,
     ``status`` incomplete_trace with a reason that names the file and both counts.
 
     ``passes``: the record's pass outcomes; when the backward was profiled (``ok``), the same rule
-    is applied to the backward ranges (:func:`attnprof.analysis.backward.analyse_passes`): ``trace_check``
+    is applied to the backward ranges (:func:`attnprof.analysis.completeness.analyse_passes`): ``trace_check``
     gets ``backward`` (the same counts), and too few complete backwards make the returned
     ``passes`` say ``incomplete_trace`` for the backward -- never for the capture."""
-    from attnprof.analysis.tables import analyse_trace, assess_forwards, forward_table, incomplete_reason
+    from attnprof.analysis.completeness import analyse_trace, assess_forwards, forward_table, incomplete_reason
     from attnprof.analysis.trace import TraceError, load_trace
 
     try:
@@ -922,7 +922,7 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
         return {"status": "failed", "reason": f"TraceError: {exc}"}
     backward = bool(passes) and passes.get("backward", {}).get("status") == "ok"
     if backward:
-        from attnprof.analysis.backward import analyse_passes, backward_table
+        from attnprof.analysis.completeness import analyse_passes, backward_table
 
         frames, bwd_frames = analyse_passes(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
     else:
@@ -936,7 +936,7 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
     log(f"trace check: {verdict['forwards_complete']} of {verdict['forwards_expected']} forwards complete"
         + (f" ({verdict['note']})" if verdict["note"] else ""))
     if backward:
-        from attnprof.analysis.backward import as_backward
+        from attnprof.analysis.completeness import as_backward
 
         bwd = backward_table(bwd_frames, spec["variant"], "").rename(columns={"backward": "forward"})
         bv = assess_forwards(bwd, spec["schedule"]["active"], _min_complete(spec))

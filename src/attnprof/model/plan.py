@@ -1,0 +1,274 @@
+"""The run's plan, built once from the config and the machine, and the one home of a result set's layout.
+
+:func:`build_plan` is a plain function (no Snakemake, no file written, no GPU probed: the caller hands it what it
+found, :class:`Machine`), so it is unit-tested on its own (tests/test_plan.py). The Snakefile builds the plan once
+and every rule reads it; :class:`Layout` spells every path of a result set (``results/<run>/captures/...``,
+``tables/...``, ``plots/...``, the run tables), so no rule, script or module spells them by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnprof.model.config import ab_compare_name, ab_run_name
+from attnprof.model.gpus import mixed_models, select_gpus
+from attnprof.model.names import (CAPTURE_FILES, CAPTURE_TABLES, REPEAT_PREFIX, RUN_FILES, SCALING_PLOTS, SHAPE_PLOTS,
+                                  TIMELINE, repeat_dir)
+from attnprof.model.variants import CONTROL, expand_shapes
+
+#: The command that re-renders a result set captured elsewhere (README, "Render elsewhere").
+RENDER_COMMAND = ".venv/bin/snakemake --profile workflow/profiles/render results/{run}/report.pdf"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path of a result set, ``<root>/<run>/...``; the ``{...}`` defaults give Snakemake patterns."""
+
+    root: str = "results"
+
+    def run_dir(self, run: str = "{run}") -> str:
+        return f"{self.root}/{run}"
+
+    def run_file(self, name: str, run: str = "{run}") -> str:
+        """Result set ``run``'s file ``name`` (RUN_FILES: summary, repeats, kernels, findings, env, ...)."""
+        return f"{self.run_dir(run)}/{RUN_FILES[name]}"
+
+    def capture_dir(self, run: str = "{run}", shape: str = "{shape}", variant: str = "{variant}",
+                    repeat: int | str = "{repeat}") -> str:
+        return f"{self.run_dir(run)}/captures/{shape}/{variant}/{repeat_dir(repeat)}"
+
+    def capture_file(self, name: str, run: str = "{run}", **where) -> str:
+        """A capture's file ``name`` (CAPTURE_FILES: trace, status)."""
+        return f"{self.capture_dir(run, **where)}/{CAPTURE_FILES[name]}"
+
+    def table_file(self, name: str, run: str = "{run}", shape: str = "{shape}", variant: str = "{variant}",
+                   repeat: int | str = "{repeat}") -> str:
+        """A capture's table ``name`` (CAPTURE_TABLES: kernels, forwards, launches, ops, device, recipe, ...)."""
+        return f"{self.run_dir(run)}/tables/{shape}/{variant}/{repeat_dir(repeat)}/{CAPTURE_TABLES[name]}"
+
+    def plot(self, name: str, run: str = "{run}", shape: str | None = "{shape}") -> str:
+        """A per-shape figure (``shape`` given) or a run-wide one (``shape=None``)."""
+        return f"{self.run_dir(run)}/plots/{shape}/{name}.png" if shape else f"{self.run_dir(run)}/plots/{name}.png"
+
+    def counters(self, ext: str, run: str = "{run}", shape: str = "{shape}", variant: str = "{variant}") -> str:
+        return f"{self.run_dir(run)}/counters/{shape}/{variant}.{ext}"
+
+    def log(self, name: str, run: str = "{run}") -> str:
+        return f"{self.run_dir(run)}/logs/{name}.log"
+
+    def compare_file(self, ext: str, name: str = "{name}") -> str:
+        return f"{self.root}/compare/{name}/compare.{ext}"
+
+    def legacy_captures(self, run: str) -> list[Path]:
+        """Status records of a result set made before repeats (not in an r<k>/ folder)."""
+        return sorted(Path(self.run_dir(run)).glob(f"captures/*/*/{CAPTURE_FILES['status']}"))
+
+    def has_control(self, run: str, shape: str) -> bool:
+        return Path(f"{self.run_dir(run)}/captures/{shape}/{CONTROL}").is_dir()
+
+    def repeat_of(self, folder: str) -> int | None:
+        """The repeat of a capture's or table's folder name (``r2`` -> 2), None for another name."""
+        m = re.fullmatch(re.escape(REPEAT_PREFIX) + r"([1-9][0-9]*)", folder)
+        return int(m.group(1)) if m else None
+
+    def captures_of(self, run: str, shapes, variants, repeats: int, name: str) -> list[str]:
+        return [self.capture_file(name, run, shape=s, variant=v, repeat=k)
+                for s in shapes for v in variants for k in range(1, repeats + 1)]
+
+    def tables_of(self, run: str, shapes, variants, repeats) -> list[str]:
+        """Every per-capture table of those captures (``repeats``: a count, or the list of repeats)."""
+        reps = range(1, repeats + 1) if isinstance(repeats, int) else repeats
+        return [self.table_file(n, run, s, v, k) for n in CAPTURE_TABLES for s in shapes for v in variants for k in reps]
+
+    def plots_of(self, run: str, shapes) -> list[str]:
+        return ([self.plot(p, run, s) for s in shapes for p in [*SHAPE_PLOTS, TIMELINE]]
+                + [self.plot(p, run, None) for p in SCALING_PLOTS])
+
+
+#: The run tables whose writers record their checksums (scripts/summarize.py, scripts/findings.py).
+CHECKSUMMED = ("summary", "repeats", "kernels", "findings", "control")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What one result set holds: its shape keys, variants and repeats, and the shapes its control was captured at."""
+
+    shapes: tuple[str, ...]
+    variants: tuple[str, ...]
+    repeats: int
+    control_shapes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the caller found on this machine: the GPUs CUDA_VISIBLE_DEVICES leaves visible (``visible``, each with
+    ``name`` and ``uuid``; None: not probed or no nvidia-smi), the first GPU's name by another way (``detected``),
+    Snakemake's torch build, each A/B environment's (by name), whether a cluster executor runs the jobs, and the
+    cores a CPU capture takes."""
+
+    visible: tuple = ()
+    detected: str | None = None
+    torch_build: Mapping = field(default_factory=dict)
+    env_builds: Mapping = field(default_factory=dict)
+    cluster: bool = False
+    cores: int = 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run, decided once: device, result sets, grid, A/B environments, GPUs, capture mode and compare."""
+
+    device: str
+    gpu_name: str | None
+    run: str
+    this_runs: tuple[str, ...]
+    ab_runs: Mapping[str, str]  # result set -> environment name
+    ab_compare: str | None
+    environments: Mapping[str, Mapping]
+    torch_version: str
+    ab_torch: Mapping[str, str]
+    grid: Grid
+    custom: Mapping
+    gpus: tuple
+    capture_mode: str
+    capture_threads: int
+    gpu_units: int
+    gpu_choice: str
+    compare_runs: tuple[str, ...]
+    compare_name: str
+    layout: Layout = Layout()
+
+    # --- per result set -------------------------------------------------------------------------------------
+    def torch_version_of(self, run: str) -> str:
+        """The torch build (text) result set ``run`` captures with: its environment's in an A/B run."""
+        return self.ab_torch.get(run, self.torch_version)
+
+    def interpreter_of(self, run: str) -> Mapping:
+        """{python, env} of the environment that result set ``run`` (an A/B run's) captures in."""
+        return self.environments[self.ab_runs[run]]
+
+    def ab_record(self, run: str) -> dict:
+        """What env.json records of the A/B run that result set ``run`` belongs to (key ``ab``)."""
+        return {"run": self.run, "environment": self.ab_runs[run], "environments": list(self.environments),
+                "python": self.interpreter_of(run)["python"], "env": dict(self.interpreter_of(run)["env"])}
+
+    def grid_of(self, run: str) -> Grid:
+        """The grid of result set ``run``: this config's for its own result sets, else the one recorded in that
+        result set's env.json (a result set captured elsewhere re-renders here without its grid in our config)."""
+        return self.grid if run in self.this_runs else recorded_grid(self.layout, run)
+
+    def compare_runs_of(self, name: str) -> list[str]:
+        """The result sets compare folder ``name`` compares: an A/B run's own, else config compare.runs."""
+        return list(self.ab_runs) if name == self.ab_compare else list(self.compare_runs)
+
+    def ab_targets(self) -> list[str]:
+        reports = [self.layout.run_file(ext, run) for run in self.ab_runs for ext in ("html", "pdf")]
+        return reports + [self.layout.compare_file(ext, self.ab_compare) for ext in ("json", "html", "pdf")]
+
+
+def _recorded(layout: Layout, run: str) -> dict:
+    env_path = Path(layout.run_file("env", run))
+    if not env_path.exists():
+        raise ValueError(f"{env_path} not found: cannot tell the shapes and variants of result set {run!r}. "
+                         f"Re-render {layout.run_dir(run)} first: {_render_fix(layout, run)}")
+    try:
+        recorded = json.loads(env_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{env_path} cannot be read ({exc}): copy the result set again from where it was captured "
+                         f"(its env.json is written there)") from None
+    cfg = recorded.get("config") if isinstance(recorded, dict) else None
+    missing = [k for k, ok in (("config", isinstance(cfg, dict)),
+                               ("device", isinstance(recorded, dict) and recorded.get("device") in ("cpu", "cuda")))
+               if not ok]
+    if not missing and not all(k in cfg for k in ("shapes", "variants")):
+        missing = [f"config.{k}" for k in ("shapes", "variants") if k not in cfg]
+    if missing:
+        raise ValueError(f"{env_path} has no {' or '.join(repr(k) for k in missing)}: it is not an env.json that "
+                         f"attnprof wrote (or it was cut short or edited), so the shapes and variants of result set "
+                         f"{run!r} are unknown. Copy {env_path} again from where the result set was captured.")
+    return recorded
+
+
+def _render_fix(layout: Layout, run: str) -> str:
+    command = RENDER_COMMAND.format(run=run)
+    example = Path("examples") / run
+    return f"cp -r {example} {layout.root}/ && {command}" if example.is_dir() else command
+
+
+def recorded_grid(layout: Layout, run: str) -> Grid:
+    """The grid recorded in result set ``run``'s env.json. Raises ValueError naming the file and the fix when
+    that file is missing, unreadable or lacks ``config``/``device``, and for a result set made before repeats."""
+    recorded = _recorded(layout, run)
+    cfg = recorded["config"]
+    try:
+        shapes = tuple(s.key for s in expand_shapes(cfg["shapes"][recorded["device"]]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{layout.run_file('env', run)}: config.shapes has no valid grid for device "
+                         f"{recorded['device']!r} ({exc}); copy it again from where the result set was captured") from None
+    if legacy := layout.legacy_captures(run):
+        raise ValueError(f"{layout.run_dir(run)} was made before repeats ({legacy[0]} is not in a {REPEAT_PREFIX}<k>/ "
+                         f"folder): move its captures with: python tools/migrate_repeats.py {layout.run_dir(run)}")
+    control = shapes[:1] if shapes and layout.has_control(run, shapes[0]) else ()
+    return Grid(shapes, tuple(cfg["variants"]), int(cfg.get("repeats", 1)), control)
+
+
+def _build_text(build: Mapping) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(build.items()))
+
+
+def _chosen_gpus(config: Mapping, machine: Machine) -> list:
+    """The GPUs config ``gpus`` chooses among the visible ones: none on a CPU run, under a cluster executor (each
+    job takes its allocation's) and, with device auto, where none is visible."""
+    if config["device"] == "cpu" or machine.cluster or (config["device"] == "auto" and not machine.visible):
+        return []
+    chosen = select_gpus(list(machine.visible or []), config["gpus"])  # ValueError: config gpus
+    if (mixed := mixed_models(chosen)) is not None:
+        raise ValueError(mixed)
+    return chosen
+
+
+def _run_name(config: Mapping, device: str, gpu_name: str | None, build: Mapping, ab: bool,
+              name_run: Callable, slug: Callable) -> str:
+    """``run: auto`` (or ``auto-<suffix>``) named from the device and torch build; an A/B run's from the device
+    alone (its builds are the environments'); any other value as given."""
+    run = config["run"]
+    if not (run == "auto" or run.startswith("auto-")):
+        return run
+    if ab:
+        return (slug(gpu_name) if device == "cuda" and gpu_name else "cpu") + run[len("auto"):]
+    return name_run(device, gpu_name, build) + run[len("auto"):]
+
+
+def build_plan(config: Mapping, machine: Machine, name_run: Callable, slug: Callable) -> Plan:
+    """The plan of ``config`` on ``machine`` (config validated; ``name_run``/``slug``: attnprof.measure.env's
+    default_run_id and slug). Raises ValueError with the config key for a choice of GPUs that cannot be."""
+    chosen = _chosen_gpus(config, machine)
+    cuda_asked = config["device"] in ("auto", "cuda")
+    gpu_name = (next((g.name for g in chosen if g.name), None) or machine.detected) if cuda_asked else None
+    device = config["device"] if config["device"] != "auto" else ("cuda" if gpu_name else "cpu")
+    environments = {name: {"python": spec["python"], "env": dict(spec.get("env") or {})}
+                    for name, spec in (config.get("environments") or {}).items()}
+    run = _run_name(config, device, gpu_name, machine.torch_build, bool(environments), name_run, slug)
+    ab_runs = {ab_run_name(run, name): name for name in environments}
+    shapes = tuple(s.key for s in expand_shapes(config["shapes"][device]))
+    gpus = tuple((chosen[:1] if ab_runs else chosen) if device == "cuda" else [])
+    mode = "process" if machine.cluster else config["capture_mode"]
+    compare_runs = tuple(config["compare"]["runs"])
+    return Plan(
+        device=device, gpu_name=gpu_name, run=run, this_runs=tuple(ab_runs) or (run,), ab_runs=ab_runs,
+        ab_compare=ab_compare_name(run) if ab_runs else None, environments=environments,
+        torch_version=_build_text(machine.torch_build),
+        ab_torch={r: _build_text(machine.env_builds[name]) for r, name in ab_runs.items()},
+        grid=Grid(shapes, tuple(config["variants"]), int(config["repeats"]), shapes[:1]),
+        custom=dict(config.get("custom_variants") or {}), gpus=gpus, capture_mode=mode,
+        capture_threads=machine.cores if device == "cpu" else 1,
+        gpu_units=0 if mode == "worker" and not ab_runs and len(gpus) <= 1 else 1,
+        gpu_choice="any" if machine.cluster else (",".join(g.uuid for g in gpus) or "all"),
+        compare_runs=compare_runs,
+        compare_name=("__vs__".join(compare_runs) if config["compare"]["name"] == "auto"
+                      else config["compare"]["name"]) or "unset",
+    )
