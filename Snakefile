@@ -71,7 +71,7 @@ include: "workflow/rules/counters.smk"
 rule report:
     default_target: True
     input:
-        ab_targets() if AB_RUNS else [run_file("html", RUN), run_file("pdf", RUN)],
+        PLAN.ab_targets() if AB_RUNS else [run_file("html", RUN), run_file("pdf", RUN)],
 
 
 rule html:
@@ -91,10 +91,10 @@ onsuccess:
     _written = sorted(
         p.resolve()
         for pattern in (
-            f"results/*/{RUN_FILES['html']}",
-            f"results/*/{RUN_FILES['pdf']}",
-            "results/compare/*/compare.html",
-            "results/compare/*/compare.pdf",
+            L.run_file("html", "*"),
+            L.run_file("pdf", "*"),
+            L.compare_file("html", "*"),
+            L.compare_file("pdf", "*"),
         )
         for p in Path().glob(pattern)
         if p.stat().st_mtime >= _STARTED_AT

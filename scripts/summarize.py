@@ -16,15 +16,13 @@ with script_log(sm.log[0]) as log:
     import pandas as pd
     from attnprof.analysis.backward import backward_summary
     from attnprof.model.names import CAPTURE_FILES
+    from attnprof.model.plan import Layout
     from attnprof.analysis.records import ENV_CHECK_KEYS, STATUS_KEYS, check_capture_record, load_env, load_record
     from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, repeat_noise, summary_row
 
-    # the run's env.json: an input of the rule where it names one, else results/<run>/env.json when it is there
-    env_path = getattr(sm.input, "env", None)
-    if env_path is None and sm.input.status:
-        env_path = Path(sm.input.status[0]).parents[4] / "env.json"
-        env_path = env_path if env_path.exists() else None
-    env = load_env(env_path, ENV_CHECK_KEYS) if env_path else None
+    # the run's env.json, a declared input
+    env_path = sm.input.env
+    env = load_env(env_path, ENV_CHECK_KEYS)
     def capture_row(status_path, forwards_path) -> tuple[dict, dict]:
         """(record, summary row with its repeat) of one capture: the record read and checked against its folder
         and env.json; the repeat is the capture's folder (r<k>; its record says it too, 1 for one made before
@@ -32,7 +30,7 @@ with script_log(sm.log[0]) as log:
         status = load_record(status_path, STATUS_KEYS)
         check_capture_record(status, status_path, None, env, env_path=env_path)
         row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
-        row["repeat"] = int(Path(status_path).parent.name.removeprefix("r"))
+        row["repeat"] = Layout().repeat_of(Path(status_path).parent.name)
         return status, row
 
     per_pair: dict[tuple[str, str], list[dict]] = {}

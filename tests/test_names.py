@@ -186,7 +186,8 @@ def derives_a_result_set(body: str) -> bool:
     """A rule whose output lies in a result set (results/<run>/...) but is not captured there: not the
     capture stage (its outputs are pinned to this run, THIS_RUN, or to others, OTHER_RUN), not compare."""
     output = body.split("output:", 1)[1].split("log:", 1)[0] if "output:" in body else ""
-    in_result_set = any(w in output for w in ("run_file(", "table_file(", "capture_file(", "results/{{run}}", "results/{run}"))
+    in_result_set = any(w in output for w in ("run_file(", "table_file(", "capture_file(", "results/{{run}}", "results/{run}",
+                                                  "L.plot(", "L.rebuild_marker("))
     return in_result_set and "THIS_RUN" not in output and "OTHER_RUN" not in output
 
 

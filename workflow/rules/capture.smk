@@ -13,13 +13,13 @@ rule capture:
         trace=capture_file("trace", run=f"{{run,{THIS_RUN}}}"),
         status=capture_file("status", run=f"{{run,{THIS_RUN}}}"),
     log:
-        "results/{run}/logs/capture/{shape}/{variant}/r{repeat}.log",
+        L.capture_log("capture"),
     # The repeats run in rounds, round-robin over the variants and shapes (so that a drift in clocks or load hits
     # all of them alike): Snakemake starts the captures of repeat k before any of repeat k + 1, and the capture
     # worker serves them in the order they came (attnprof.runtime.worker; a new round gets a fresh capture process).
     # In an A/B run (config environments) round k of every environment runs before round k + 1 of any, A,B in odd
     # rounds and B,A in even ones (ABBA: a drift over the run cancels from the paired ratio; common.smk).
-    priority: capture_priority
+    priority: lambda wc: PLAN.capture_priority(wc.run, wc.repeat, wc.variant)
     group:
         AB_GROUP
     # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
@@ -31,13 +31,13 @@ rule capture:
         # so a new value must not recapture anything)
         worker_idle_s=WORKER_IDLE_S,
         # the GPUs this job may take one of (a resource: another choice recaptures nothing)
-        gpu_choice=GPU_CHOICE,
+        gpu_choice=PLAN.gpu_choice,
     params:
         # an A/B run's only: the Python executable and variables of the result set's environment
         **AB_CAPTURE_PARAMS,
         device=DEVICE,
         # the torch build of the result set's environment (an A/B run's: read from its interpreter, common.smk)
-        torch_version=lambda wc: torch_version_of(wc.run),
+        torch_version=lambda wc: PLAN.torch_version_of(wc.run),
         threads=CAPTURE_THREADS,
         # the code this variant runs (not all of variants.py): editing one variant reruns only it
         variant_code=lambda wc: variant_fingerprint(wc.variant, CUSTOM.get(wc.variant)),
@@ -48,7 +48,7 @@ rule capture:
         seed=config["seed"],
         tolerance=config["tolerance"],
         timeout_s=config["capture_timeout_s"],
-        mode=CAPTURE_MODE,
+        mode=PLAN.capture_mode,
     run:
         run_job(locals())
 
@@ -61,7 +61,7 @@ rule environment:
     output:
         run_file("env", run=f"{{run,{THIS_RUN}}}"),
     log:
-        "results/{run}/logs/environment.log",
+        L.log("environment"),
     group:
         AB_GROUP
     # the threads of a capture: the job's environment has OMP_NUM_THREADS and friends from them (as a
@@ -70,16 +70,16 @@ rule environment:
     threads: CAPTURE_THREADS
     resources:
         worker_idle_s=WORKER_IDLE_S,
-        gpu_choice=GPU_CHOICE,
+        gpu_choice=PLAN.gpu_choice,
     params:
         # an A/B run's only: the environment's interpreter, and the A/B record env.json carries (key ab)
         **AB_ENV_PARAMS,
         config=config,
         device=DEVICE,
         run=lambda wc: wc.run,
-        torch_version=lambda wc: torch_version_of(wc.run),
+        torch_version=lambda wc: PLAN.torch_version_of(wc.run),
         threads=CAPTURE_THREADS,
-        mode=CAPTURE_MODE,
+        mode=PLAN.capture_mode,
     run:
         run_job(locals())
 
@@ -92,7 +92,7 @@ rule calibrate:
     output:
         run_file("calibration", run=f"{{run,{THIS_RUN}}}"),
     log:
-        "results/{run}/logs/calibrate.log",
+        L.log("calibrate"),
     group:
         AB_GROUP
     threads: CAPTURE_THREADS  # as a capture's: the same worker serves it
@@ -100,12 +100,12 @@ rule calibrate:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
         worker_idle_s=WORKER_IDLE_S,
-        gpu_choice=GPU_CHOICE,
+        gpu_choice=PLAN.gpu_choice,
     params:
         **AB_CAPTURE_PARAMS,
         device=DEVICE,
-        torch_version=lambda wc: torch_version_of(wc.run),
-        mode=CAPTURE_MODE,
+        torch_version=lambda wc: PLAN.torch_version_of(wc.run),
+        mode=PLAN.capture_mode,
     run:
         run_job(locals())
 

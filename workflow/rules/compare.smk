@@ -7,12 +7,12 @@ rule compare_json:
         script=script_file("compare"),
         code=code("compare"),
     output:
-        "results/compare/{name}/compare.json",
+        L.compare_file("json"),
     log:
-        "results/compare/{name}/compare_json.log",
+        L.compare_log("json"),
     params:
         # config compare.runs, or an A/B run's result sets for its results/compare/<run>-ab/ (common.smk)
-        runs=lambda wc: compare_runs_of(wc.name),
+        runs=lambda wc: PLAN.compare_runs_of(wc.name),
         noise_floor=config["compare"]["noise_floor"],
         confidence=config["compare"].get("confidence", 0.95),
         noise_floor_host=config["compare"].get("noise_floor_host", 0.20),
@@ -24,13 +24,13 @@ rule compare_html:
     input:
         code("compare_html"),
         script=script_file("compare_html"),
-        json="results/compare/{name}/compare.json",
+        json=L.compare_file("json"),
         template=str(REPORT_DIR / "compare.html.j2"),
         css=str(REPORT_DIR / "report.css"),
     output:
-        "results/compare/{name}/compare.html",
+        L.compare_file("html"),
     log:
-        "results/compare/{name}/compare_html.log",
+        L.compare_log("html"),
     run:
         run_job(locals())
 
@@ -39,19 +39,15 @@ rule compare_pdf:
     input:
         code("report_pdf"),
         script=script_file("report_pdf"),
-        html="results/compare/{name}/compare.html",
+        html=L.compare_file("html"),
     output:
-        "results/compare/{name}/compare.pdf",
+        L.compare_file("pdf"),
     log:
-        "results/compare/{name}/compare_pdf.log",
+        L.compare_log("pdf"),
     run:
         run_job(locals())
 
 
 rule compare:
     input:
-        expand(
-            "results/compare/{name}/compare.{ext}",
-            name=COMPARE_NAME,
-            ext=["html", "pdf"],
-        ),
+        [L.compare_file(ext, PLAN.compare_name) for ext in ("html", "pdf")],

@@ -8,11 +8,11 @@ COUNTER_SHAPES = SHAPES if config["counters"]["shapes"] == "all" else SHAPES[:1]
 rule counters:
     """Every (shape, variant) of the counters config of the current result set."""
     input:
-        expand(
-            f"{RUN_DIR}/counters/{{shape}}/{{variant}}.json",
-            shape=COUNTER_SHAPES,
-            variant=COUNTER_VARIANTS,
-        ),
+        [
+            L.counters("json", RUN, s, v)
+            for s in COUNTER_SHAPES
+            for v in COUNTER_VARIANTS
+        ],
 
 
 rule measure_counters:
@@ -22,19 +22,19 @@ rule measure_counters:
         script=script_file("counters"),
         # after every capture of the result set: in capture_mode worker the captures take no
         # 'capture' resource (the worker keeps them apart), so the resource alone would not
-        captures=per_capture(capture_file("status")),
+        captures=per_capture("status", kind="capture"),
     output:
-        csv=f"results/{{run,{THIS_RUN}}}/counters/{{shape}}/{{variant}}.csv",
-        status=f"results/{{run,{THIS_RUN}}}/counters/{{shape}}/{{variant}}.json",
+        csv=L.counters("csv", f"{{run,{THIS_RUN}}}"),
+        status=L.counters("json", f"{{run,{THIS_RUN}}}"),
     log:
-        "results/{run}/logs/counters/{shape}/{variant}.log",
+        L.log("counters/{shape}/{variant}"),
     # never beside a capture on the GPU (the input above), nor beside another counters job
     resources:
         capture=1,
         gpu=1 if DEVICE == "cuda" else 0,
     params:
         device=DEVICE,
-        torch_version=TORCH_VERSION,
+        torch_version=PLAN.torch_version,
         custom=lambda wc: CUSTOM.get(wc.variant),
         seed=config["seed"],
         warmup_calls=config["counters"]["warmup_calls"],

@@ -21,7 +21,7 @@ rule extract:
         recipe=table_file("recipe"),
         recipe_backward=table_file("recipe_backward"),
     log:
-        "results/{run}/logs/extract/{shape}/{variant}/r{repeat}.log",
+        L.capture_log("extract"),
     params:
         range_name=config["profiler"]["range_name"],
     run:

@@ -1,5 +1,7 @@
 # The figures marked for Snakemake's own report (snakemake --report; the categories and captions: plots.smk), per
 # result set: functions only, included after plots.smk (Snakemake's lint wants rules and functions apart).
+import json
+
 from attnprof.model.names import CPU_PLOTS
 
 # A caption in a report() made by an input function is taken as it is: resolved here, as a rule's own would be
@@ -36,18 +38,18 @@ def report_figures(wc):
 
     per_shape = [
         mark(
-            f"results/{wc.run}/plots/{shape}/{name}.png",
+            L.plot(name, wc.run, shape),
             name,
             "shape",
             shape,
             shape=shape,
         )
-        for shape in grid(wc.run)[0]
+        for shape in STATE.grid(wc.run).shapes
         for name in [*PLOT_NAMES, TIMELINE]
         if shown is None or name in shown
     ]
     return per_shape + [
-        mark(f"results/{wc.run}/plots/{name}.png", name, "sweep", wc.run)
+        mark(L.plot(name, wc.run, None), name, "sweep", wc.run)
         for name in SCALING_PLOT_NAMES
         if shown is None or name in shown
     ]

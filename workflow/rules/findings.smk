@@ -14,20 +14,18 @@ rule findings:
         ),
         summary=run_file("summary"),
         kernels=run_file("kernels"),
-        status=per_capture(capture_file("status")),
-        launches=per_capture(table_file("launches")),
-        ops=per_capture(table_file("ops")),
-        kernels_backward=per_capture(table_file("kernels_backward")),
-        device=per_capture(table_file("device")),
+        status=per_capture("status", kind="capture"),
+        launches=per_capture("launches"),
+        ops=per_capture("ops"),
+        kernels_backward=per_capture("kernels_backward"),
+        device=per_capture("device"),
         # the optional hardware counters (rule measure_counters), where they were measured: each
         # status .json and its table
-        counters=lambda wc: sorted(glob.glob(f"results/{wc.run}/counters/*/*.json")),
-        counter_tables=lambda wc: sorted(
-            glob.glob(f"results/{wc.run}/counters/*/*.csv")
-        ),
+        counters=lambda wc: sorted(glob.glob(L.counters("json", wc.run, "*", "*"))),
+        counter_tables=lambda wc: sorted(glob.glob(L.counters("csv", wc.run, "*", "*"))),
     output:
         run_file("findings"),
     log:
-        "results/{run}/logs/findings.log",
+        L.log("findings"),
     run:
         run_job(locals())

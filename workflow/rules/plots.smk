@@ -19,9 +19,9 @@ rule plots:
         summary=run_file("summary"),
         kernels=run_file("kernels"),
     output:
-        [f"results/{{run}}/plots/{{shape}}/{name}.png" for name in PLOT_NAMES],
+        [L.plot(name) for name in PLOT_NAMES],
     log:
-        "results/{run}/logs/plots/{shape}.log",
+        L.log("plots/{shape}"),
     params:
         dpi=config["plots"]["dpi"],
         top=config["plots"]["top_kernels"],
@@ -37,9 +37,9 @@ rule scaling_plots:
         summary=run_file("summary"),
         calibration=run_file("calibration"),
     output:
-        [f"results/{{run}}/plots/{name}.png" for name in SCALING_PLOT_NAMES],
+        [L.plot(name, shape=None) for name in SCALING_PLOT_NAMES],
     log:
-        "results/{run}/logs/plots/scaling.log",
+        L.log("plots/scaling"),
     params:
         dpi=config["plots"]["dpi"],
     run:
@@ -51,31 +51,13 @@ rule timeline:
     input:
         code("timeline"),
         script=script_file("timeline"),
-        status=lambda wc: expand(
-            capture_file("status"),
-            run=wc.run,
-            shape=wc.shape,
-            variant=grid(wc.run)[1],
-            repeat=1,
-        ),
-        recipes=lambda wc: expand(
-            table_file("recipe"),
-            run=wc.run,
-            shape=wc.shape,
-            variant=grid(wc.run)[1],
-            repeat=1,
-        ),
-        forwards=lambda wc: expand(
-            table_file("forwards"),
-            run=wc.run,
-            shape=wc.shape,
-            variant=grid(wc.run)[1],
-            repeat=1,
-        ),
+        status=lambda wc: STATE.at_shape(wc.run, wc.shape, "status"),
+        recipes=lambda wc: STATE.at_shape(wc.run, wc.shape, "recipe", kind="table"),
+        forwards=lambda wc: STATE.at_shape(wc.run, wc.shape, "forwards", kind="table"),
     output:
-        f"results/{{run}}/plots/{{shape}}/{TIMELINE}.png",
+        L.plot(TIMELINE),
     log:
-        "results/{run}/logs/plots/{shape}_timeline.log",
+        L.log("plots/{shape}_timeline"),
     params:
         dpi=config["plots"]["dpi"],
     run:

@@ -17,14 +17,12 @@ rule report_html:
         # the same figures, those with data marked for Snakemake's report (plots.smk)
         figures=report_figures,
         calibration=run_file("calibration"),
-        launches=per_capture(table_file("launches")),
+        launches=per_capture("launches"),
         # the interactive timeline (attnprof.render.timeline_html): each capture's recipe and forwards, repeat 1
-        recipes=per_capture(table_file("recipe")),
-        forwards=per_capture(table_file("forwards")),
+        recipes=per_capture("recipe"),
+        forwards=per_capture("forwards"),
         # the profiler's self-check (control.csv); none in a result set made before the control (common.smk)
-        control=lambda wc: (
-            [run_file("control", wc.run)] if control_shapes(wc.run) else []
-        ),
+        control=lambda wc: STATE.control_table(wc.run),
     output:
         report(
             run_file("html"),
@@ -33,7 +31,7 @@ rule report_html:
             labels={"result set": "{run}", "format": "HTML"},
         ),
     log:
-        "results/{run}/logs/report_html.log",
+        L.log("report_html"),
     run:
         run_job(locals())
 
@@ -52,6 +50,6 @@ rule report_pdf:
             labels={"result set": "{run}", "format": "PDF"},
         ),
     log:
-        "results/{run}/logs/report_pdf.log",
+        L.log("report_pdf"),
     run:
         run_job(locals())

@@ -3,32 +3,47 @@
 
 rule summarize:
     input:
-        # every record is checked against env.json where it exists (scripts/summarize.py, attnprof.analysis.records): not an
-        # input, so that a rewritten env.json (a plot setting, recorded with the config) does not rerun summarize;
-        # a result set's first env.json is written by the machine that captures it, so it agrees by construction
         code("summarize"),
-        current_set_checks,  # the current result set's checks (common.smk); no file
+        # the result set's rebuild marker (rule rebuild below), where something of it was lost or changed
+        rebuild=rebuild_marker,
+        # every record is checked against env.json (scripts/summarize.py, attnprof.analysis.records): made first, but
+        # ancient, so that a rewritten env.json (a plot setting, recorded with the config) does not rerun summarize
+        env=ancient(run_file("env")),
         script=script_file("summarize"),
-        status=per_capture(capture_file("status"), all_repeats=True),
-        forwards=per_capture(table_file("forwards"), all_repeats=True),
-        kernels=per_capture(table_file("kernels")),
-        backwards=per_capture(table_file("backwards"), all_repeats=True),
+        status=per_capture("status", all_repeats=True, kind="capture"),
+        forwards=per_capture("forwards", all_repeats=True),
+        kernels=per_capture("kernels"),
+        backwards=per_capture("backwards", all_repeats=True),
         # the profiler's control (common.smk control_shapes): its own control.csv, never a row of summary.csv
-        control_status=control_capture(capture_file("status")),
-        control_forwards=control_capture(table_file("forwards")),
-        control_ops=control_capture(table_file("ops")),
+        control_status=control_capture("status", kind="capture"),
+        control_forwards=control_capture("forwards"),
+        control_ops=control_capture("ops"),
     output:
         summary=run_file("summary"),
         repeats=run_file("repeats"),
         kernels=run_file("kernels"),
         control=run_file("control"),
     log:
-        "results/{run}/logs/summarize.log",
+        L.log("summarize"),
     params:
-        # captures and derived files lost (or changed) since the summary was made (common.smk): the epoch changes,
-        # summarize and everything after it rerun, and every missing input on the way is made again
-        rebuild=lambda wc: REBUILD_EPOCH if wc.run == RUN else "0",
         # the between-run interval's level (the compare verdict's, attnprof.analysis.stats)
         confidence=config["compare"].get("confidence", 0.95),
     run:
         run_job(locals())
+
+
+rule rebuild:
+    """Marks a result set to be remade: written when something of it is gone or changed (common.smk rebuild_marker),
+    after every lost per-capture table was made again; summarize reads the marker, so it reruns by modification
+    time (a result set copied here has no Snakemake record for a changed parameter to rerun it), and with it
+    everything after it, once."""
+    input:
+        lambda wc: STATE.lost_tables(wc.run),
+    output:
+        L.rebuild_marker(),
+    log:
+        L.log("rebuild/epoch-{epoch}"),
+    run:
+        Path(output[0]).write_text(
+            f"rebuild epoch {wildcards.epoch}: made again: {' '.join(STATE.remade(wildcards.run))}\n"
+        )

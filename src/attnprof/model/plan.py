@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnprof.model.config import ab_compare_name, ab_run_name
+from attnprof.model.config import ab_compare_name, ab_run_name, capture_rank
 from attnprof.model.gpus import mixed_models, select_gpus
 from attnprof.model.names import (CAPTURE_FILES, CAPTURE_TABLES, REPEAT_PREFIX, RUN_FILES, SCALING_PLOTS, SHAPE_PLOTS,
                                   TIMELINE, repeat_dir)
-from attnprof.model.variants import CONTROL, expand_shapes
+from attnprof.model.variants import CONTROL, ends_capture_process, expand_shapes
 
 #: The command that re-renders a result set captured elsewhere (README, "Render elsewhere").
 RENDER_COMMAND = ".venv/bin/snakemake --profile workflow/profiles/render results/{run}/report.pdf"
@@ -60,8 +60,19 @@ class Layout:
     def log(self, name: str, run: str = "{run}") -> str:
         return f"{self.run_dir(run)}/logs/{name}.log"
 
+    def rebuild_marker(self, run: str = "{run}", epoch: str = "{epoch}") -> str:
+        """Rule rebuild's marker of result set ``run`` (attnprof.runtime.integrity.ResultSetState)."""
+        return f"{self.run_dir(run)}/logs/rebuild/epoch-{epoch}"
+
+    def capture_log(self, stage: str, run: str = "{run}") -> str:
+        """The log of a per-capture job of ``stage`` (capture, extract)."""
+        return f"{self.run_dir(run)}/logs/{stage}/{{shape}}/{{variant}}/{repeat_dir('{repeat}')}.log"
+
     def compare_file(self, ext: str, name: str = "{name}") -> str:
         return f"{self.root}/compare/{name}/compare.{ext}"
+
+    def compare_log(self, step: str, name: str = "{name}") -> str:
+        return f"{self.root}/compare/{name}/compare_{step}.log"
 
     def legacy_captures(self, run: str) -> list[Path]:
         """Status records of a result set made before repeats (not in an r<k>/ folder)."""
@@ -161,6 +172,12 @@ class Plan:
         result set's env.json (a result set captured elsewhere re-renders here without its grid in our config)."""
         return self.grid if run in self.this_runs else recorded_grid(self.layout, run)
 
+    def capture_priority(self, run: str, repeat, variant: str) -> int:
+        """Rule capture's priority: round k of every environment before round k + 1 of any, ABBA within a round
+        (attnprof.model.config.ab_priority), and the captures that end their capture process last in their round."""
+        return capture_rank(int(repeat), self.ab_runs.get(run), list(self.environments), self.grid.repeats,
+                            ends_capture_process(variant, variant in self.custom))
+
     def compare_runs_of(self, name: str) -> list[str]:
         """The result sets compare folder ``name`` compares: an A/B run's own, else config compare.runs."""
         return list(self.ab_runs) if name == self.ab_compare else list(self.compare_runs)
@@ -225,9 +242,12 @@ def _chosen_gpus(config: Mapping, machine: Machine) -> list:
     job takes its allocation's) and, with device auto, where none is visible."""
     if config["device"] == "cpu" or machine.cluster or (config["device"] == "auto" and not machine.visible):
         return []
-    chosen = select_gpus(list(machine.visible or []), config["gpus"])  # ValueError: config gpus
+    try:
+        chosen = select_gpus(list(machine.visible or []), config["gpus"])
+    except ValueError as exc:
+        raise ValueError(f"config {exc}" if str(exc).startswith("gpus:") else f"nvidia-smi: {exc}") from None
     if (mixed := mixed_models(chosen)) is not None:
-        raise ValueError(mixed)
+        raise ValueError(f"config {mixed}")
     return chosen
 
 
@@ -272,3 +292,21 @@ def build_plan(config: Mapping, machine: Machine, name_run: Callable, slug: Call
         compare_name=("__vs__".join(compare_runs) if config["compare"]["name"] == "auto"
                       else config["compare"]["name"]) or "unset",
     )
+
+
+def forwards_message(profiler: Mapping) -> str | None:
+    """Why no capture could ever be complete with these profiler settings, or None."""
+    if profiler["min_complete_forwards"] <= profiler["schedule"]["active"]:
+        return None
+    return (f"profiler.min_complete_forwards ({profiler['min_complete_forwards']}) is larger than "
+            f"profiler.schedule.active ({profiler['schedule']['active']}): no capture could ever be complete")
+
+
+def captured_elsewhere(layout: Layout, run: str, this_runs) -> str:
+    """Why a capture-stage output of result set ``run`` (not this config's) cannot be made here, and the command
+    that re-renders that result set instead."""
+    ours = " or ".join(layout.run_dir(r) for r in this_runs)
+    return (f"{layout.run_dir(run)} is not this configuration's result set ({ours}); it was captured elsewhere "
+            f"or with another config, and this machine must not add captures to it or relabel it. Re-render it "
+            f"from its traces: {RENDER_COMMAND.format(run=run)} "
+            f"(or pass --config run={run} with that result set's own config to capture into it here).")

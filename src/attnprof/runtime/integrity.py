@@ -39,13 +39,24 @@ def _sidecar(run_dir: Path, path: Path) -> Path:
 
 
 def record_checksums(run_dir: str | Path, paths: list[str | Path]) -> None:
-    """Write the SHA-256 of each file of ``paths`` (inside result set ``run_dir``) to its sidecar. Called by
-    a rule's script after it wrote them. Raises ValueError for a path outside ``run_dir``."""
+    """Write the SHA-256 of each file of ``paths`` (inside result set ``run_dir``) to its sidecar, with the file's
+    size and modification time (a file with both unchanged is not read again). Called after a rule wrote them.
+    Raises ValueError for a path outside ``run_dir``."""
     run_dir = Path(run_dir)
     for path in map(Path, paths):
         side = _sidecar(run_dir, path)
         side.parent.mkdir(parents=True, exist_ok=True)
-        side.write_text(_sha256(path) + "\n")
+        st = path.stat()
+        side.write_text(f"{_sha256(path)} {st.st_size} {st.st_mtime_ns}\n")
+
+
+def _differs(path: Path, recorded: list[str]) -> bool:
+    st = path.stat()
+    if len(recorded) == 3 and recorded[1] != str(st.st_size):
+        return True  # cut short or grown: no need to read it
+    if len(recorded) == 3 and recorded[2] == str(st.st_mtime_ns):
+        return False  # as its rule left it
+    return _sha256(path) != recorded[0]
 
 
 def changed_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
@@ -55,10 +66,10 @@ def changed_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
     out = []
     for path in map(Path, paths):
         try:
-            recorded = _sidecar(run_dir, path).read_text().strip()
+            recorded = _sidecar(run_dir, path).read_text().split()
         except (OSError, ValueError):
             continue
-        if path.exists() and _sha256(path) != recorded:
+        if recorded and path.exists() and _differs(path, recorded):
             out.append(str(path))
     return sorted(out)
 
@@ -93,26 +104,213 @@ def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
     return sorted(str(p) for p in paths if not Path(p).exists())
 
 
-#: The result set's rebuild epoch file (:func:`rebuild_epoch`).
+#: The result set's rebuild epoch file of earlier versions (read, never written: rule rebuild writes markers).
 EPOCH_FILE = Path("logs") / "rebuild-epoch"
 
 
 def rebuild_epoch(run_dir: str | Path, bump: bool) -> str:
-    """The result set's rebuild epoch: the token in ``<run_dir>/logs/rebuild-epoch`` ("0" when there is none),
-    plus one when ``bump`` (something was lost or changed). Reads only: the workflow writes a bumped token with
-    :func:`write_epoch` when a run starts (not in a dry run), so that once the files are back the token, and
-    with it summarize's parameter, stays the same."""
-    path = Path(run_dir) / EPOCH_FILE
+    """The result set's rebuild epoch: the highest of its rebuild markers (``<run_dir>/logs/rebuild/epoch-<n>``,
+    written by rule rebuild; an earlier version's ``logs/rebuild-epoch`` token counts too; "0" when there is none),
+    plus one when ``bump`` (something was lost or changed). Reads only."""
+    run_dir = Path(run_dir)
+    found = [p.name.removeprefix("epoch-") for p in run_dir.glob("logs/rebuild/epoch-*")]
     try:
-        previous = path.read_text().strip()
+        found.append((run_dir / EPOCH_FILE).read_text().strip())
     except OSError:
-        previous = "0"
-    previous = previous if previous.isdigit() else "0"
-    return str(int(previous) + 1) if bump else previous
+        pass
+    previous = max((int(t) for t in found if t.isdigit()), default=0)
+    return str(previous + 1 if bump else previous)
 
 
-def write_epoch(run_dir: str | Path, token: str) -> None:
-    """Record ``token`` as the result set's rebuild epoch (:func:`rebuild_epoch`)."""
-    path = Path(run_dir) / EPOCH_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(token + "\n")
+#: The derived files whose edits are noticed: every output of these rules gets a SHA-256 sidecar (record_outputs).
+DERIVED_DIRS = ("tables", "plots")
+
+
+def record_outputs(layout, wildcards, outputs) -> None:
+    """After a job: the SHA-256 sidecars of its derived outputs inside a result set (per-capture tables, plots, run
+    tables, findings, the report), so that a hand edit or a cut-short copy of any of them is noticed at the next
+    run. Captures, env.json, the calibration and logs are primary records or not results: no sidecar."""
+    run = getattr(wildcards, "run", None)
+    if not run:
+        return
+    run_dir = Path(layout.run_dir(run))
+    derived = [p for p in map(Path, outputs) if p.is_file() and _is_derived(run_dir, p, layout)]
+    if derived:
+        record_checksums(run_dir, derived)
+
+
+def _is_derived(run_dir: Path, path: Path, layout) -> bool:
+    try:
+        rel = path.resolve().relative_to(run_dir.resolve())
+    except ValueError:
+        return False
+    primary = {Path(layout.run_file(n, "x")).name for n in ("env", "calibration")}
+    return rel.parts[0] in DERIVED_DIRS or (len(rel.parts) == 1 and rel.name not in primary)
+
+
+class ResultSetState:
+    """What each result set of a plan (attnprof.model.plan.Plan) holds, and whether its derived files are whole:
+    read once per result set, when a target first asks for it; nothing is written (rule rebuild writes the marker).
+
+    A result set whose report exists must not stand on a derived file that is gone or no longer what its rule wrote
+    (checked against its SHA-256 sidecar), nor on lost captures: its rebuild marker then moves to a new epoch,
+    rule rebuild writes it (after remaking every lost per-capture table), and summarize, which reads it, reruns by
+    modification time with everything after it. Errors about a result set (an env.json that cannot tell its grid,
+    a config that would replace its report with a partial one) end the run with the message alone."""
+
+    def __init__(self, plan):
+        self.plan, self.layout = plan, plan.layout
+        self._grids, self._checked, self._said = {}, {}, set()
+
+    def grid(self, run: str):
+        if run not in self._grids:
+            try:
+                self._grids[run] = self.plan.grid_of(run)
+            except ValueError as exc:
+                refuse(str(exc))
+        return self._grids[run]
+
+    def _files(self, run, name, kind, shapes, variants, repeats):
+        path = self.layout.table_file if kind == "table" else self.layout.capture_file
+        return [path(name, run, shape=s, variant=v, repeat=k) for s in shapes for v in variants for k in repeats]
+
+    def per_capture(self, run: str, name: str, kind: str = "table", all_repeats: bool = False) -> list[str]:
+        """File or table ``name`` of every capture of ``run``'s grid: repeat 1 only unless ``all_repeats``."""
+        g = self.grid(run)
+        return self._files(run, name, kind, g.shapes, g.variants, range(1, g.repeats + 1) if all_repeats else [1])
+
+    def control_capture(self, run: str, name: str, kind: str = "table") -> list[str]:
+        from attnprof.model.variants import CONTROL
+
+        g = self.grid(run)
+        return self._files(run, name, kind, g.control_shapes, [CONTROL], range(1, g.repeats + 1))
+
+    def at_shape(self, run: str, shape: str, name: str, kind: str = "capture") -> list[str]:
+        """Capture file or table ``name`` of every variant of ``run`` at ``shape``, repeat 1 (the timeline's)."""
+        return self._files(run, name, kind, [shape], self.grid(run).variants, [1])
+
+    def control_table(self, run: str) -> list[str]:
+        """``run``'s control.csv, or none for a result set made before the control."""
+        return [self.layout.run_file("control", run)] if self.grid(run).control_shapes else []
+
+    def plots(self, run: str) -> list[str]:
+        return self.layout.plots_of(run, self.grid(run).shapes)
+
+    def derived(self, run: str) -> list[str]:
+        """Every derived file a published result set holds: per-capture tables (the control's too), run tables,
+        findings, plots."""
+        from attnprof.model.plan import CHECKSUMMED
+        from attnprof.model.variants import CONTROL
+
+        g = self.grid(run)
+        return (self.layout.tables_of(run, g.shapes, g.variants, g.repeats)
+                + self.layout.tables_of(run, g.control_shapes, [CONTROL], g.repeats)
+                + [self.layout.run_file(n, run) for n in CHECKSUMMED] + self.layout.plots_of(run, g.shapes))
+
+    def check(self, run: str) -> dict:
+        """{subset, lost_captures, lost, changed, epoch} of result set ``run`` (cached)."""
+        if run not in self._checked:
+            self._checked[run] = self._check(run)
+        return self._checked[run]
+
+    def _check(self, run: str) -> dict:
+        from attnprof.model.config import lost_captures
+        from attnprof.model.names import CAPTURE_FILES
+
+        g, lay = self.grid(run), self.layout
+        # captures are made again only in this config's own result sets (one from elsewhere is never captured here)
+        captures = [f for n in ("repeats", "control") if run in self.plan.this_runs
+                    for f in lost_captures(lay.run_dir(run), lay.run_file(n, run), list(CAPTURE_FILES.values()))]
+        derived = self.derived(run)
+        lost = lost_files(lay.run_file("html", run), derived)
+        changed = changed_files(lay.run_dir(run), derived + [lay.run_file("html", run), lay.run_file("pdf", run)])
+        bump = bool(captures or lost or changed)
+        return {"subset": self._subset(run, g), "lost_captures": captures, "lost": lost, "changed": changed,
+                "epoch": rebuild_epoch(lay.run_dir(run), bump), "bump": bump}
+
+    def _subset(self, run, g):
+        """A config with fewer shapes or variants than this config's result set ``run`` was made with (its
+        env.json) must not silently replace that result set's report with a partial one."""
+        if run not in self.plan.this_runs or not Path(self.layout.run_file("env", run)).exists():
+            return None
+        from attnprof.model.config import subset_message
+
+        from attnprof.model.plan import recorded_grid
+
+        try:
+            recorded = recorded_grid(self.layout, run)
+        except ValueError:
+            return None
+        if self._recorded_device(run) != self.plan.device:
+            return None
+        return subset_message(self.layout.run_dir(run), list(g.shapes), list(g.variants), list(recorded.shapes),
+                              list(recorded.variants))
+
+    def _recorded_device(self, run):
+        import json
+
+        return json.loads(Path(self.layout.run_file("env", run)).read_text()).get("device")
+
+    def marker(self, run: str, dryrun: bool = False) -> list[str]:
+        """Summarize's input: result set ``run``'s rebuild marker ([] while it never needed one), after saying once
+        what of it is lost or changed."""
+        state = self.check(run)
+        if state["subset"]:
+            refuse(state["subset"])
+        if run not in self._said:
+            self._said.add(run)
+            _announce(self.layout.run_dir(run), state, dryrun)
+        path = self.layout.rebuild_marker(run, state["epoch"])
+        return [path] if state["bump"] or Path(path).exists() else []
+
+    def remade(self, run: str) -> list[str]:
+        """What of result set ``run`` is made again (the marker's text)."""
+        state = self.check(run)
+        return state["lost_captures"] + state["lost"] + state["changed"]
+
+    def lost_tables(self, run: str) -> list[str]:
+        """The per-capture tables of ``run`` that are gone: inputs of rule rebuild, so extract makes them again."""
+        return [p for p in self.check(run)["lost"] if "/tables/" in p]
+
+    def compare_inputs(self, name: str) -> dict:
+        """Per result set (keys '<run>/<name>'): summary, kernels, env, findings, repeats, the control, and every
+        capture's recipe tables (where the result set has its captures) and ops table (repeat 1)."""
+        runs = self.plan.compare_runs_of(name)
+        if len(runs) < 2:
+            refuse("compare needs at least two result sets: set compare.runs (e.g. --configfile compare.yaml)")
+        files = {}
+        for run in runs:
+            files.update(self._compare_files(run))
+        return files
+
+    def _compare_files(self, run: str) -> dict:
+        g, lay = self.grid(run), self.layout
+        names = ["summary", "kernels", "env", "findings", "repeats"] + (["control"] if g.control_shapes else [])
+        files = {f"{run}/{n}": lay.run_file(n, run) for n in names}
+        if run in self.plan.this_runs or Path(lay.run_dir(run), "captures").exists():
+            for table in ("recipe", "recipe_backward"):
+                files[f"{run}/{table}"] = self.per_capture(run, table, all_repeats=True)
+        files[f"{run}/ops"] = self.per_capture(run, "ops")
+        return files
+
+
+def _announce(run_dir: str, state: dict, dryrun: bool) -> None:
+    import sys
+
+    gone = state["lost"] + [f"{p} (changed after it was written)" for p in state["changed"]]
+    if gone:
+        more = f", and {len(gone) - 10} more" if len(gone) > 10 else ""
+        print(f"attnprof: {len(gone)} derived files of {run_dir} are gone or were changed after they were made "
+              f"({', '.join(gone[:10])}{more}): they are made again"
+              + (" (a dry run plans it; nothing is written)" if dryrun else ""), file=sys.stderr)
+    if lost := state["lost_captures"]:
+        print(f"attnprof: {len(lost)} capture files that {run_dir} was made from are gone "
+              f"({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''}): they are captured again", file=sys.stderr)
+
+
+def refuse(message: str):
+    """End the run with ``message`` alone (an input function's exception would come wrapped in a traceback)."""
+    import sys
+
+    print(f"attnprof: {message}", file=sys.stderr)
+    raise SystemExit(1)
