@@ -15,25 +15,12 @@ import snakemake_cli
 from conftest import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Two CPU shapes, so that the run is a sweep (summary rows, per-shape plots and report sections for
-#: each, the scaling plots over both); the CUDA grid (test_gpu_captures_never_overlap) keeps one.
-#: The default config's variants (the study's) and a user variant (config custom_variants; its module
-#: next to the Snakefile, as the README says).
+#: The tiny config (tests/configs/tiny.yaml): two CPU shapes, the default config's variants and a user variant,
+#: two repeats.
+TINY = (ROOT / "tests" / "configs" / "tiny.yaml").read_text()
 BUILT_IN = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["variants"]
-VARIANTS = [*BUILT_IN, "my_attn"]
-#: The tiny config's repeats: two rounds, so that the rounds, the per-repeat folders and the combination run.
-REPEATS = 2
-TINY = f"""
-run: tiny
-variants: [{", ".join(VARIANTS)}]
-custom_variants: {{my_attn: {{function: "attnprof_test_variant:forward", setup: "attnprof_test_variant:setup", description: hand-written}}}}
-shapes:
-  cpu: {{batch: [1], heads: [2], seq_len: [64, 128], head_dim: [32], dtype: [fp32], causal: [true]}}
-  cuda: {{batch: [1], heads: [2], seq_len: [64], head_dim: [32], dtype: [bf16], causal: [true]}}
-profiler: {{range_name: attn_fwd, warmup_calls: 1, schedule: {{wait: 1, warmup: 1, active: 2}}, min_complete_forwards: 2}}
-timing: {{repeats: 3, input_sets: 2}}
-repeats: {REPEATS}
-"""
+VARIANTS = yaml.safe_load(TINY)["variants"]
+REPEATS = yaml.safe_load(TINY)["repeats"]
 #: --config for the runs on the CUDA grid: the study's variants (a user variant's capture process is never
 #: reused, so it would restart the capture worker: a second torch start that these tests do not need).
 ONLY_BUILT_IN = f"variants=[{','.join(BUILT_IN)}]"
@@ -45,6 +32,10 @@ CONTROL_CAPTURES = REPEATS
 USER_MODULE = Path(__file__).resolve().parent / "user_variants" / "attnprof_test_variant.py"
 
 pytestmark = pytest.mark.workflow
+
+
+def test_the_tiny_config_lists_the_default_variants_and_the_users():
+    assert VARIANTS == [*BUILT_IN, "my_attn"] and REPEATS == 2
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -505,3 +496,140 @@ def test_process_mode_captures_take_the_capture_resource(tmp_path):
     blocks = [b for b in out.split("rule ")[1:] if b.startswith("capture:")]
     # the 7 variants and the profiler's control, which takes the device like any capture
     assert len(blocks) == len(BUILT_IN) + 1 and all("capture=1" in b and "gpu=1" in b for b in blocks), blocks[:1]
+
+
+# --- copied, edited and half-deleted result sets (issue 33, kinds 4, 5 and 11; issue 35, item 2) --------------------
+
+def _as_a_copy_arrives(root: Path) -> None:
+    """Every file under ``root`` as fresh as a copy makes it (a copy has no Snakemake record of its own either)."""
+    import os
+    import time
+
+    now = time.time()
+    for path in root.rglob("*"):
+        os.utime(path, (now, now))
+
+
+def _copied_set(run_dir: Path, name: str) -> Path:
+    """results/tiny copied as results/<name>: a result set from elsewhere for the tiny config (whose run is tiny)."""
+    dest = run_dir / "results" / name
+    shutil.copytree(run_dir / "results" / "tiny", dest)
+    _as_a_copy_arrives(dest)
+    return dest
+
+
+def _render(run_dir: Path, target: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return snakemake(run_dir, "--profile", str(run_dir / "workflow" / "profiles" / "render"), target, *args, check=check)
+
+
+def test_re_rendering_a_copied_result_set_remakes_its_edited_derived_files(run_dir):
+    """Kind 4: a copied result set re-rendered with an edited summary.csv (the issue's input) and a findings.json
+    cut short (ours): both are found against their SHA-256 sidecars and made again from the tables, never
+    republished; a second run has nothing to do."""
+    copied = _copied_set(run_dir, "copied_edit")
+    try:
+        summary, findings = copied / "summary.csv", copied / "findings.json"
+        lines = summary.read_text().splitlines()
+        summary.write_text("\n".join([lines[0], lines[1].replace(",ok,", ",ok ,", 1), *lines[2:]]) + "\n")
+        whole = json.loads(findings.read_text())
+        findings.write_text(findings.read_text()[:200])
+        proc = _render(run_dir, "results/copied_edit/report.html")
+        assert "summary.csv (changed after it was written)" in proc.stderr
+        assert "findings.json (changed after it was written)" in proc.stderr
+        assert summary.read_text().splitlines() == lines  # made again: the edit is gone
+        assert json.loads(findings.read_text()) == whole
+        assert snakemake_cli.job_stats(_render(run_dir, "results/copied_edit/report.html", "-n").stdout) == {}
+    finally:
+        shutil.rmtree(copied)
+
+
+def test_an_edited_per_capture_table_of_a_copied_set_is_refused_with_the_fix(run_dir):
+    """Kind 4, ours: a per-capture table edited in a copied result set is found against its sidecar and refused,
+    naming the file and the command that makes it again (a deleted table is made again from its trace)."""
+    copied = _copied_set(run_dir, "copied_table")
+    try:
+        table = copied / "tables" / SHAPES[0] / "naive" / "r2" / "forwards.csv"
+        table.write_text(table.read_text().replace(",", ";", 3))
+        proc = _render(run_dir, "results/copied_table/report.html", "-n", check=False)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr
+        assert f"rm results/copied_table/tables/{SHAPES[0]}/naive/r2/forwards.csv and run again" in proc.stderr
+    finally:
+        shutil.rmtree(copied)
+
+
+def test_deleted_derived_files_of_repeat_2_are_made_again_once(run_dir, tmp_path):
+    """Kind 5: recipe.csv and launches.csv of a repeat-2 capture deleted (the issue's), and recipe_backward.csv of
+    another variant's repeat 2 at the other shape (ours): announced, made again by their extracts, and a second
+    run has nothing to do (in a workspace copied without Snakemake's records, where only files can tell)."""
+    work = tmp_path / "repo"
+    shutil.copytree(run_dir, work, ignore=shutil.ignore_patterns(".snakemake"))
+    _as_a_copy_arrives(work / "results")
+    tables = work / "results" / "tiny" / "tables"
+    gone = [tables / SHAPES[0] / "naive" / "r2" / "recipe.csv", tables / SHAPES[0] / "naive" / "r2" / "launches.csv",
+            tables / SHAPES[1] / "sdpa_math" / "r2" / "recipe_backward.csv"]
+    for path in gone:
+        path.unlink()
+    proc = snakemake(work, "report", "--cores", "1")
+    for path in gone:
+        assert path.exists() and str(path.relative_to(work)) in proc.stderr, path
+    assert "they are made again" in proc.stderr
+    assert snakemake_cli.job_stats(proc.stdout)["extract"] == 2  # the two captures, once each
+    again = snakemake(work, "report", "-n", "--cores", "1")
+    assert snakemake_cli.job_stats(again.stdout) == {} and "made again" not in again.stderr
+
+
+def test_a_copied_result_set_with_non_ascii_variant_names_plans(run_dir):
+    """Kind 11: a copied result set whose env.json lists a variant with a non-ASCII name (naïve, the issue's kind)
+    and one in Greek (σ_math, ours), holding its traces only (as an example does): every extract is planned."""
+    copied = _copied_set(run_dir, "copied_names")
+    try:
+        renamed = {"naive": "naïve", "sdpa_math": "σ_math"}
+        for shape in SHAPES:
+            for old, new in renamed.items():
+                (copied / "captures" / shape / old).rename(copied / "captures" / shape / new)
+        env = json.loads((copied / "env.json").read_text())
+        env["config"]["variants"] = [renamed.get(v, v) for v in env["config"]["variants"]]
+        (copied / "env.json").write_text(json.dumps(env, ensure_ascii=False))
+        for derived in ("tables", "plots", "logs"):
+            shutil.rmtree(copied / derived)
+        proc = _render(run_dir, "results/copied_names/report.html", "-n", check=False)
+        assert proc.returncode == 0 and "MissingInputException" not in proc.stderr, proc.stderr[-3000:]
+        # every capture of the grid, and the control's: counted from the config, not from the plan
+        assert snakemake_cli.job_stats(proc.stdout)["extract"] == len(SHAPES) * len(VARIANTS) * REPEATS + CONTROL_CAPTURES
+        assert f"results/copied_names/tables/{SHAPES[1]}/σ_math/r2/forwards.csv" in proc.stdout
+    finally:
+        shutil.rmtree(copied)
+
+
+@pytest.mark.parametrize("drop, said", [("config", "has no 'config'"), ("device", "has no 'device'"),
+                                        ("cut", "cannot be read")])
+def test_an_env_json_without_its_grid_is_named_with_the_fix(run_dir, drop, said):
+    """Kind 11: a copied result set's env.json without ``config`` or ``device`` (the issue's), or cut short (ours):
+    an error that names the file and the fix, never InputFunctionException or a KeyError."""
+    copied = _copied_set(run_dir, f"copied_env_{drop}")
+    try:
+        env_path = copied / "env.json"
+        env = json.loads(env_path.read_text())
+        env_path.write_text(env_path.read_text()[:100] if drop == "cut" else json.dumps({k: v for k, v in env.items()
+                                                                                       if k != drop}))
+        proc = _render(run_dir, f"results/copied_env_{drop}/report.html", "-n", check=False)
+        assert proc.returncode != 0 and f"results/copied_env_{drop}/env.json" in proc.stderr and said in proc.stderr
+        assert "Copy results/" in proc.stderr or "copy the result set again" in proc.stderr
+        for noise in ("InputFunctionException", "KeyError", "Traceback"):
+            assert noise not in proc.stderr, proc.stderr[-2000:]
+    finally:
+        shutil.rmtree(copied)
+
+
+@pytest.mark.parametrize("runs, absent", [("[tiny, never_rendered]", "never_rendered"),
+                                          ("[not_here_either, tiny]", "not_here_either")])
+def test_compare_with_a_result_set_not_re_rendered_says_re_render_it_first(run_dir, runs, absent):
+    """Issue 35, item 2: compare of two result sets when one is not in results/ (the README's block re-rendered
+    only the first): the error says re-render <set> first, with the command; no traceback."""
+    (run_dir / "cmp_absent.yaml").write_text(f"compare: {{runs: {runs}, name: absent, noise_floor: 0.05}}\n")
+    proc = snakemake(run_dir, "compare", "-n", "--cores", "1", "--allowed-rules", "compare_json", "compare_html",
+                     "compare_pdf", "compare", "--configfile", str(run_dir / "tiny.yaml"),
+                     str(run_dir / "cmp_absent.yaml"), check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "InputFunctionException" not in proc.stderr
+    assert (f"Re-render results/{absent} first: .venv/bin/snakemake --profile workflow/profiles/render "
+            f"results/{absent}/report.pdf") in proc.stderr

@@ -257,6 +257,10 @@ class ResultSetState:
         state = self.check(run)
         if state["subset"]:
             refuse(state["subset"])
+        if edited := [p for p in state["changed"] if "/tables/" in p]:
+            refuse(f"{len(edited)} per-capture tables of {self.layout.run_dir(run)} were changed after extract wrote "
+                   f"them ({', '.join(edited[:5])}{', ...' if len(edited) > 5 else ''}); a deleted table is made again "
+                   f"from its trace: rm {' '.join(edited)} and run again")
         if run not in self._said:
             self._said.add(run)
             _announce(self.layout.run_dir(run), state, dryrun)
