@@ -263,12 +263,22 @@ def test_template_change_reruns_only_the_report(run_dir):
 
 
 def test_a_change_of_the_completeness_code_rejudges_every_capture(run_dir):
-    """tables.py decides a capture's own incomplete_trace status (the capture imports it): an edit reruns every
-    capture, and extract and everything after (the triggers follow the imports, attnprof.runtime.imports)."""
-    with edited(run_dir / "src" / "attnprof" / "analysis" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
+    """completeness.py decides a capture's own incomplete_trace status (the capture's self-check imports it): an
+    edit reruns every capture, and extract and everything after (the triggers follow the imports,
+    attnprof.runtime.imports)."""
+    module = run_dir / "src" / "attnprof" / "analysis" / "completeness.py"
+    with edited(module, "def incomplete_reason(", "def incomplete_reason(  # edited\n    "):
         jobs = planned_jobs(run_dir)
     n = 2 * len(VARIANTS) * REPEATS + CONTROL_CAPTURES  # the control's captures run the same capture code
     assert jobs["capture"] == jobs["extract"] == n and jobs["summarize"] == 1 and jobs["report_pdf"] == 1, jobs
+
+
+def test_a_change_of_the_table_code_re_extracts_and_recaptures_nothing(run_dir):
+    """tables.py (the tables, the combination of the repeats) is not code the capture runs: an edit reruns every
+    extract and what follows, never a capture."""
+    with edited(run_dir / "src" / "attnprof" / "analysis" / "tables.py", "def concat_tables(", "def concat_tables(  # edited\n    "):
+        jobs = planned_jobs(run_dir)
+    assert "capture" not in jobs and jobs["extract"] == 2 * len(VARIANTS) * REPEATS + CONTROL_CAPTURES, jobs
 
 
 def test_findings_code_change_reruns_what_imports_it_and_not_extract(run_dir):
@@ -385,8 +395,13 @@ def test_a_hand_edited_summary_of_a_result_set_copied_here_is_made_again(run_dir
     lines = summary.read_text().splitlines()
     summary.write_text("\n".join([lines[0], lines[1].replace(",ok,", ",ok ,", 1), *lines[2:]]) + "\n")
     target = "results/tiny/summary.csv"
-    proc = snakemake(other, target, "--cores", "1")
-    assert "summary.csv (changed after it was written)" in proc.stderr
+    # without a record, nothing reruns by itself (and nothing is written while Snakemake plans): the run ends
+    # naming the file and the command that makes it again
+    refused = snakemake(other, target, "--cores", "1", check=False)
+    assert refused.returncode != 0 and "summary.csv (changed after it was written)" in refused.stderr
+    assert "--forcerun summarize" in refused.stderr and "Traceback" not in refused.stderr
+    assert summary.read_text().splitlines() != lines  # nothing made yet
+    snakemake(other, target, "--cores", "1", "--forcerun", "summarize")
     assert summary.read_text().splitlines() == lines  # made again from the captures, the edit gone
     assert snakemake_cli.job_stats(snakemake(other, target, "-n", "--cores", "1").stdout) == {}
 
@@ -524,8 +539,9 @@ def _render(run_dir: Path, target: str, *args: str, check: bool = True) -> subpr
 
 def test_re_rendering_a_copied_result_set_remakes_its_edited_derived_files(run_dir):
     """Kind 4: a copied result set re-rendered with an edited summary.csv (the issue's input) and a findings.json
-    cut short (ours): both are found against their SHA-256 sidecars and made again from the tables, never
-    republished; a second run has nothing to do."""
+    cut short (ours): both are found against their SHA-256 sidecars and never republished; the run ends with the
+    command that makes them again from the tables (a copy has no Snakemake record to rerun by), which does; a
+    second run has nothing to do."""
     copied = _copied_set(run_dir, "copied_edit")
     try:
         summary, findings = copied / "summary.csv", copied / "findings.json"
@@ -533,9 +549,12 @@ def test_re_rendering_a_copied_result_set_remakes_its_edited_derived_files(run_d
         summary.write_text("\n".join([lines[0], lines[1].replace(",ok,", ",ok ,", 1), *lines[2:]]) + "\n")
         whole = json.loads(findings.read_text())
         findings.write_text(findings.read_text()[:200])
-        proc = _render(run_dir, "results/copied_edit/report.html")
-        assert "summary.csv (changed after it was written)" in proc.stderr
-        assert "findings.json (changed after it was written)" in proc.stderr
+        refused = _render(run_dir, "results/copied_edit/report.html", check=False)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert "summary.csv (changed after it was written)" in refused.stderr
+        assert "findings.json (changed after it was written)" in refused.stderr
+        assert "--forcerun summarize" in refused.stderr and summary.read_text().splitlines() != lines  # not republished
+        _render(run_dir, "results/copied_edit/report.html", "--forcerun", "summarize")
         assert summary.read_text().splitlines() == lines  # made again: the edit is gone
         assert json.loads(findings.read_text()) == whole
         assert snakemake_cli.job_stats(_render(run_dir, "results/copied_edit/report.html", "-n").stdout) == {}
@@ -560,10 +579,9 @@ def test_an_edited_per_capture_table_of_a_copied_set_is_refused_with_the_fix(run
 def test_deleted_derived_files_of_repeat_2_are_made_again_once(run_dir, tmp_path):
     """Kind 5: recipe.csv and launches.csv of a repeat-2 capture deleted (the issue's), and recipe_backward.csv of
     another variant's repeat 2 at the other shape (ours): announced, made again by their extracts, and a second
-    run has nothing to do (in a workspace copied without Snakemake's records, where only files can tell)."""
+    run has nothing to do (in a copy of the workspace with its Snakemake records)."""
     work = tmp_path / "repo"
-    shutil.copytree(run_dir, work, ignore=shutil.ignore_patterns(".snakemake"))
-    _as_a_copy_arrives(work / "results")
+    shutil.copytree(run_dir, work)
     tables = work / "results" / "tiny" / "tables"
     gone = [tables / SHAPES[0] / "naive" / "r2" / "recipe.csv", tables / SHAPES[0] / "naive" / "r2" / "launches.csv",
             tables / SHAPES[1] / "sdpa_math" / "r2" / "recipe_backward.csv"]
@@ -580,7 +598,8 @@ def test_deleted_derived_files_of_repeat_2_are_made_again_once(run_dir, tmp_path
 
 def test_a_copied_result_set_with_non_ascii_variant_names_plans(run_dir):
     """Kind 11: a copied result set whose env.json lists a variant with a non-ASCII name (naïve, the issue's kind)
-    and one in Greek (σ_math, ours), holding its traces only (as an example does): every extract is planned."""
+    and one in Greek (σ_math, ours), holding its traces only (as an example does), re-rendered as the README
+    says (--forcerun extract): every extract is planned."""
     copied = _copied_set(run_dir, "copied_names")
     try:
         renamed = {"naive": "naïve", "sdpa_math": "σ_math"}
@@ -592,7 +611,7 @@ def test_a_copied_result_set_with_non_ascii_variant_names_plans(run_dir):
         (copied / "env.json").write_text(json.dumps(env, ensure_ascii=False))
         for derived in ("tables", "plots", "logs"):
             shutil.rmtree(copied / derived)
-        proc = _render(run_dir, "results/copied_names/report.html", "-n", check=False)
+        proc = _render(run_dir, "results/copied_names/report.html", "-n", "--forcerun", "extract", check=False)
         assert proc.returncode == 0 and "MissingInputException" not in proc.stderr, proc.stderr[-3000:]
         # every capture of the grid, and the control's: counted from the config, not from the plan
         assert snakemake_cli.job_stats(proc.stdout)["extract"] == len(SHAPES) * len(VARIANTS) * REPEATS + CONTROL_CAPTURES

@@ -1,5 +1,6 @@
 # The plan (attnprof.model.plan): built once from the config and what this machine has; every path from its layout.
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -66,10 +67,21 @@ STATE = ResultSetState(PLAN)
 
 def rebuild_marker(wc):
     """Input of summarize: refuses a config that would replace result set ``wc.run``'s report with a partial one,
-    says (once) what of it is lost or changed, and names its rebuild marker (rule rebuild), a new one when
-    something is: summarize then reruns by modification time, which needs no Snakemake record (a copied set has none).
+    says (once) what of it is lost or changed, and names its rebuild marker (rule rebuild), a new one when something
+    is: a changed input set reruns summarize by Snakemake's record (a result set without one ends with the command).
     """
-    return STATE.marker(wc.run, dryrun=workflow.dryrun)
+    from snakemake.io import IOFile
+
+    dag = workflow.dag_settings
+    # summarize runs anyway where it or a rule before it is forced (the README's --forcerun extract)
+    forced = dag.forceall or bool(
+        set(dag.forcerun or ()) & {"extract", "rebuild", "summarize"}
+    )
+    recorded = workflow.persistence.metadata(IOFile(run_file("summary", wc.run)))
+    command = " ".join(shlex.quote(a) for a in sys.argv)
+    return STATE.marker(
+        wc.run, workflow.dryrun, forced or recorded is not None, command
+    )
 
 
 def rel(path) -> str:

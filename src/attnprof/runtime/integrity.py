@@ -251,9 +251,13 @@ class ResultSetState:
 
         return json.loads(Path(self.layout.run_file("env", run)).read_text()).get("device")
 
-    def marker(self, run: str, dryrun: bool = False) -> list[str]:
+    def marker(self, run: str, dryrun: bool = False, recorded: bool = True, command: str = "") -> list[str]:
         """Summarize's input: result set ``run``'s rebuild marker ([] while it never needed one), after saying once
-        what of it is lost or changed."""
+        what of it is lost or changed. ``recorded``: Snakemake has a record of the result set's summary here (a
+        result set copied here has none): without one, a new input reruns nothing (Snakemake reruns a job for a
+        missing input only with its record, and for a newer one only if it exists, which nothing may write while
+        Snakemake plans), so the run ends with the command that makes it all again (``command`` --forcerun
+        summarize)."""
         state = self.check(run)
         if state["subset"]:
             refuse(state["subset"])
@@ -261,6 +265,10 @@ class ResultSetState:
             refuse(f"{len(edited)} per-capture tables of {self.layout.run_dir(run)} were changed after extract wrote "
                    f"them ({', '.join(edited[:5])}{', ...' if len(edited) > 5 else ''}); a deleted table is made again "
                    f"from its trace: rm {' '.join(edited)} and run again")
+        if state["bump"] and not recorded:
+            refuse(f"{_gone_text(self.layout.run_dir(run), state)}; Snakemake has no record of this result set here "
+                   f"(it was copied), so nothing would make them again by itself: run {command} --forcerun summarize "
+                   "(summarize and everything after it are made again, and every lost table first)")
         if run not in self._said:
             self._said.add(run)
             _announce(self.layout.run_dir(run), state, dryrun)
@@ -298,18 +306,25 @@ class ResultSetState:
         return files
 
 
+def _gone_text(run_dir: str, state: dict) -> str:
+    gone = state["lost"] + [f"{p} (changed after it was written)" for p in state["changed"]]
+    lost = state["lost_captures"]
+    return "; ".join(filter(None, [
+        f"{len(gone)} derived files of {run_dir} are gone or were changed after they were made "
+        f"({', '.join(gone[:10])}{f', and {len(gone) - 10} more' if len(gone) > 10 else ''})" if gone else "",
+        f"{len(lost)} capture files that {run_dir} was made from are gone "
+        f"({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''})" if lost else ""]))
+
+
 def _announce(run_dir: str, state: dict, dryrun: bool) -> None:
     import sys
 
-    gone = state["lost"] + [f"{p} (changed after it was written)" for p in state["changed"]]
-    if gone:
-        more = f", and {len(gone) - 10} more" if len(gone) > 10 else ""
-        print(f"attnprof: {len(gone)} derived files of {run_dir} are gone or were changed after they were made "
-              f"({', '.join(gone[:10])}{more}): they are made again"
+    if state["lost"] or state["changed"]:
+        print(f"attnprof: {_gone_text(run_dir, {**state, 'lost_captures': []})}: they are made again"
               + (" (a dry run plans it; nothing is written)" if dryrun else ""), file=sys.stderr)
-    if lost := state["lost_captures"]:
-        print(f"attnprof: {len(lost)} capture files that {run_dir} was made from are gone "
-              f"({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''}): they are captured again", file=sys.stderr)
+    if state["lost_captures"]:
+        print(f"attnprof: {_gone_text(run_dir, {**state, 'lost': [], 'changed': []})}: they are captured again",
+              file=sys.stderr)
 
 
 def refuse(message: str):
