@@ -239,9 +239,11 @@ def test_nothing_reruns_when_nothing_changed(run_dir):
 
 
 def test_plot_setting_reruns_only_plots_and_report(run_dir):
-    # env.json records the config used, so it is rewritten too; no capture, extract or findings job
+    # env.json records the config used, so it is rewritten too, and summarize reads it (a declared input): summarize
+    # and findings rerun on the same tables; no capture or extract job
     assert planned_jobs(run_dir, "plots: {dpi: 100, top_kernels: 6}") == {
-        "environment": 1, "plots": 2, "timeline": 2, "scaling_plots": 1, "report_html": 1, "report_pdf": 1, "report": 1}
+        "environment": 1, "summarize": 1, "findings": 1, "plots": 2, "timeline": 2, "scaling_plots": 1,
+        "report_html": 1, "report_pdf": 1, "report": 1}
 
 
 def test_profiler_schedule_reruns_every_capture(run_dir):
@@ -556,7 +558,7 @@ def test_re_rendering_a_copied_result_set_remakes_its_edited_derived_files(run_d
         assert "--forcerun summarize" in refused.stderr and summary.read_text().splitlines() != lines  # not republished
         _render(run_dir, "results/copied_edit/report.html", "--forcerun", "summarize")
         assert summary.read_text().splitlines() == lines  # made again: the edit is gone
-        assert json.loads(findings.read_text()) == whole
+        assert {**json.loads(findings.read_text()), "run": whole["run"]} == whole  # the same but for its result set's name
         assert snakemake_cli.job_stats(_render(run_dir, "results/copied_edit/report.html", "-n").stdout) == {}
     finally:
         shutil.rmtree(copied)
@@ -591,7 +593,8 @@ def test_deleted_derived_files_of_repeat_2_are_made_again_once(run_dir, tmp_path
     for path in gone:
         assert path.exists() and str(path.relative_to(work)) in proc.stderr, path
     assert "they are made again" in proc.stderr
-    assert snakemake_cli.job_stats(proc.stdout)["extract"] == 2  # the two captures, once each
+    jobs = snakemake_cli.job_stats(proc.stdout) or snakemake_cli.job_stats(proc.stderr)
+    assert jobs["extract"] == 2, jobs  # the two captures, once each
     again = snakemake(work, "report", "-n", "--cores", "1")
     assert snakemake_cli.job_stats(again.stdout) == {} and "made again" not in again.stderr
 

@@ -6,9 +6,10 @@ rule summarize:
         code("summarize"),
         # the result set's rebuild marker (rule rebuild below), where something of it was lost or changed
         rebuild=rebuild_marker,
-        # every record is checked against env.json (scripts/summarize.py, attnprof.analysis.records): made first, but
-        # ancient, so that a rewritten env.json (a plot setting, recorded with the config) does not rerun summarize
-        env=ancient(run_file("env")),
+        # every record is checked against env.json (scripts/summarize.py, attnprof.analysis.records). Not ancient():
+        # Snakemake then skips the own triggers of every job after summarize whenever env.json is rewritten (a
+        # plot setting: env.json records the config), and the plots would keep their old setting
+        env=run_file("env"),
         script=script_file("summarize"),
         status=per_capture("status", all_repeats=True, kind="capture"),
         forwards=per_capture("forwards", all_repeats=True),

@@ -191,7 +191,8 @@ def _recorded(layout: Layout, run: str) -> dict:
     env_path = Path(layout.run_file("env", run))
     if not env_path.exists():
         raise ValueError(f"{env_path} not found: cannot tell the shapes and variants of result set {run!r}. "
-                         f"Re-render {layout.run_dir(run)} first: {_render_fix(layout, run)}")
+                         f"Re-render {layout.run_dir(run)} first: {_render_fix(layout, run)} (a result set copied "
+                         f"from where it was captured holds its env.json: copy the whole folder)")
     try:
         recorded = json.loads(env_path.read_text())
     except (OSError, ValueError) as exc:
