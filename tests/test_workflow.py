@@ -578,24 +578,23 @@ def test_an_edited_per_capture_table_of_a_copied_set_is_refused_with_the_fix(run
         shutil.rmtree(copied)
 
 
-def test_deleted_derived_files_of_repeat_2_are_made_again_once(run_dir, tmp_path):
+def test_deleted_derived_files_of_repeat_2_are_made_again_once(run_dir):
     """Kind 5: recipe.csv and launches.csv of a repeat-2 capture deleted (the issue's), and recipe_backward.csv of
     another variant's repeat 2 at the other shape (ours): announced, made again by their extracts, and a second
-    run has nothing to do (in a copy of the workspace with its Snakemake records)."""
-    work = tmp_path / "repo"
-    shutil.copytree(run_dir, work)
+    run has nothing to do (in place: a workspace holds Snakemake's records of its own result set)."""
+    work = run_dir
     tables = work / "results" / "tiny" / "tables"
     gone = [tables / SHAPES[0] / "naive" / "r2" / "recipe.csv", tables / SHAPES[0] / "naive" / "r2" / "launches.csv",
             tables / SHAPES[1] / "sdpa_math" / "r2" / "recipe_backward.csv"]
     for path in gone:
         path.unlink()
-    proc = snakemake(work, "report", "--cores", "1")
+    proc = snakemake(work, "report", "--cores", "2")  # run_dir's cores (another count recaptures)
     for path in gone:
         assert path.exists() and str(path.relative_to(work)) in proc.stderr, path
     assert "they are made again" in proc.stderr
     jobs = snakemake_cli.job_stats(proc.stdout) or snakemake_cli.job_stats(proc.stderr)
     assert jobs["extract"] == 2, jobs  # the two captures, once each
-    again = snakemake(work, "report", "-n", "--cores", "1")
+    again = snakemake(work, "report", "-n", "--cores", "2")
     assert snakemake_cli.job_stats(again.stdout) == {} and "made again" not in again.stderr
 
 

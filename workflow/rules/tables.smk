@@ -39,7 +39,9 @@ rule rebuild:
     time (a result set copied here has no Snakemake record for a changed parameter to rerun it), and with it
     everything after it, once."""
     input:
-        lambda wc: STATE.lost_tables(wc.run),
+        # every per-capture table of the result set, so that a lost one is made again first; ancient, and always
+        # all of them: neither a newer table nor a changed list reruns this rule
+        lambda wc: [ancient(p) for p in STATE.tables(wc.run)],
     output:
         L.rebuild_marker(),
     log:

@@ -200,12 +200,9 @@ class ResultSetState:
         """Every derived file a published result set holds: per-capture tables (the control's too), run tables,
         findings, plots."""
         from attnprof.model.plan import CHECKSUMMED
-        from attnprof.model.variants import CONTROL
 
-        g = self.grid(run)
-        return (self.layout.tables_of(run, g.shapes, g.variants, g.repeats)
-                + self.layout.tables_of(run, g.control_shapes, [CONTROL], g.repeats)
-                + [self.layout.run_file(n, run) for n in CHECKSUMMED] + self.layout.plots_of(run, g.shapes))
+        return (self.tables(run) + [self.layout.run_file(n, run) for n in CHECKSUMMED]
+                + self.layout.plots_of(run, self.grid(run).shapes))
 
     def check(self, run: str) -> dict:
         """{subset, lost_captures, lost, changed, epoch} of result set ``run`` (cached)."""
@@ -280,9 +277,14 @@ class ResultSetState:
         state = self.check(run)
         return state["lost_captures"] + state["lost"] + state["changed"]
 
-    def lost_tables(self, run: str) -> list[str]:
-        """The per-capture tables of ``run`` that are gone: inputs of rule rebuild, so extract makes them again."""
-        return [p for p in self.check(run)["lost"] if "/tables/" in p]
+    def tables(self, run: str) -> list[str]:
+        """Every per-capture table of ``run`` (the control's too): inputs of rule rebuild, so that extract makes a
+        lost one again before summarize reruns."""
+        from attnprof.model.variants import CONTROL
+
+        g = self.grid(run)
+        return (self.layout.tables_of(run, g.shapes, g.variants, g.repeats)
+                + self.layout.tables_of(run, g.control_shapes, [CONTROL], g.repeats))
 
     def compare_inputs(self, name: str) -> dict:
         """Per result set (keys '<run>/<name>'): summary, kernels, env, findings, repeats, the control, and every
