@@ -86,8 +86,8 @@ def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
     if not path.is_file():
         return "missing"
     try:
-        recorded = side.read_text().strip()
-    except (OSError, ValueError):
+        recorded = side.read_text().split()[0]  # the SHA-256, then (since 2026-12) the size and modification time
+    except (OSError, ValueError, IndexError):
         return (f"no SHA-256 recorded for it ({side} is missing: made before checksums were recorded, or copied "
                 "without its logs/checksums/), so it cannot be checked")
     if _sha256(path) != recorded:
