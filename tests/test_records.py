@@ -238,7 +238,9 @@ def summarize(tmp_path: Path, statuses: list[Path]) -> types.SimpleNamespace:
                                     backwards=[str(t / "backwards.csv") for t in tables],
                                     kernels=[str(t / "kernels.csv") for t in tables],
                                     # the profiler's control (rule summarize's control.csv): none in these cases
-                                    control_status=[], control_forwards=[], control_ops=[]),
+                                    control_status=[], control_forwards=[], control_ops=[],
+                                    # the result set's env.json, a declared input of rule summarize (relative, as given)
+                                    env=str((run / "env.json").relative_to(tmp_path))),
         output=types.SimpleNamespace(summary=str(run / "summary.csv"), repeats=str(run / "repeats.csv"),
                                      kernels=str(run / "kernels.csv"), control=str(run / "control.csv")),
         log=[str(run / "summarize.log")], params=types.SimpleNamespace(confidence=0.95), wildcards=types.SimpleNamespace(run="x"))
