@@ -198,17 +198,22 @@ def _recorded(layout: Layout, run: str) -> dict:
     except (OSError, ValueError) as exc:
         raise ValueError(f"{env_path} cannot be read ({exc}): copy the result set again from where it was captured "
                          f"(its env.json is written there)") from None
-    cfg = recorded.get("config") if isinstance(recorded, dict) else None
-    missing = [k for k, ok in (("config", isinstance(cfg, dict)),
-                               ("device", isinstance(recorded, dict) and recorded.get("device") in ("cpu", "cuda")))
-               if not ok]
-    if not missing and not all(k in cfg for k in ("shapes", "variants")):
-        missing = [f"config.{k}" for k in ("shapes", "variants") if k not in cfg]
-    if missing:
+    if missing := _missing_keys(recorded):
         raise ValueError(f"{env_path} has no {' or '.join(repr(k) for k in missing)}: it is not an env.json that "
                          f"attnprof wrote (or it was cut short or edited), so the shapes and variants of result set "
                          f"{run!r} are unknown. Copy {env_path} again from where the result set was captured.")
     return recorded
+
+
+def _missing_keys(recorded) -> list[str]:
+    """The keys an env.json needs to tell a result set's grid that ``recorded`` lacks: ``config`` (a mapping),
+    ``device`` (cpu or cuda), then ``config.shapes`` and ``config.variants``."""
+    if not isinstance(recorded, dict):
+        return ["config", "device"]
+    cfg = recorded.get("config")
+    missing = [k for k, ok in (("config", isinstance(cfg, dict)), ("device", recorded.get("device") in ("cpu", "cuda")))
+               if not ok]
+    return missing or [f"config.{k}" for k in ("shapes", "variants") if k not in cfg]
 
 
 def _render_fix(layout: Layout, run: str) -> str:
@@ -264,21 +269,47 @@ def _run_name(config: Mapping, device: str, gpu_name: str | None, build: Mapping
     return name_run(device, gpu_name, build) + run[len("auto"):]
 
 
+def _device(config: Mapping, chosen: list, detected: str | None) -> tuple[str, str | None]:
+    """(device, GPU name): device auto is cuda where a GPU is named (a chosen one's, else the one found)."""
+    gpu_name = None
+    if config["device"] in ("auto", "cuda"):
+        gpu_name = next((g.name for g in chosen if g.name), None) or detected
+    if config["device"] != "auto":
+        return config["device"], gpu_name
+    return ("cuda" if gpu_name else "cpu"), gpu_name
+
+
+def _environments(config: Mapping) -> dict:
+    return {name: {"python": spec["python"], "env": dict(spec.get("env") or {})}
+            for name, spec in (config.get("environments") or {}).items()}
+
+
+def _compare_name(config: Mapping) -> str:
+    name = config["compare"]["name"]
+    return ("__vs__".join(config["compare"]["runs"]) if name == "auto" else name) or "unset"
+
+
+def _gpu_resources(mode: str, ab: bool, gpus: tuple, cluster: bool) -> tuple[int, str]:
+    """(units of 'capture'/'gpu' a capture job takes, the GPUs it chooses from): in worker mode a single run's
+    captures take none (the worker serves one at a time) unless it runs on several GPUs; under a cluster executor
+    each job takes its allocation's GPU ("any")."""
+    units = 0 if mode == "worker" and not ab and len(gpus) <= 1 else 1
+    return units, "any" if cluster else (",".join(g.uuid for g in gpus) or "all")
+
+
 def build_plan(config: Mapping, machine: Machine, name_run: Callable, slug: Callable) -> Plan:
     """The plan of ``config`` on ``machine`` (config validated; ``name_run``/``slug``: attnprof.measure.env's
     default_run_id and slug). Raises ValueError with the config key for a choice of GPUs that cannot be."""
     chosen = _chosen_gpus(config, machine)
-    cuda_asked = config["device"] in ("auto", "cuda")
-    gpu_name = (next((g.name for g in chosen if g.name), None) or machine.detected) if cuda_asked else None
-    device = config["device"] if config["device"] != "auto" else ("cuda" if gpu_name else "cpu")
-    environments = {name: {"python": spec["python"], "env": dict(spec.get("env") or {})}
-                    for name, spec in (config.get("environments") or {}).items()}
+    device, gpu_name = _device(config, chosen, machine.detected)
+    environments = _environments(config)
     run = _run_name(config, device, gpu_name, machine.torch_build, bool(environments), name_run, slug)
     ab_runs = {ab_run_name(run, name): name for name in environments}
     shapes = tuple(s.key for s in expand_shapes(config["shapes"][device]))
-    gpus = tuple((chosen[:1] if ab_runs else chosen) if device == "cuda" else [])
+    # an A/B run keeps both environments on one device (its pairing compares them there): the first GPU only
+    gpus = tuple(chosen[:1] if ab_runs else chosen) if device == "cuda" else ()
     mode = "process" if machine.cluster else config["capture_mode"]
-    compare_runs = tuple(config["compare"]["runs"])
+    units, choice = _gpu_resources(mode, bool(ab_runs), gpus, machine.cluster)
     return Plan(
         device=device, gpu_name=gpu_name, run=run, this_runs=tuple(ab_runs) or (run,), ab_runs=ab_runs,
         ab_compare=ab_compare_name(run) if ab_runs else None, environments=environments,
@@ -286,12 +317,8 @@ def build_plan(config: Mapping, machine: Machine, name_run: Callable, slug: Call
         ab_torch={r: _build_text(machine.env_builds[name]) for r, name in ab_runs.items()},
         grid=Grid(shapes, tuple(config["variants"]), int(config["repeats"]), shapes[:1]),
         custom=dict(config.get("custom_variants") or {}), gpus=gpus, capture_mode=mode,
-        capture_threads=machine.cores if device == "cpu" else 1,
-        gpu_units=0 if mode == "worker" and not ab_runs and len(gpus) <= 1 else 1,
-        gpu_choice="any" if machine.cluster else (",".join(g.uuid for g in gpus) or "all"),
-        compare_runs=compare_runs,
-        compare_name=("__vs__".join(compare_runs) if config["compare"]["name"] == "auto"
-                      else config["compare"]["name"]) or "unset",
+        capture_threads=machine.cores if device == "cpu" else 1, gpu_units=units, gpu_choice=choice,
+        compare_runs=tuple(config["compare"]["runs"]), compare_name=_compare_name(config),
     )
 
 

@@ -219,7 +219,9 @@ class ResultSetState:
         captures = [f for n in ("repeats", "control") if run in self.plan.this_runs
                     for f in lost_captures(lay.run_dir(run), lay.run_file(n, run), list(CAPTURE_FILES.values()))]
         derived = self.derived(run)
-        lost = lost_files(lay.run_file("html", run), derived)
+        # a result set from elsewhere may come without derived files it can make again (an example holds its
+        # traces, not its tables): only this config's own are judged by what is gone; every one by its checksums
+        lost = lost_files(lay.run_file("html", run), derived) if run in self.plan.this_runs else []
         changed = changed_files(lay.run_dir(run), derived + [lay.run_file("html", run), lay.run_file("pdf", run)])
         bump = bool(captures or lost or changed)
         return {"subset": self._subset(run, g), "lost_captures": captures, "lost": lost, "changed": changed,
