@@ -440,19 +440,24 @@ def _value_lines(error, node: dict, where: str, schema: dict) -> list[str]:
             f"  expected: {expected_text(node, schema)}" + (f" ({description})" if description else "")]
 
 
+def _fix_example(error, path: list, node: dict, schema: dict, defaults: dict):
+    """The value a fix shows: the default at ``path`` (config/config.yaml), a single value where a list is wanted
+    listed, else the schema's example (:func:`_example`)."""
+    example = defaults
+    for part in path:
+        example = example[part] if isinstance(example, dict) and part in example else None
+    if error.validator == "type" and error.validator_value == "array" and not isinstance(error.instance, (list, dict)):
+        return [error.instance]
+    return _example(node, schema) if example is None else example
+
+
 def _fix_lines(error, path: list, node: dict, schema: dict, cli: dict, defaults: dict) -> list[str]:
     """:func:`schema_message`'s fix: the example value (``defaults``, config/config.yaml, where it has one; a single
     value where a list is wanted: that value listed; else the schema's example), as --config or as YAML; the advice
     on nested values only for a nested value given on the command line (``cli``)."""
     import shlex
 
-    example = defaults
-    for part in path:
-        example = example[part] if isinstance(example, dict) and part in example else None
-    if error.validator == "type" and error.validator_value == "array" and not isinstance(error.instance, (list, dict)):
-        example = [error.instance]
-    if example is None:
-        example = _example(node, schema)
+    example = _fix_example(error, path, node, schema, defaults)
     hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
     # an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default shows it
     top = defaults.get(path[0]) if path and isinstance(path[0], str) and isinstance(defaults, dict) else None
