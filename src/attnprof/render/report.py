@@ -1106,11 +1106,13 @@ def gpu_note(used: list[dict]) -> str | None:
 
 
 def short_repeats(summary: pd.DataFrame) -> str:
-    """Page 1's words for the rows whose times are not of every repeat (summary.csv ``repeats_note``: a repeat not
-    ok, missing, a copy, a time its trace lacks, a contradicted host draw): '' when every row counted every repeat."""
+    """Page 1's words for the rows with times whose times are not of every repeat (summary.csv ``repeats_note``: a
+    repeat not ok, missing, a copy, a time its trace lacks, a contradicted host draw): '' when every such row counted
+    every repeat. A row that did not run (out of memory, unsupported, failed) has no time: its status says why, on
+    page 1 and in its row, not here."""
     if "repeats_note" not in summary:
         return ""
-    noted = summary[summary["repeats_note"].map(lambda v: isinstance(v, str) and bool(v))]
+    noted = summary[summary["repeats_note"].map(lambda v: isinstance(v, str) and bool(v)) & (summary["status"] == "ok")]
     if noted.empty:
         return ""
     named = "; ".join(f"{r.variant} at {r.shape_key}: {str(r.repeats_note)[:160]}" for r in noted.head(4).itertuples())
