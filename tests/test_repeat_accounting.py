@@ -109,3 +109,16 @@ def test_the_pool_counts_what_the_row_counts_a_copy_once():
     pooled = (2 * np.var(np.log(a), ddof=1) + 2 * np.var(np.log(b), ddof=1)) / 4
     got = noise[("v", "s1")]["device_ms_per_forward"]
     assert got.df == 4 and got.sd == pytest.approx(np.sqrt(pooled), rel=1e-12)
+
+
+def test_a_row_that_did_not_run_says_how_each_repeat_ended_once():
+    """A row whose repeats all ran out of memory (the H200 example's sdpa_math at seq_len 16384) carries PyTorch's
+    reason once, in its own reason; its repeats note says how the repeats ended, never the reason three times more
+    (a CPU report printed each unsupported cell's reason four times, cut mid-sentence). Mixed ends are each named."""
+    reason = "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 GiB. GPU 0 has a total capacity of 139.80 GiB"
+    base = {"variant": "sdpa_math", "shape_key": "s16384", "status": "out_of_memory", "reason": reason}
+    out = combine_repeats([{**base, "repeat": k, "started_at": k} for k in (1, 2, 3)], expected=3)
+    assert out["reason"] == reason and out["repeats_note"] == "all 3 repeats out_of_memory"
+    mixed = combine_repeats([{**base, "repeat": 1, "started_at": 1, "status": "failed"},
+                             {**base, "repeat": 2, "started_at": 2, "status": "ok"}], expected=3)
+    assert mixed["repeats_note"] == "repeat 1 failed; repeat 2 ok; repeat 3 of 3 missing (no capture record): not counted"

@@ -181,3 +181,16 @@ def test_memory_bound_shapes_are_named_with_the_fastest_kernels_gb_per_s():
     assert "the fastest, sdpa_flash, moves 2000 GB/s (rerun 1600\u20132500), 50 % of the measured copy bandwidth" in b["text"]
     assert b["href"] == "#sweep-sdpa_flash"
     assert memory_bound_brief(summary, {}) == [] and memory_bound(summary, {"copy_tb_per_s": 4.0}) == {}  # no ridge
+
+
+def test_a_host_time_is_never_labelled_a_rerun_interval():
+    """Host times have no parametric interval (attnprof.analysis.stats.host_range): their range is the lowest and
+    highest capture, and page 1 and the tables say "captures", never "rerun" (a CPU run's headline read
+    "28.9 ms (rerun 27.1-28.9)", the min and max of its three captures)."""
+    from attnprof.render.report import _interval
+
+    row = {"cpu_ms_run_lo": 27.08, "cpu_ms_run_hi": 28.92, "device_ms_run_lo": 0.0573, "device_ms_run_hi": 0.0584}
+    assert _interval(row, "cpu_ms") == " (captures 27.1\u201328.9)"
+    assert _interval(row, "device_ms") == " (rerun 0.0573\u20130.0584)"
+    template = (Path(__file__).resolve().parents[1] / "report" / "report.html.j2").read_text()
+    assert '{% if prefix.startswith("cpu_") %}captures{% else %}rerun{% endif %}' in template

@@ -430,7 +430,7 @@ def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Ma
     row.update(repeats=len(rows), gpus=";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None)
     notes = _repeat_notes(rows, expected)
     if row.get("status") != "ok":
-        row.update(repeats_ok=0, repeats_note="; ".join(notes))
+        row.update(repeats_ok=0, repeats_note=_not_run_note(rows, expected))
         return {c: row.get(c) for c in SUMMARY_COLUMNS}
     ok, copy_notes = _copies([r for r in rows if r.get("status") == "ok"])
     notes += copy_notes + _unpublished_counts(row, ok)
@@ -445,6 +445,22 @@ def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Ma
         row["tflops"] = row["forward_gflop"] / row["device_ms_per_forward"]  # GFLOP/ms = TFLOP/s
     row["backward_tflops"] = backward_tflops(row.get("backward_gflop"), row.get("device_ms_per_backward"))
     return {c: row.get(c) for c in SUMMARY_COLUMNS}
+
+
+def _not_run_note(rows: list[dict], expected: int | None) -> str:
+    """The repeats note of a row whose repeat 1 did not run (its status and reason are the row's): how each repeat
+    ended, each status once ("all 3 repeats out_of_memory"; "repeat 1 failed, repeats 2, 3 ok"), never the reason
+    again; rounds ``expected`` that have no record."""
+    by_status: dict[str, list[str]] = {}
+    for r in rows:
+        by_status.setdefault(str(r.get("status")), []).append(str(r["repeat"]))
+    if len(by_status) == 1:
+        (status, reps), = by_status.items()
+        words = [f"all {len(reps)} repeats {status}" if len(reps) > 1 else f"repeat {reps[0]} {status}"]
+    else:
+        words = [f"repeat{'s' if len(reps) > 1 else ''} {', '.join(reps)} {status}" for status, reps in by_status.items()]
+    missing = [n for n in _repeat_notes(rows, expected) if n.endswith("(no capture record): not counted")]
+    return "; ".join(words + missing)
 
 
 def _unpublished_counts(row: dict, ok: list[dict]) -> list[str]:

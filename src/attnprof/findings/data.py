@@ -97,6 +97,8 @@ class RunData:
 
     def spread_words(self) -> dict[str, str]:
         """How the statements name the ends of that spread: {high, low, ranges}."""
+        if self.between_run() and not self.on_gpu:  # host times: no rerun interval (attnprof.analysis.stats.host_range)
+            return {"high": "highest capture", "low": "lowest", "ranges": "lowest-highest capture ranges"}
         if self.between_run():
             return {"high": "between-run interval's upper end", "low": "lower end", "ranges": "between-run intervals"}
         return {"high": "slowest forward", "low": "fastest", "ranges": "per-forward ranges"}

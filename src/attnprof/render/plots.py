@@ -96,7 +96,8 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     _gap_labels(ax, summary, y)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
-    ax.set_xlabel("ms per forward (median of repeats; whiskers: 95 % rerun interval)" if between
+    ax.set_xlabel(("ms per forward (median of repeats; whiskers: 95 % rerun interval)" if on_device
+                   else "ms per forward (median of captures; whiskers: lowest to highest capture)") if between
                   else "ms per forward (median; whiskers: min to max over forwards; 1 repeat)")
     ax.set_title("Device time per forward (kernels + memcpy + memset)" if on_device else "CPU run: host time per forward")
     ax.set_xlim(0, max(np.nanmax(summary[hi].to_numpy(float)) if summary[hi].notna().any() else 0, vals.max(), 1e-9) * 1.3)

@@ -559,9 +559,11 @@ def _false(value) -> bool:
 
 
 def _interval(row, prefix: str) -> str:
-    """' (rerun lo–hi)' of a time, '' where the row has no between-run interval."""
+    """' (rerun lo–hi)' of a device time, '' where the row has no between-run interval; a host time (``cpu_ms``...)
+    has no rerun interval (attnprof.analysis.stats.host_range): ' (captures lo–hi)', its lowest and highest capture."""
     lo, hi = row.get(f"{prefix}_run_lo"), row.get(f"{prefix}_run_hi")
-    return f" (rerun {_fmt(lo)}\u2013{_fmt(hi)})" if _ok(lo) and _ok(hi) else ""
+    label = "captures" if prefix.startswith("cpu_") else "rerun"
+    return f" ({label} {_fmt(lo)}\u2013{_fmt(hi)})" if _ok(lo) and _ok(hi) else ""
 
 
 def _time(row, prefix: str) -> str:
