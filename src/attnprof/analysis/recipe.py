@@ -186,23 +186,42 @@ def align(a: Sequence[dict], b: Sequence[dict], classify: Callable[[str, str], s
     classify = classify or (lambda name, category: category)
     la, lb = [s["label"] for s in a], [s["label"] for s in b]
     rows: list[dict] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
-        if tag == "equal":
-            rows += [{"kind": "kept", "a": i, "b": j} for i, j in zip(range(i1, i2), range(j1, j2))]
-        elif tag == "delete":
-            rows += [{"kind": "removed", "a": i, "b": None} for i in range(i1, i2)]
-        elif tag == "insert":
-            rows += [{"kind": "added", "a": None, "b": j} for j in range(j1, j2)]
-        else:  # replace: pair same-class steps in order, the rest removed/added
-            ca = [classify(a[i]["name"], a[i]["category"]) for i in range(i1, i2)]
-            cb = [classify(b[j]["name"], b[j]["category"]) for j in range(j1, j2)]
-            for t2, p1, p2, q1, q2 in difflib.SequenceMatcher(None, ca, cb, autojunk=False).get_opcodes():
-                if t2 == "equal":
-                    rows += [{"kind": "replaced", "a": i1 + p, "b": j1 + q} for p, q in zip(range(p1, p2), range(q1, q2))]
-                else:
-                    rows += [{"kind": "removed", "a": i1 + p, "b": None} for p in range(p1, p2)]
-                    rows += [{"kind": "added", "a": None, "b": j1 + q} for q in range(q1, q2)]
-    # a label removed in one place and added in another: moved (paired in order of appearance)
+    for tag, i1, i2, j1, j2 in _opcodes(la, lb):
+        if tag == "replace":
+            rows += _replace_rows(a, b, range(i1, i2), range(j1, j2), classify)
+        else:
+            rows += _run_rows(tag, range(i1, i2), range(j1, j2), "kept")
+    return _mark_moved(rows, la, lb)
+
+
+def _opcodes(x: Sequence, y: Sequence) -> list[tuple]:
+    """difflib.SequenceMatcher's opcodes turning ``x`` into ``y``, without its junk heuristic."""
+    return difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes()
+
+
+def _run_rows(tag: str, ia: range, ib: range, paired: str) -> list[dict]:
+    """The rows of one opcode run over steps ``ia`` of A and ``ib`` of B: an "equal" run pairs them in order as
+    kind ``paired``; any other run has A's steps removed, then B's added."""
+    if tag == "equal":
+        return [{"kind": paired, "a": i, "b": j} for i, j in zip(ia, ib)]
+    return [{"kind": "removed", "a": i, "b": None} for i in ia] + [{"kind": "added", "a": None, "b": j} for j in ib]
+
+
+def _replace_rows(a: Sequence[dict], b: Sequence[dict], ia: range, ib: range,
+                  classify: Callable[[str, str], str]) -> list[dict]:
+    """The rows of a 'replace' run of the label alignment (steps ``ia`` of A against ``ib`` of B): steps of the same
+    class paired in order as replaced, the rest removed/added."""
+    ca = [classify(a[i]["name"], a[i]["category"]) for i in ia]
+    cb = [classify(b[j]["name"], b[j]["category"]) for j in ib]
+    rows: list[dict] = []
+    for tag, p1, p2, q1, q2 in _opcodes(ca, cb):
+        rows += _run_rows(tag, ia[p1:p2], ib[q1:q2], "replaced")
+    return rows
+
+
+def _mark_moved(rows: list[dict], la: Sequence[str], lb: Sequence[str]) -> list[dict]:
+    """``rows`` with a label removed in one place and added in another made one "moved" row (paired in order of
+    appearance), in place of the removed row."""
     removed = [r for r in rows if r["kind"] == "removed"]
     for r in rows:
         if r["kind"] != "added":
