@@ -302,15 +302,21 @@ def _check_env(status: Mapping, where: str, env: Mapping, other: str) -> None:
     fix = "a capture from another machine or environment: capture it again here, or move it to its own result set"
     if env.get("device") and device and device != env["device"]:
         raise RecordError(f"{where} says device {device!r} but {other} says device {env['device']!r}; {fix}")
-    # a run on several GPUs lists them all (env.json gpus): a capture's GPU must be of one of their models
-    names = list(dict.fromkeys(str(g.get("name")) for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")))
-    if device == "cuda" and name and names and name not in names:
-        raise RecordError(f"{where} says device_name {name!r} but {other} lists the run's GPUs as "
-                          f"{' and '.join(map(repr, names))} (gpus); {fix}")
-    if device == "cuda" and name and not names and env.get("gpu_name") and name != env["gpu_name"]:
-        raise RecordError(f"{where} says device_name {name!r} but {other} says gpu_name {env['gpu_name']!r}; {fix}")
+    if device == "cuda" and name:
+        _check_env_gpu(name, where, env, other, fix)
     if torch and env.get("torch") and torch != env["torch"]:
         raise RecordError(f"{where} says torch_version {torch!r} but {other} says torch {env['torch']!r}; {fix}")
+
+
+def _check_env_gpu(name: str, where: str, env: Mapping, other: str, fix: str) -> None:
+    """A GPU record's device_name against env.json's GPU models: one of those it lists (``gpus``: a run on several
+    GPUs lists them all), else its ``gpu_name``."""
+    names = list(dict.fromkeys(str(g.get("name")) for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")))
+    if names and name not in names:
+        raise RecordError(f"{where} says device_name {name!r} but {other} lists the run's GPUs as "
+                          f"{' and '.join(map(repr, names))} (gpus); {fix}")
+    if not names and env.get("gpu_name") and name != env["gpu_name"]:
+        raise RecordError(f"{where} says device_name {name!r} but {other} says gpu_name {env['gpu_name']!r}; {fix}")
 
 
 def trace_schema_problem(categories: Mapping[str, int], expect_gpu: bool) -> str | None:
