@@ -323,6 +323,18 @@ def expected_text(schema: dict, root: dict | None = None) -> str:
     if "const" in schema:
         return _default_text(schema["const"])
     kind = schema.get("type")
+    if kind == "array":
+        return _list_text(schema, root)
+    if kind == "object":
+        keys = list(schema.get("properties", {}))
+        return "a mapping" + (f" with the keys {', '.join(keys)}" if keys else "")
+    return _scalar_text(schema)
+
+
+def _scalar_text(schema: dict) -> str:
+    """:func:`expected_text` of a schema node that is neither a list nor a mapping: a number (with its range),
+    true or false, text (with its pattern), or any value the schema accepts."""
+    kind = schema.get("type")
     if kind == "integer":
         return "an integer" + _number_range(schema)
     if kind == "number":
@@ -331,19 +343,20 @@ def expected_text(schema: dict, root: dict | None = None) -> str:
         return "true or false"
     if kind == "string":
         return f"text matching {schema['pattern']}" if "pattern" in schema else "text"
-    if kind == "array":
-        items = _resolve(schema.get("items") or {}, root)
-        if "enum" in items:
-            return "a list of " + ", ".join(map(_default_text, items["enum"]))
-        plural = {"integer": "integers", "number": "numbers", "string": "strings", "boolean": "true/false values"}
-        if items.get("type") not in plural:
-            return "a list"
-        return f"a list of {plural[items['type']]}" + (f" matching {items['pattern']}" if "pattern" in items else
-                                                       _number_range(items))
-    if kind == "object":
-        keys = list(schema.get("properties", {}))
-        return "a mapping" + (f" with the keys {', '.join(keys)}" if keys else "")
     return "a value the schema accepts"
+
+
+def _list_text(schema: dict, root: dict) -> str:
+    """:func:`expected_text` of a list node: the values its items may take, or the kind of its items (with their
+    pattern or range)."""
+    items = _resolve(schema.get("items") or {}, root)
+    if "enum" in items:
+        return "a list of " + ", ".join(map(_default_text, items["enum"]))
+    plural = {"integer": "integers", "number": "numbers", "string": "strings", "boolean": "true/false values"}
+    if items.get("type") not in plural:
+        return "a list"
+    return f"a list of {plural[items['type']]}" + (f" matching {items['pattern']}" if "pattern" in items else
+                                                   _number_range(items))
 
 
 def _example(schema: dict, root: dict):
