@@ -531,6 +531,31 @@ def result_note(status: dict) -> str:
             "tolerance; left out of every ranking")
 
 
+def _shape_columns(status: dict) -> dict:
+    """A capture's shape columns from its status record. Grouped-query and decode shapes
+    (attnprof.model.variants.Shape) get effective values, so a square shape without grouping reads
+    kv_heads = heads and q_len = seq_len."""
+    return {**{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
+            "kv_heads": status.get("kv_heads") or status.get("heads"), "q_len": status.get("q_len") or status.get("seq_len"),
+            "causal_alignment": status.get("causal_alignment")}
+
+
+def _trace_columns(status: dict, verdict: dict) -> dict:
+    """The forward counts of :func:`assess_forwards`' ``verdict`` and its note on the trace; a capture that did not
+    run has no trace to describe (its status and reason say why), so its note is empty."""
+    return {**{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
+                                       "incomplete_forwards", "bad_time_events")},
+            "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else ""}
+
+
+def _arithmetic_columns(status: dict) -> dict:
+    """GFLOP per forward and FLOP per byte (of the minimum bytes moved) where the record counts the forward's
+    FLOPs; none otherwise."""
+    if not status.get("forward_flops"):
+        return {}
+    return {"forward_gflop": status["forward_flops"] / 1e9, "flop_per_byte": status["forward_flops"] / status["min_bytes"]}
+
+
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:
     """One summary.csv row from a capture's status record and its forward table.
 
@@ -548,15 +573,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
     verdict = assess_forwards(forwards, (status.get("schedule") or {}).get("active"), minimum)
     row = {
         "variant": status["variant"], "shape_key": status["shape_key"], "status": status["status"],
-        **{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
-        # grouped-query and decode shapes (attnprof.model.variants.Shape): effective values, so a square
-        # shape without grouping reads kv_heads = heads and q_len = seq_len
-        "kv_heads": status.get("kv_heads") or status.get("heads"), "q_len": status.get("q_len") or status.get("seq_len"),
-        "causal_alignment": status.get("causal_alignment"),
-        **{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
-                                   "incomplete_forwards", "bad_time_events")},
-        # a capture that did not run has no trace to describe: its status and reason say why
-        "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else "",
+        **_shape_columns(status),
+        **_trace_columns(status, verdict),
         **_timing_columns(status),
         "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
         # the GPU the capture ran on (its job's, as nvidia-smi names it: attnprof.measure.gpus); repeats.csv
@@ -569,10 +587,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "oom_bytes": status.get("oom_bytes"),
         # torch.compile variants: the first call (compile) apart from the steady state, and inductor's cache verdict
         **compile_columns(status.get("compile")),
+        **_arithmetic_columns(status),
     }
-    if status.get("forward_flops"):
-        row["forward_gflop"] = status["forward_flops"] / 1e9
-        row["flop_per_byte"] = status["forward_flops"] / status["min_bytes"]
     if status["status"] == "ok" and not verdict["sufficient"]:
         row.update(status="incomplete_trace", reason=incomplete_reason(trace_path, verdict))
     if row["status"] == "ok":
