@@ -468,22 +468,39 @@ def _fix_lines(error, path: list, node: dict, schema: dict, cli: dict, defaults:
     """:func:`schema_message`'s fix: the example value (``defaults``, config/config.yaml, where it has one; a single
     value where a list is wanted: that value listed; else the schema's example), as --config or as YAML; the advice
     on nested values only for a nested value given on the command line (``cli``)."""
-    import shlex
-
     example = _fix_example(error, path, node, schema, defaults)
     hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
-    # an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default shows it
+    whole = _whole_list_fix(path, defaults)
+    if whole:
+        return [whole]
+    if example is not None and path and all(isinstance(p, str) for p in path):
+        return [_example_fix(path, example, hint)]
+    return [f"  fix: {CONFIGFILE_HINT}"] if hint else []
+
+
+def _whole_list_fix(path: list, defaults: dict) -> str | None:
+    """The fix for an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default
+    (config/config.yaml) shows it, as --config; None for any other path."""
+    import shlex
+
     top = defaults.get(path[0]) if path and isinstance(path[0], str) and isinstance(defaults, dict) else None
     if len(path) > 1 and isinstance(path[1], int) and top is not None and not isinstance(top, dict):
-        return [f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}"]
-    if example is not None and path and all(isinstance(p, str) for p in path):
-        if len(path) == 1 and not isinstance(example, dict):
-            return [f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}"]
-        if hint:
-            return [f"  fix: write e.g. '{_snippet(path, example)}' to my.yaml and pass --configfile my.yaml "
-                    "(nested values are easiest in a YAML file; it is merged over config/config.yaml)"]
-        return [f"  fix: e.g. '{_snippet(path, example)}' in your --configfile"]
-    return [f"  fix: {CONFIGFILE_HINT}"] if hint else []
+        return f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}"
+    return None
+
+
+def _example_fix(path: list, example, hint: bool) -> str:
+    """The fix that shows ``example`` at ``path`` (keys only): a top-level value as --config; else a YAML snippet,
+    for a file of its own with the advice on nested values (``hint``: given on the command line) or for the
+    --configfile."""
+    import shlex
+
+    if len(path) == 1 and not isinstance(example, dict):
+        return f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}"
+    if hint:
+        return (f"  fix: write e.g. '{_snippet(path, example)}' to my.yaml and pass --configfile my.yaml "
+                "(nested values are easiest in a YAML file; it is merged over config/config.yaml)")
+    return f"  fix: e.g. '{_snippet(path, example)}' in your --configfile"
 
 
 def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],
