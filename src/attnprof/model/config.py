@@ -25,20 +25,26 @@ def coerce_to_schema(value, schema: dict, defs: dict | None = None):
         candidate = coerce_to_schema(value, alt, defs)
         if candidate is not value:
             return candidate
-    wanted = schema.get("type")
-    wanted = set(wanted) if isinstance(wanted, list) else {wanted} if wanted else set()
-    if isinstance(value, str) and wanted and "string" not in wanted:
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-        value = parsed
+    value = _yaml_reading(value, schema)
     if isinstance(value, dict):
         props = schema.get("properties", {})
         return {k: coerce_to_schema(v, props[k], defs) if k in props else v for k, v in value.items()}
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [coerce_to_schema(v, schema["items"], defs) for v in value]
     return value
+
+
+def _yaml_reading(value, schema: dict):
+    """``value``'s YAML reading where it is a string standing where ``schema`` names types, none of them a string;
+    else ``value`` itself (also a string that does not parse: left for the validator to reject)."""
+    wanted = schema.get("type")
+    wanted = set(wanted) if isinstance(wanted, list) else {wanted} if wanted else set()
+    if not isinstance(value, str) or not wanted or "string" in wanted:
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
 
 
 def check_variants(variants: list[str], custom: dict | None, built_in=None) -> None:
