@@ -156,21 +156,7 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     import pandas as pd
 
     columns = columns if columns is not None else all_columns()
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
-    if start is None:
-        raise ValueError("no ncu CSV header (a line starting with \"ID\") in the output")
-    # ncu may print ==PROF==/==WARNING==/==ERROR== lines after the table too: they are not kernels
-    body = [ln for ln in lines[start:] if ln.strip() and not ln.startswith("==")]
-    try:
-        raw = pd.read_csv(io.StringIO("\n".join(body)), dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"ncu's CSV cannot be read: {exc}") from None
-    missing = [c for c in ("ID", "Kernel Name") if c not in raw.columns]
-    if missing:
-        raise ValueError(f"ncu's CSV has no {missing} column (columns: {list(raw.columns)[:8]}...)")
-    if raw.empty:
-        raise ValueError("ncu's CSV has a header but no units row and no kernel")
+    raw = _raw_table(text)
     units_row, rows = raw.iloc[0], raw.iloc[1:].reset_index(drop=True)
     empty = pd.Series([""] * len(rows), dtype=str)
     data = {
@@ -182,14 +168,43 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     units = {}
     for metric, (name, _) in columns.items():
         if metric in raw.columns:
-            # thousands separators only ("1,234.5"); a decimal comma ("1.234,5") is not a number: NaN, shown as such
-            text = rows[metric].where(~rows[metric].str.fullmatch(r"[\d.]*,\d{1,2}"), "")
-            value = pd.to_numeric(text.str.replace(",", "", regex=False), errors="coerce")
             units[name] = str(units_row[metric]).strip()
-            if units[name] == "%":  # a percentage of peak outside 0..100 (or inf) is not a reading: NaN
-                value = value.where((value >= 0) & (value <= 100))
-            data[name] = value
+            data[name] = _metric_values(rows[metric], units[name])
     return pd.DataFrame(data), units
+
+
+def _metric_values(cells, unit: str):
+    """One metric's column of ncu's CSV (text cells) as floats: thousands separators only ("1,234.5"); a decimal
+    comma ("1.234,5") or an unparseable cell is no number (NaN, shown as such), and so is a percentage of peak
+    (``unit`` "%") outside 0..100 (or inf)."""
+    import pandas as pd
+
+    text = cells.where(~cells.str.fullmatch(r"[\d.]*,\d{1,2}"), "")
+    value = pd.to_numeric(text.str.replace(",", "", regex=False), errors="coerce")
+    return value.where((value >= 0) & (value <= 100)) if unit == "%" else value
+
+
+def _raw_table(text: str):
+    """ncu's raw CSV page as text cells, from its header row on, without the ``==``-prefixed lines ncu may print
+    after the table too (==PROF==/==WARNING==/==ERROR==: not kernels). Raises ValueError when there is no header,
+    the CSV cannot be read, it lacks the ID or Kernel Name column, or it has no units row."""
+    import pandas as pd
+
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError("no ncu CSV header (a line starting with \"ID\") in the output")
+    body = [ln for ln in lines[start:] if ln.strip() and not ln.startswith("==")]
+    try:
+        raw = pd.read_csv(io.StringIO("\n".join(body)), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"ncu's CSV cannot be read: {exc}") from None
+    missing = [c for c in ("ID", "Kernel Name") if c not in raw.columns]
+    if missing:
+        raise ValueError(f"ncu's CSV has no {missing} column (columns: {list(raw.columns)[:8]}...)")
+    if raw.empty:
+        raise ValueError("ncu's CSV has a header but no units row and no kernel")
+    return raw
 
 
 def _dims(text: str) -> str:
