@@ -255,24 +255,17 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
         cmd = ncu_command(ncu, list(columns), report, spec_path)
         base = {"metrics": {c: m for m, (c, _) in columns.items()}, "command": " ".join(cmd[:-1] + ["SPEC.json"]),
                 "ncu": {"path": ncu, "version": version}}
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                         os.environ.get("PYTHONPATH")]))}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=_child_env())
         except subprocess.TimeoutExpired as exc:
-            out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return _record(spec, "failed", f"ncu timed out after {timeout_s} s", **base, output_tail=_tail(out),
+            return _record(spec, "failed", f"ncu timed out after {timeout_s} s", **base, output_tail=_tail(_text_of(exc.stdout)),
                            wall_s=round(time.perf_counter() - t0, 3))
         output = proc.stdout + proc.stderr
         wall = round(time.perf_counter() - t0, 3)
-        denied = permission_message(output)
-        if denied:
-            return _record(spec, "skipped", f"ncu may not read the GPU's performance counters: {denied}", **base,
-                           output_tail=_tail(output), wall_s=wall)
         rep = report.with_suffix(".ncu-rep")
-        if proc.returncode != 0 or not rep.exists():
-            why = _ncu_errors(output) or f"ncu exited with code {proc.returncode}"
-            return _record(spec, "failed", why[:1000], **base, output_tail=_tail(output), wall_s=wall)
+        failure = _run_failure(proc, output, rep)
+        if failure:
+            return _record(spec, *failure, **base, output_tail=_tail(output), wall_s=wall)
         imp = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"],
                              capture_output=True, text=True, errors="replace", timeout=timeout_s)
         if raw_csv:
@@ -290,6 +283,29 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
     table.to_csv(out_csv, index=False)
     child = _child_line(output)
     return {**record, **({"child": child} if child else {})}
+
+
+def _child_env() -> dict:
+    """The environment of ncu's child: this one, with the package's source folder first on PYTHONPATH."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                                      os.environ.get("PYTHONPATH")]))}
+
+
+def _text_of(out) -> str:
+    """What a timed-out run had printed (TimeoutExpired's stdout: bytes, text or None) as text."""
+    return (out or b"").decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+
+def _run_failure(proc, output: str, rep: Path) -> tuple[str, str] | None:
+    """Why ncu's run left no report to read, as (status, reason): skipped when it may not read the GPU's performance
+    counters, failed when it exited with an error or wrote no report ``rep``; None when it succeeded."""
+    denied = permission_message(output)
+    if denied:
+        return "skipped", f"ncu may not read the GPU's performance counters: {denied}"
+    if proc.returncode != 0 or not rep.exists():
+        why = _ncu_errors(output) or f"ncu exited with code {proc.returncode}"
+        return "failed", why[:1000]
+    return None
 
 
 def _ncu_version(ncu: str) -> str:
