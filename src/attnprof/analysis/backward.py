@@ -222,17 +222,24 @@ def backward_kernels_finding(kernels_backward: pd.DataFrame) -> list[dict]:
             continue
         main, extra = kernels[0], kernels[1:]
         copies = [r for r in rows if r["category"] != "kernel"]
-
-        def part(r):
-            share = f" ({r['share_pct']:.0f} %)" if r["share_pct"] is not None else ""
-            return f"{r['label']}{share}"
-
-        statement = (f"{variant} backward: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}, "
-                     f"main {part(main)} of backward device time")
-        if extra:
-            statement += "; besides it " + ", ".join(part(r) for r in extra)
-        if copies:
-            statement += "; " + ", ".join(part(r) for r in copies)
         out.append({"shape_key": shape_key, "variant": variant, "main": main, "extra": extra, "copies": copies,
-                    "statement": statement})
+                    "statement": _backward_statement(variant, kernels, copies)})
     return out
+
+
+def _share_text(r: dict) -> str:
+    """A backward kernel's label with its share of backward device time, where known."""
+    share = f" ({r['share_pct']:.0f} %)" if r["share_pct"] is not None else ""
+    return f"{r['label']}{share}"
+
+
+def _backward_statement(variant: str, kernels: list[dict], copies: list[dict]) -> str:
+    """The finding's statement: how many kernels the backward ran, the main one (``kernels[0]``, the largest share),
+    those besides it and the memcpys/memsets, each with its share."""
+    statement = (f"{variant} backward: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}, "
+                 f"main {_share_text(kernels[0])} of backward device time")
+    if kernels[1:]:
+        statement += "; besides it " + ", ".join(_share_text(r) for r in kernels[1:])
+    if copies:
+        statement += "; " + ", ".join(_share_text(r) for r in copies)
+    return statement
