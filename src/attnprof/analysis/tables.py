@@ -356,12 +356,7 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
     """The repeats whose ``med`` is counted, and a note for each ok repeat that is not: no such time while
     others have one (its trace note says why), or a host time its own timed calls contradict."""
     have = [r for r in ok if not _blank(r.get(med))]
-    notes = []
-    if have and len(have) < len(ok):
-        for r in ok:
-            if _blank(r.get(med)):
-                why = str(r.get("trace_note") or "no such time in its trace")[:200]
-                notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {len(have)} of {len(ok)} repeats")
+    notes = _missing_time_notes(ok, len(have), med) if have else []
     bad = [r for r in have if _host_contradicted(r, med, timed)]
     kept = [r for r in have if r not in bad] or have  # every draw contradicted: stated, with the note, not dropped
     for r in bad:
@@ -369,6 +364,16 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
                      f"(x{HOST_CONTRADICTION:g} or more apart: another job beside the capture?)"
                      + (": not counted" if r not in kept else ": no other capture to count"))
     return kept, notes
+
+
+def _missing_time_notes(ok: list[dict], have: int, med: str) -> list[str]:
+    """A note for each ok repeat without time ``med`` (``have`` of them have one), naming why from its trace note."""
+    notes = []
+    for r in ok:
+        if _blank(r.get(med)):
+            why = str(r.get("trace_note") or "no such time in its trace")[:200]
+            notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {have} of {len(ok)} repeats")
+    return notes
 
 
 def _combine_time(row: dict, counted: list[dict], med: str, within: str, between: str, confidence: float,
