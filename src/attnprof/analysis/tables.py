@@ -431,18 +431,14 @@ def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Ma
 
     rows = sorted(rows, key=lambda r: int(r.get("repeat") or 1))
     row = dict(rows[0])
-    # the GPUs the repeats ran on (several on a node of several GPUs: a repeat takes whichever is free)
-    row.update(repeats=len(rows), gpus=";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None)
+    row.update(repeats=len(rows), gpus=_gpus_used(rows))
     notes = _repeat_notes(rows, expected)
     if row.get("status") != "ok":
         row.update(repeats_ok=0, repeats_note=_not_run_note(rows, expected))
         return {c: row.get(c) for c in SUMMARY_COLUMNS}
     ok, copy_notes = _copies([r for r in rows if r.get("status") == "ok"])
     notes += copy_notes + _unpublished_counts(row, ok)
-    for med, within, between in REPEAT_TIMES:
-        counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
-        notes += time_notes
-        _combine_time(row, counted, med, within, between, confidence or CONFIDENCE, (noise or {}).get(med))
+    notes += _combine_times(row, ok, confidence or CONFIDENCE, noise or {})
     _trace_notes(row, ok)
     row["repeats_ok"] = len(ok)
     row["repeats_note"] = "; ".join(notes)
@@ -466,6 +462,23 @@ def _not_run_note(rows: list[dict], expected: int | None) -> str:
         words = [f"repeat{'s' if len(reps) > 1 else ''} {', '.join(reps)} {status}" for status, reps in by_status.items()]
     missing = [n for n in _repeat_notes(rows, expected) if n.endswith("(no capture record): not counted")]
     return "; ".join(words + missing)
+
+
+def _gpus_used(rows: list[dict]) -> str | None:
+    """The GPUs the repeats ran on, by UUID, ";"-joined (several on a node of several GPUs: a repeat takes
+    whichever is free); None when no repeat names one."""
+    return ";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None
+
+
+def _combine_times(row: dict, ok: list[dict], confidence: float, noise: Mapping[str, object]) -> list[str]:
+    """Each time of :data:`REPEAT_TIMES` over the repeats counted for it (:func:`_counted`; on a CPU run against
+    repeat 1's timed calls), into ``row``; returns the notes on repeats not counted."""
+    notes = []
+    for med, within, between in REPEAT_TIMES:
+        counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
+        notes += time_notes
+        _combine_time(row, counted, med, within, between, confidence, noise.get(med))
+    return notes
 
 
 def _unpublished_counts(row: dict, ok: list[dict]) -> list[str]:
