@@ -450,16 +450,28 @@ def _draw_lane(ax, lane: dict) -> set:
         ax.broken_barh([(b["x"], max(b["w"], 0.3))], _LANE_ROWS[b["row"]], color=b["color"],
                        **({"edgecolor": "white", "linewidth": 0.3} if b["row"] == "gpu" else {}))
     rng = lane["range_us"]
-    for b in ops:
-        if b["w"] > 0.08 * rng:
-            # dark text: readable on the green, and an underscore that reaches below the bar stays visible
-            ax.text(b["x"] + b["w"] / 2, 0, b["title"].split("\n")[0].removeprefix("aten::"), ha="center",
-                    va="center", fontsize=7, color="#111111", clip_on=True)
+    _label_ops(ax, ops, rng)
     end = max([rng] + [b["x"] + b["w"] for b in work])
     ax.set_xlim(0, end * 1.02)
-    busy = sum(b["w"] for b in work)
-    ax.text(1.0, 1.0, f"forward {lane['forward']}: {end:.0f} µs on the host" if ops or not work
-            else f"forward {lane['forward']}: {len(work)} GPU events, {busy:.1f} µs busy of {end:.1f} µs",
+    ax.text(1.0, 1.0, _lane_caption(lane["forward"], work, bool(ops), end),
             transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5, color="#444")
     ax.tick_params(axis="x", labelsize=7)
     return {b["cls"] for b in work}
+
+
+def _label_ops(ax, ops: list[dict], range_us: float) -> None:
+    """Name each aten op bar wider than 8 % of the forward's range on it (its name without ``aten::``), in dark
+    text: readable on the green, and an underscore that reaches below the bar stays visible."""
+    for b in ops:
+        if b["w"] > 0.08 * range_us:
+            ax.text(b["x"] + b["w"] / 2, 0, b["title"].split("\n")[0].removeprefix("aten::"), ha="center",
+                    va="center", fontsize=7, color="#111111", clip_on=True)
+
+
+def _lane_caption(forward, work: list[dict], ops: bool, end: float) -> str:
+    """A lane's caption: the forward and its host time (a CPU run's, or a lane without GPU events), else its GPU
+    events and their busy time of the span drawn."""
+    if ops or not work:
+        return f"forward {forward}: {end:.0f} µs on the host"
+    busy = sum(b["w"] for b in work)
+    return f"forward {forward}: {len(work)} GPU events, {busy:.1f} µs busy of {end:.1f} µs"
