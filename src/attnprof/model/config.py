@@ -57,22 +57,37 @@ def check_variants(variants: list[str], custom: dict | None, built_in=None) -> N
     if built_in is None:
         from attnprof.model.variants import VARIANTS as built_in
     built_in, custom = list(built_in), dict(custom or {})
+    problems = _taken_names(variants, custom, built_in) + _unknown_variants(variants, custom, built_in)
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _taken_names(variants: list[str], custom: dict, built_in: list[str]) -> list[str]:
+    """The problems of variant names already taken: a custom variant named as a built-in one, or a variant named as
+    the profiler's control."""
+    from attnprof.model.variants import CONTROL
+
     problems = []
     taken = [name for name in custom if name in built_in]
     if taken:
         problems.append(f"custom_variants {taken} take the name of a built-in variant; give your variant another name")
-    from attnprof.model.variants import CONTROL
-
     if CONTROL in custom or CONTROL in variants:
         problems.append(f"the variant name {CONTROL!r} is the profiler's control (captured in every result set, "
                         "attnprof.analysis.control); give your variant another name")
+    return problems
+
+
+def _unknown_variants(variants: list[str], custom: dict, built_in: list[str]) -> list[str]:
+    """The problem of variants neither built in nor defined under custom_variants (the control aside), with both
+    lists and where to define one; [] when there are none."""
+    from attnprof.model.variants import CONTROL
+
     unknown = [v for v in variants if v not in built_in and v not in custom and v != CONTROL]
-    if unknown:
-        defined = ", ".join(custom) if custom else "none"
-        problems.append(f"variants {unknown} are neither built in ({', '.join(built_in)}) nor defined under custom_variants "
-                        f"(defined there: {defined}); define your own under custom_variants (README, 'Your own variant')")
-    if problems:
-        raise ValueError("; ".join(problems))
+    if not unknown:
+        return []
+    defined = ", ".join(custom) if custom else "none"
+    return [f"variants {unknown} are neither built in ({', '.join(built_in)}) nor defined under custom_variants "
+            f"(defined there: {defined}); define your own under custom_variants (README, 'Your own variant')"]
 
 
 #: The keys of a shape grid (workflow/schemas/config.schema.yaml, $defs.grid).
