@@ -450,12 +450,23 @@ def ab_unpaired_reason(a: dict, b: dict) -> str | None:
     and every capture of round k, on either side, started before every capture of round k + 1 -- a round recaptured
     on one side later (a deleted result set, a renamed environment, another A/B run of the same name) breaks it, and
     its rounds then share no moment to cancel."""
+    if not _ab_environments(a, b):
+        return ""
+    return _interleaving_problem(pd.concat([x["repeats"] for x in (a, b)], ignore_index=True))
+
+
+def _ab_environments(a: dict, b: dict) -> bool:
+    """Whether ``a`` and ``b`` are two environments of one A/B run (env.json ``ab``: the same run, different
+    environments), each with a repeats.csv that numbers its rounds."""
     ea, eb = (x["env"].get("ab") or {} for x in (a, b))
     if not (ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment")):
-        return ""
-    if not all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b)):
-        return ""
-    both = pd.concat([x["repeats"] for x in (a, b)], ignore_index=True)
+        return False
+    return all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b))
+
+
+def _interleaving_problem(both: pd.DataFrame) -> str | None:
+    """Why the rounds of an A/B pair (``both``: their repeats.csv rows together) were not captured interleaved, or
+    None when every capture of round k started before every capture of round k + 1."""
     if "started_at" not in both or both["started_at"].isna().any():
         return ("the two result sets name one A/B run, but their repeats.csv do not record when each capture started, "
                 "so that the rounds were captured interleaved cannot be checked: compared unpaired")
