@@ -186,19 +186,32 @@ def config_problems(config: dict) -> list[str]:
     passes = config.get("passes")
     if isinstance(passes, list) and "forward" not in passes:
         problems.append(f"passes {passes}: must list forward (each profiled step runs the forward, then its backward)")
+    problems += _counter_variant_problems(config)
+    return problems + _environments_problems(config.get("environments"))
+
+
+def _counter_variant_problems(config: dict) -> list[str]:
+    """``counters.variants`` that name neither a built-in nor a custom variant (a typo would otherwise be skipped
+    silently, as the variants not in this run are)."""
     from attnprof.model.variants import VARIANTS
 
     counters = config.get("counters") or {}
     known = set(VARIANTS) | set(config.get("custom_variants") or {})
     unknown = [v for v in counters.get("variants") or [] if v not in known]
-    if unknown:
-        problems.append(f"counters.variants {unknown} are neither built in nor under custom_variants "
-                        "(those not in this run's variants are left out; an unknown name would be too, silently)")
-    environments = config.get("environments")
-    # YAML reads an unquoted 1 as a number, and the schema's name patterns apply to text keys only
-    for name, spec in (environments or {}).items() if isinstance(environments, dict) else ():
-        problems += environment_problems(name, spec)
-    if isinstance(environments, dict) and len(environments) == 1:
+    if not unknown:
+        return []
+    return [f"counters.variants {unknown} are neither built in nor under custom_variants "
+            "(those not in this run's variants are left out; an unknown name would be too, silently)"]
+
+
+def _environments_problems(environments) -> list[str]:
+    """The problems of config ``environments``: each environment's (:func:`environment_problems`; YAML reads an
+    unquoted 1 as a number, and the schema's name patterns apply to text keys only), and a single environment (an
+    A/B run needs two or more)."""
+    if not isinstance(environments, dict):
+        return []
+    problems = [p for name, spec in environments.items() for p in environment_problems(name, spec)]
+    if len(environments) == 1:
         problems.append(f"environments {sorted(environments)}: an A/B run needs two or more environments "
                         "(leave environments out, {}, for one run in Snakemake's own Python)")
     return problems
