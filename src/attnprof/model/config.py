@@ -150,14 +150,18 @@ def _key_problems(where: str, grid: dict) -> list[str]:
     return problems
 
 
+def _positive_integers(values: list) -> bool:
+    """Whether ``values`` is a non-empty list of integers >= 1 (YAML's true and false are no integers here)."""
+    return bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+
+
 def _value_problem(where: str, key: str, value) -> str | None:
     """Why the grid value ``value`` of ``key`` is not a non-empty list of what the key takes, or None."""
     from attnprof.model.variants import CAUSAL_ALIGNMENTS, DTYPES
 
     values = value if isinstance(value, list) else [value]
     if key in _INT_KEYS:
-        ok = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
-        return None if ok else f"{where}: {value!r} must be a list of integers >= 1"
+        return None if _positive_integers(values) else f"{where}: {value!r} must be a list of integers >= 1"
     allowed = {"dtype": (DTYPES, ", ".join(DTYPES)), "causal": ((True, False), "true/false"),
                "causal_alignment": (CAUSAL_ALIGNMENTS, ", ".join(CAUSAL_ALIGNMENTS))}.get(key)
     if allowed is None:
