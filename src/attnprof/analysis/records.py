@@ -328,16 +328,22 @@ def trace_schema_problem(categories: Mapping[str, int], expect_gpu: bool) -> str
     cats = {str(c): n for c, n in categories.items() if n}
     if not cats:
         return None
-    seen = ", ".join(f"{c} ({n})" for c, n in sorted(cats.items(), key=lambda kv: -kv[1])[:8])
     if not set(cats) & set(READ_CATEGORIES):
+        seen = ", ".join(f"{c} ({n})" for c, n in sorted(cats.items(), key=lambda kv: -kv[1])[:8])
         return (f"a trace in a schema attnprof does not know: none of its {sum(cats.values())} complete events is in a "
                 f"category attnprof reads ({', '.join(READ_CATEGORIES)}); its categories: {seen}")
+    return _unknown_gpu_schema(cats) if expect_gpu else None
+
+
+def _unknown_gpu_schema(cats: Mapping[str, int]) -> str | None:
+    """Why a trace expected to hold GPU events (``cats``: its non-empty categories) is in an unknown schema: none in
+    a GPU category while some are in categories that neither attnprof nor Kineto's known ones name; else None."""
     unknown = [c for c in cats if c not in READ_CATEGORIES and c not in OTHER_KINETO_CATEGORIES]
-    if expect_gpu and unknown and not set(cats) & set(GPU_EVENT_CATEGORIES):
-        return (f"a trace in a schema attnprof does not know: no events in the GPU categories "
-                f"({', '.join(GPU_EVENT_CATEGORIES)}) but {sum(cats[c] for c in unknown)} in categories it does not "
-                f"know ({', '.join(unknown[:8])}); not a capture without GPU activity")
-    return None
+    if not unknown or set(cats) & set(GPU_EVENT_CATEGORIES):
+        return None
+    return (f"a trace in a schema attnprof does not know: no events in the GPU categories "
+            f"({', '.join(GPU_EVENT_CATEGORIES)}) but {sum(cats[c] for c in unknown)} in categories it does not "
+            f"know ({', '.join(unknown[:8])}); not a capture without GPU activity")
 
 
 def devices_used(device_props: Sequence[Mapping], gpu_device_ids: Iterable) -> list[dict]:
