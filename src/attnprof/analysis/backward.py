@@ -129,19 +129,49 @@ def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
         return row
     bwd = passes["backward"]
     row.update(backward_status=bwd.get("status"), backward_reason=bwd.get("reason") or "")
-    grad = status.get("grad_rel_error")
-    if isinstance(grad, dict):
-        row.update({f"grad_rel_error_{n}": grad.get(n) for n in ("dq", "dk", "dv")},
-                   grad_rel_error_ok=status.get("grad_rel_error_ok"))
-    if status.get("forward_flops"):
-        row["backward_gflop"] = BACKWARD_FLOP_RATIO * status["forward_flops"] / 1e9
-        if status.get("min_bytes"):
-            row["backward_flop_per_byte"] = BACKWARD_FLOP_RATIO * status["forward_flops"] / (BACKWARD_BYTE_RATIO * status["min_bytes"])
-    comp = status.get("compile_backward") if isinstance(status.get("compile_backward"), dict) else {}
-    first = compile_columns({"first_call_s": comp.get("first_backward_s"), "cache": comp.get("cache")})
-    row.update(compile_backward_first_call_s=first["compile_first_call_s"], compile_backward_cache=first["compile_cache"])
+    row.update(_gradient_columns(status))
+    row.update(_backward_arithmetic(status))
+    row.update(_compile_backward_columns(status))
     if status.get("status") != "ok" or bwd.get("status") != "ok":
         return row
+    _trace_statistics(row, status, backwards)
+    return row
+
+
+def _gradient_columns(status: dict) -> dict:
+    """The gradients' float64 check of a capture (record ``grad_rel_error``: phase grad_correctness): relative error
+    of dq, dk, dv and whether they pass; {} when the record has none."""
+    grad = status.get("grad_rel_error")
+    if not isinstance(grad, dict):
+        return {}
+    return {**{f"grad_rel_error_{n}": grad.get(n) for n in ("dq", "dk", "dv")},
+            "grad_rel_error_ok": status.get("grad_rel_error_ok")}
+
+
+def _backward_arithmetic(status: dict) -> dict:
+    """A backward's GFLOP and FLOP per byte (:data:`BACKWARD_FLOP_RATIO` and ``BACKWARD_BYTE_RATIO`` times the
+    forward's ``forward_flops`` and ``min_bytes``), each where the record has what it needs."""
+    if not status.get("forward_flops"):
+        return {}
+    out = {"backward_gflop": BACKWARD_FLOP_RATIO * status["forward_flops"] / 1e9}
+    if status.get("min_bytes"):
+        out["backward_flop_per_byte"] = BACKWARD_FLOP_RATIO * status["forward_flops"] / (BACKWARD_BYTE_RATIO * status["min_bytes"])
+    return out
+
+
+def _compile_backward_columns(status: dict) -> dict:
+    """A compiled variant's first backward call, in seconds, and inductor's cache verdict (record
+    ``compile_backward``); None for both without one."""
+    comp = status.get("compile_backward") if isinstance(status.get("compile_backward"), dict) else {}
+    first = compile_columns({"first_call_s": comp.get("first_backward_s"), "cache": comp.get("cache")})
+    return {"compile_backward_first_call_s": first["compile_first_call_s"], "compile_backward_cache": first["compile_cache"]}
+
+
+def _trace_statistics(row: dict, status: dict, backwards: pd.DataFrame) -> None:
+    """Fill ``row`` (in place) from the backwards of the trace (``backwards``: backwards.csv) of a capture whose
+    forward and backward both ran: their counts and note, or incomplete_trace with too few complete backwards; the
+    host time of complete ones; on a GPU, when all launched the same work, the counts per backward and, with enough
+    timing-complete backwards, their device time and TFLOP/s."""
     fw = backwards.rename(columns={"backward": "forward"})
     minimum = int(status.get("min_complete_forwards") or DEFAULT_MIN_COMPLETE_FORWARDS)
     verdict = assess_forwards(fw, (status.get("schedule") or {}).get("active"), minimum)
@@ -152,7 +182,7 @@ def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
         row.update(backward_status="incomplete_trace",
                    backward_reason=f"{verdict['forwards_complete']} complete backwards of {verdict['forwards_expected']} "
                                    f"profiled, fewer than the minimum of {minimum}; {note}")
-        return row
+        return
     complete = fw[fw["complete"].astype(bool)]
     cpu_ms = complete["cpu_us"] / 1e3
     row.update(_stats("cpu_ms", cpu_ms))
@@ -163,7 +193,6 @@ def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
         if verdict["forwards_timed"] >= minimum:
             row.update(_stats("device_ms", complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3))
             row["backward_tflops"] = backward_tflops(row["backward_gflop"], row["device_ms_per_backward"])
-    return row
 
 
 def _stats(prefix: str, ms: pd.Series) -> dict:
@@ -193,17 +222,24 @@ def backward_kernels_finding(kernels_backward: pd.DataFrame) -> list[dict]:
             continue
         main, extra = kernels[0], kernels[1:]
         copies = [r for r in rows if r["category"] != "kernel"]
-
-        def part(r):
-            share = f" ({r['share_pct']:.0f} %)" if r["share_pct"] is not None else ""
-            return f"{r['label']}{share}"
-
-        statement = (f"{variant} backward: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}, "
-                     f"main {part(main)} of backward device time")
-        if extra:
-            statement += "; besides it " + ", ".join(part(r) for r in extra)
-        if copies:
-            statement += "; " + ", ".join(part(r) for r in copies)
         out.append({"shape_key": shape_key, "variant": variant, "main": main, "extra": extra, "copies": copies,
-                    "statement": statement})
+                    "statement": _backward_statement(variant, kernels, copies)})
     return out
+
+
+def _share_text(r: dict) -> str:
+    """A backward kernel's label with its share of backward device time, where known."""
+    share = f" ({r['share_pct']:.0f} %)" if r["share_pct"] is not None else ""
+    return f"{r['label']}{share}"
+
+
+def _backward_statement(variant: str, kernels: list[dict], copies: list[dict]) -> str:
+    """The finding's statement: how many kernels the backward ran, the main one (``kernels[0]``, the largest share),
+    those besides it and the memcpys/memsets, each with its share."""
+    statement = (f"{variant} backward: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}, "
+                 f"main {_share_text(kernels[0])} of backward device time")
+    if kernels[1:]:
+        statement += "; besides it " + ", ".join(_share_text(r) for r in kernels[1:])
+    if copies:
+        statement += "; " + ", ".join(_share_text(r) for r in copies)
+    return statement

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -181,6 +182,27 @@ def recipe_changes(a: dict, b: dict, classify: Callable[[str, str], str] | None,
     return out
 
 
+@dataclass(frozen=True)
+class _Judge:
+    """What every row of one pair is judged with (compare_pair): both result sets, the time column compared (``med``)
+    and its label, the practical threshold, the confidence, whether the rounds are paired, and the noise pools
+    ({time column: :func:`noise_pools`})."""
+
+    a: dict
+    b: dict
+    med: str
+    label: str
+    noise_floor: float
+    confidence: float
+    paired: bool
+    pools: dict
+
+    def verdict(self, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str, col: str) -> dict:
+        """:func:`_time_verdict` of time column ``col`` for one (variant, shape), with its pooled noise."""
+        return _time_verdict(self.a, self.b, ra, rb, variant, shape_key, col, self.noise_floor, self.confidence,
+                             self.paired, self.pools.get(col, {}).get((variant, shape_key)))
+
+
 def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
                  noise_floor_host: float = NOISE_FLOOR_HOST, classify: Callable[[str, str], str] | None = None) -> dict:
     """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
@@ -200,60 +222,118 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     # an A/B run's rounds are paired when they were captured interleaved: decided once for the pair
     unpaired = ab_unpaired_reason(a, b)
     paired = unpaired is None
-    rows = []
     keys = [(v, k) for v, k in sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
             if v != CONTROL]
     # the profiler's control is left out of the keys: checked below, never ranked with the attention variants
     pools = {col: noise_pools(a, b, keys, col, paired) for col in (med, med.replace("per_forward", "per_backward"))
              if _judged(col, paired)}
-    for variant, shape_key in keys:
-        ra = sa[(sa["variant"] == variant) & (sa["shape_key"] == shape_key)].iloc[0]
-        rb = sb[(sb["variant"] == variant) & (sb["shape_key"] == shape_key)].iloc[0]
-        row = {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
-               "kernels_a": _num(ra.get("kernels_per_forward")), "kernels_b": _num(rb.get("kernels_per_forward"))}
-
-        def names(frame, col, fn=lambda x: x):
-            if frame is None or len(frame) == 0:
-                return set()
-            f = frame[(frame["variant"] == variant) & (frame["shape_key"] == shape_key)]
-            return {fn(n) for n in f[col]}
-
-        ka, kb = names(a["kernels"], "kernel", normalise_kernel), names(b["kernels"], "kernel", normalise_kernel)
-        oa, ob = names(a.get("ops"), "op"), names(b.get("ops"), "op")
-        row.update(kernels_added=sorted(kb - ka), kernels_removed=sorted(ka - kb), ops_added=sorted(ob - oa), ops_removed=sorted(oa - ob))
-        ta, tb = _num(ra.get(med)), _num(rb.get(med))
-        row.update(time_a_ms=ta, time_b_ms=tb, timing=label)
-        ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
-        row["timed_ratio"] = ib / ia if ia and ib else None
-        if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
-            row.update(_time_verdict(a, b, ra, rb, variant, shape_key, med, noise_floor, confidence, paired,
-                                     pools.get(med, {}).get((variant, shape_key))))
-        else:
-            row.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
-                       repeats_needed=None, why="no time in one of the result sets")
-        back = _backward_change(ra, rb, med)
-        if back["bwd_a_ms"] and back["bwd_b_ms"]:
-            col = med.replace("per_forward", "per_backward")
-            v = _time_verdict(a, b, ra, rb, variant, shape_key, col, noise_floor, confidence, paired,
-                              pools.get(col, {}).get((variant, shape_key)))
-            back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
-                        bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_false_alarm=v["false_alarm"])
-        row.update(back)
-        row.update(_compile_change(ra, rb))
-        rows.append(row)
+    judge = _Judge(a, b, med, label, noise_floor, confidence, paired, pools)
+    rows = [_pair_row(judge, variant, shape_key) for variant, shape_key in keys]
     joint = joint_rows(rows)
-    shapes = sorted(set(sa["shape_key"]) & set(sb["shape_key"]))
+    accounting = _accounting(a, b)
+    return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "joint": joint,
+            "sitting_sd": None if paired else SITTING_SD, "dispatch": dispatch_changes(a, b),
+            "env_diff": env_diff(a["env"], b["env"]),
+            "torch": {"a": a["env"].get("torch"), "b": b["env"].get("torch")},  # each build, local suffix and all
+            "notes": _pair_notes(a, b, unpaired), "accounting": accounting, "paired": paired,
+            "support": support_changes(sa, sb), "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
+            "only_in_a": _only_in(sa, sb), "only_in_b": _only_in(sb, sa)}
+
+
+def _summary_row(summary: pd.DataFrame, variant: str, shape_key: str) -> pd.Series:
+    """The summary row of one (variant, shape)."""
+    return summary[(summary["variant"] == variant) & (summary["shape_key"] == shape_key)].iloc[0]
+
+
+def _pair_row(judge: _Judge, variant: str, shape_key: str) -> dict:
+    """One row of compare_pair: status, kernels per forward, kernels and ops added and removed, the forward time
+    and its verdict, the independent timing's ratio, the backward (:func:`_backward_change`, judged where both
+    sides have a time) and torch.compile's first call."""
+    ra, rb = _summary_row(judge.a["summary"], variant, shape_key), _summary_row(judge.b["summary"], variant, shape_key)
+    row = {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
+           "kernels_a": _num(ra.get("kernels_per_forward")), "kernels_b": _num(rb.get("kernels_per_forward"))}
+    row.update(_kernel_op_changes(judge.a, judge.b, variant, shape_key))
+    row.update(_forward_time(judge, ra, rb, variant, shape_key))
+    row.update(_backward_time(judge, ra, rb, variant, shape_key))
+    row.update(_compile_change(ra, rb))
+    return row
+
+
+def _names(frame: pd.DataFrame | None, variant: str, shape_key: str, col: str, fn=lambda x: x) -> set:
+    """The distinct values of ``col`` (through ``fn``) of one (variant, shape) in a kernels or ops table; empty when
+    the result set has no such table or it is empty."""
+    if frame is None or len(frame) == 0:
+        return set()
+    f = frame[(frame["variant"] == variant) & (frame["shape_key"] == shape_key)]
+    return {fn(n) for n in f[col]}
+
+
+def _kernel_op_changes(a: dict, b: dict, variant: str, shape_key: str) -> dict:
+    """The kernels (names normalised, :func:`normalise_kernel`) and aten ops of one (variant, shape) that ``b``
+    launches and ``a`` does not (added), and the reverse (removed), each sorted."""
+    ka = _names(a["kernels"], variant, shape_key, "kernel", normalise_kernel)
+    kb = _names(b["kernels"], variant, shape_key, "kernel", normalise_kernel)
+    oa, ob = _names(a.get("ops"), variant, shape_key, "op"), _names(b.get("ops"), variant, shape_key, "op")
+    return {"kernels_added": sorted(kb - ka), "kernels_removed": sorted(ka - kb),
+            "ops_added": sorted(ob - oa), "ops_removed": sorted(oa - ob)}
+
+
+def _forward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str) -> dict:
+    """The forward time of one row in both result sets, the independent timing's ratio (shown, not judged) and the
+    time verdict from the repeats; "not comparable" when either side has no time or is not ok."""
+    ta, tb = _num(ra.get(judge.med)), _num(rb.get(judge.med))
+    ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
+    out = {"time_a_ms": ta, "time_b_ms": tb, "timing": judge.label, "timed_ratio": ib / ia if ia and ib else None}
+    if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
+        out.update(judge.verdict(ra, rb, variant, shape_key, judge.med))
+    else:
+        out.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
+                   repeats_needed=None, why="no time in one of the result sets")
+    return out
+
+
+def _backward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str) -> dict:
+    """:func:`_backward_change` of one row, with the backward time's verdict (``bwd_`` keys) where both sides have
+    a backward time."""
+    back = _backward_change(ra, rb, judge.med)
+    if back["bwd_a_ms"] and back["bwd_b_ms"]:
+        v = judge.verdict(ra, rb, variant, shape_key, judge.med.replace("per_forward", "per_backward"))
+        back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
+                    bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_false_alarm=v["false_alarm"])
+    return back
+
+
+def dispatch_changes(a: dict, b: dict) -> list[dict]:
+    """What sdpa_auto dispatched to (headline and statement, from findings) for every shape in both result sets,
+    each with ``changed`` (the headlines differ)."""
+    shapes = sorted(set(a["summary"]["shape_key"]) & set(b["summary"]["shape_key"]))
     dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s),
                  "statement_a": _dispatch(a["findings"], s, "statement"), "statement_b": _dispatch(b["findings"], s, "statement")}
                 for s in shapes]
     for d in dispatch:
         d["changed"] = d["a"] != d["b"]
-    # the self-check: control.csv where the result set has one, else a control row among its summary/ops tables
-    checks = {side: x["control_check"] if x.get("control_check") is not None
-              else check_control_table(x["control"], device_of(x)) if x.get("control") is not None
-              else check_control(control_counts(x["summary"], x.get("ops"), device_of(x)), device_of(x))
-              for side, x in (("a", a), ("b", b))}
-    accounting = {**compare_controls(checks["a"], checks["b"]), "a": checks["a"], "b": checks["b"]}
+    return dispatch
+
+
+def _self_check(x: dict) -> dict:
+    """The profiler self-check of one result set: its recorded check, else control.csv where it has one, else a
+    control row among its summary/ops tables."""
+    if x.get("control_check") is not None:
+        return x["control_check"]
+    if x.get("control") is not None:
+        return check_control_table(x["control"], device_of(x))
+    return check_control(control_counts(x["summary"], x.get("ops"), device_of(x)), device_of(x))
+
+
+def _accounting(a: dict, b: dict) -> dict:
+    """The self-check of both result sets and whether the control's counts changed (compare_controls)."""
+    ca, cb = _self_check(a), _self_check(b)
+    return {**compare_controls(ca, cb), "a": ca, "b": cb}
+
+
+def _pair_notes(a: dict, b: dict, unpaired: str | None) -> list[str]:
+    """The pair's notes: one side profiled the backward and the other did not (so the forwards did different
+    work), why the rounds are not paired, and each side's recipe problems."""
     notes = []
     pa, pb = ((x["env"].get("config") or {}).get("passes") or ["forward"] for x in (a, b))
     if ("backward" in pa) != ("backward" in pb):
@@ -263,13 +343,12 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     if unpaired:
         notes.append(unpaired)
     notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
-    return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "joint": joint,
-            "sitting_sd": None if paired else SITTING_SD, "dispatch": dispatch, "env_diff": env_diff(a["env"], b["env"]),
-            "torch": {"a": a["env"].get("torch"), "b": b["env"].get("torch")},  # each build, local suffix and all
-            "notes": notes, "accounting": accounting, "paired": paired, "support": support_changes(sa, sb),
-            "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
-            "only_in_a": sorted(set(sa["variant"] + "/" + sa["shape_key"]) - set(sb["variant"] + "/" + sb["shape_key"])),
-            "only_in_b": sorted(set(sb["variant"] + "/" + sb["shape_key"]) - set(sa["variant"] + "/" + sa["shape_key"]))}
+    return notes
+
+
+def _only_in(sx: pd.DataFrame, sy: pd.DataFrame) -> list[str]:
+    """The "variant/shape_key" cells of summary ``sx`` that summary ``sy`` lacks, sorted."""
+    return sorted(set(sx["variant"] + "/" + sx["shape_key"]) - set(sy["variant"] + "/" + sy["shape_key"]))
 
 
 def joint_rows(rows: list[dict]) -> dict:
@@ -371,12 +450,23 @@ def ab_unpaired_reason(a: dict, b: dict) -> str | None:
     and every capture of round k, on either side, started before every capture of round k + 1 -- a round recaptured
     on one side later (a deleted result set, a renamed environment, another A/B run of the same name) breaks it, and
     its rounds then share no moment to cancel."""
+    if not _ab_environments(a, b):
+        return ""
+    return _interleaving_problem(pd.concat([x["repeats"] for x in (a, b)], ignore_index=True))
+
+
+def _ab_environments(a: dict, b: dict) -> bool:
+    """Whether ``a`` and ``b`` are two environments of one A/B run (env.json ``ab``: the same run, different
+    environments), each with a repeats.csv that numbers its rounds."""
     ea, eb = (x["env"].get("ab") or {} for x in (a, b))
     if not (ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment")):
-        return ""
-    if not all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b)):
-        return ""
-    both = pd.concat([x["repeats"] for x in (a, b)], ignore_index=True)
+        return False
+    return all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b))
+
+
+def _interleaving_problem(both: pd.DataFrame) -> str | None:
+    """Why the rounds of an A/B pair (``both``: their repeats.csv rows together) were not captured interleaved, or
+    None when every capture of round k started before every capture of round k + 1."""
     if "started_at" not in both or both["started_at"].isna().any():
         return ("the two result sets name one A/B run, but their repeats.csv do not record when each capture started, "
                 "so that the rounds were captured interleaved cannot be checked: compared unpaired")

@@ -222,14 +222,21 @@ def assess_forwards(forwards: pd.DataFrame, expected: int | None, minimum: int =
     notes += _more_notes(forwards, timed) if present else []
     if len(groups) > 1:
         notes.append("forwards differ: " + describe_groups(groups))
-    stray = int(forwards["unattributed_gpu_events"].max()) if present and "unattributed_gpu_events" in forwards else 0
-    if stray:
-        notes.append(f"{stray} GPU event{'s' if stray > 1 else ''} of the trace launched outside every forward range "
-                     "(or with no launch record): not counted, the forwards may miss work")
+    notes += _stray_notes(forwards) if present else []
     n_complete = int(complete.sum())
     return {"forwards_expected": expected, "forwards_profiled": present, "forwards_complete": n_complete,
             "forwards_timed": int(timed.sum()), "incomplete_forwards": _ranges_text(incomplete), "bad_time_events": bad,
             "groups": groups, "note": "; ".join(notes), "sufficient": n_complete >= minimum, "minimum": minimum}
+
+
+def _stray_notes(forwards: pd.DataFrame) -> list[str]:
+    """The note's sentence on the trace's GPU events launched outside every forward range (or with no launch
+    record; forward-table column ``unattributed_gpu_events``): not counted, so the forwards may miss work."""
+    stray = int(forwards["unattributed_gpu_events"].max()) if "unattributed_gpu_events" in forwards else 0
+    if not stray:
+        return []
+    return [f"{stray} GPU event{'s' if stray > 1 else ''} of the trace launched outside every forward range "
+            "(or with no launch record): not counted, the forwards may miss work"]
 
 
 #: Why a forward is incomplete, by forward-table column (:func:`assess_forwards`' note).

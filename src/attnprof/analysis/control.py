@@ -36,16 +36,33 @@ def control_counts(summary: pd.DataFrame | None, ops: pd.DataFrame | None, devic
     result set's ``summary`` (summary.csv; GPU counts) or its repeat-1 ``ops`` tables (ops.csv rows,
     concatenated; CPU op calls); a count the tables do not hold is None. Returns None when the result
     set has no control row (made before the control existed)."""
-    known = CONTROL_COUNTS["cuda" if device == "cuda" else "cpu"]
     if device == "cuda":
-        if summary is None or not len(summary) or CONTROL not in set(summary["variant"]):
-            return None
-        row = summary[summary["variant"] == CONTROL].iloc[0]
-        return {k: (None if pd.isna(row.get(_GPU_COLUMNS[k])) else int(row[_GPU_COLUMNS[k]])) for k in known}
-    if ops is None or not len(ops) or CONTROL not in set(ops["variant"]):
+        return _gpu_counts(summary)
+    return _cpu_counts(ops)
+
+
+def _has_control(table: pd.DataFrame | None) -> bool:
+    """Whether ``table`` (summary.csv or ops.csv rows) has a row of the control."""
+    return table is not None and bool(len(table)) and CONTROL in set(table["variant"])
+
+
+def _gpu_counts(summary: pd.DataFrame | None) -> dict | None:
+    """The control's kernels, memcpys and memsets per forward from its summary.csv row (None where unpublished);
+    None without a control row."""
+    if not _has_control(summary):
+        return None
+    row = summary[summary["variant"] == CONTROL].iloc[0]
+    return {k: (None if pd.isna(row.get(_GPU_COLUMNS[k])) else int(row[_GPU_COLUMNS[k]])) for k in CONTROL_COUNTS["cuda"]}
+
+
+def _cpu_counts(ops: pd.DataFrame | None) -> dict | None:
+    """The control's calls per forward of each op of :data:`CONTROL_COUNTS` ["cpu"] from its ops.csv rows: 0 for an
+    op the rows lack, None for one without a count; None without a control row."""
+    if not _has_control(ops):
         return None
     own = ops[ops["variant"] == CONTROL].drop_duplicates("op").set_index("op")["calls_per_forward"]
-    return {k: (int(own[k]) if k in own and not pd.isna(own[k]) else 0 if k not in own else None) for k in known}
+    return {k: (int(own[k]) if k in own and not pd.isna(own[k]) else 0 if k not in own else None)
+            for k in CONTROL_COUNTS["cpu"]}
 
 
 def check_control(observed: dict | None, device: str) -> dict:
@@ -111,21 +128,36 @@ def check_control_table(table: pd.DataFrame | None, device: str) -> dict:
         raise ValueError(f"not a control table: columns {missing} missing (expected {list(CONTROL_COLUMNS)})")
     if table is None or not len(table):
         return {**check_control(None, device), "repeats": [], "shape_key": None}
+    checks, unchecked = _repeat_checks(table, device)
+    if not checks:
+        return {**check_control(None, device), "repeats": [], "shape_key": None, "unchecked": unchecked,
+                "problem": f"no capture of the control completed: {', '.join(unchecked)}"}
+    shape_key, chosen = _chosen_check(checks)
+    return {**chosen, "repeats": [k for k, _, _ in checks], "shape_key": shape_key, "unchecked": unchecked}
+
+
+def _chosen_check(checks: list[tuple]) -> tuple[str, dict]:
+    """The (shape_key, check) that speaks for a result set of :func:`_repeat_checks`' ``checks``: the first repeat
+    that fails, its why naming the repeat; else repeat 1's (the first checked)."""
+    repeat, shape_key, chosen = next(((k, s, c) for k, s, c in checks if not c["ok"]), checks[0])
+    if not chosen["ok"]:
+        chosen = {**chosen, "why": chosen["why"].replace(f"{ACCOUNTING_CHANGED}: ", f"{ACCOUNTING_CHANGED}: in repeat {repeat}, ", 1)}
+    return shape_key, chosen
+
+
+def _repeat_checks(table: pd.DataFrame, device: str) -> tuple[list[tuple], list[str]]:
+    """:func:`check_control` of each repeat of a control.csv whose capture is ok, in repeat order, as (repeat,
+    shape_key, check); and the repeats left unchecked ("repeat N (status)"): a capture that failed or whose trace
+    was incomplete published no counts to trust."""
     keys = CONTROL_COUNTS["cuda" if device == "cuda" else "cpu"]
     checks, unchecked = [], []
     for r in table.sort_values("repeat").to_dict("records"):
-        if r.get("status") != "ok":  # a capture that failed or whose trace was incomplete published no counts to trust
+        if r.get("status") != "ok":
             unchecked.append(f"repeat {int(r['repeat'])} ({r.get('status')})")
             continue
         observed = {k: None if pd.isna(r[k]) else int(r[k]) for k in keys}
         checks.append((int(r["repeat"]), r["shape_key"], check_control(observed, device)))
-    if not checks:
-        return {**check_control(None, device), "repeats": [], "shape_key": None, "unchecked": unchecked,
-                "problem": f"no capture of the control completed: {', '.join(unchecked)}"}
-    repeat, shape_key, chosen = next(((k, s, c) for k, s, c in checks if not c["ok"]), checks[0])
-    if not chosen["ok"]:
-        chosen = {**chosen, "why": chosen["why"].replace(f"{ACCOUNTING_CHANGED}: ", f"{ACCOUNTING_CHANGED}: in repeat {repeat}, ", 1)}
-    return {**chosen, "repeats": [k for k, _, _ in checks], "shape_key": shape_key, "unchecked": unchecked}
+    return checks, unchecked
 
 
 def read_control_table(path, device: str) -> dict:

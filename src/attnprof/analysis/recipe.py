@@ -186,23 +186,42 @@ def align(a: Sequence[dict], b: Sequence[dict], classify: Callable[[str, str], s
     classify = classify or (lambda name, category: category)
     la, lb = [s["label"] for s in a], [s["label"] for s in b]
     rows: list[dict] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
-        if tag == "equal":
-            rows += [{"kind": "kept", "a": i, "b": j} for i, j in zip(range(i1, i2), range(j1, j2))]
-        elif tag == "delete":
-            rows += [{"kind": "removed", "a": i, "b": None} for i in range(i1, i2)]
-        elif tag == "insert":
-            rows += [{"kind": "added", "a": None, "b": j} for j in range(j1, j2)]
-        else:  # replace: pair same-class steps in order, the rest removed/added
-            ca = [classify(a[i]["name"], a[i]["category"]) for i in range(i1, i2)]
-            cb = [classify(b[j]["name"], b[j]["category"]) for j in range(j1, j2)]
-            for t2, p1, p2, q1, q2 in difflib.SequenceMatcher(None, ca, cb, autojunk=False).get_opcodes():
-                if t2 == "equal":
-                    rows += [{"kind": "replaced", "a": i1 + p, "b": j1 + q} for p, q in zip(range(p1, p2), range(q1, q2))]
-                else:
-                    rows += [{"kind": "removed", "a": i1 + p, "b": None} for p in range(p1, p2)]
-                    rows += [{"kind": "added", "a": None, "b": j1 + q} for q in range(q1, q2)]
-    # a label removed in one place and added in another: moved (paired in order of appearance)
+    for tag, i1, i2, j1, j2 in _opcodes(la, lb):
+        if tag == "replace":
+            rows += _replace_rows(a, b, range(i1, i2), range(j1, j2), classify)
+        else:
+            rows += _run_rows(tag, range(i1, i2), range(j1, j2), "kept")
+    return _mark_moved(rows, la, lb)
+
+
+def _opcodes(x: Sequence, y: Sequence) -> list[tuple]:
+    """difflib.SequenceMatcher's opcodes turning ``x`` into ``y``, without its junk heuristic."""
+    return difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes()
+
+
+def _run_rows(tag: str, ia: range, ib: range, paired: str) -> list[dict]:
+    """The rows of one opcode run over steps ``ia`` of A and ``ib`` of B: an "equal" run pairs them in order as
+    kind ``paired``; any other run has A's steps removed, then B's added."""
+    if tag == "equal":
+        return [{"kind": paired, "a": i, "b": j} for i, j in zip(ia, ib)]
+    return [{"kind": "removed", "a": i, "b": None} for i in ia] + [{"kind": "added", "a": None, "b": j} for j in ib]
+
+
+def _replace_rows(a: Sequence[dict], b: Sequence[dict], ia: range, ib: range,
+                  classify: Callable[[str, str], str]) -> list[dict]:
+    """The rows of a 'replace' run of the label alignment (steps ``ia`` of A against ``ib`` of B): steps of the same
+    class paired in order as replaced, the rest removed/added."""
+    ca = [classify(a[i]["name"], a[i]["category"]) for i in ia]
+    cb = [classify(b[j]["name"], b[j]["category"]) for j in ib]
+    rows: list[dict] = []
+    for tag, p1, p2, q1, q2 in _opcodes(ca, cb):
+        rows += _run_rows(tag, ia[p1:p2], ib[q1:q2], "replaced")
+    return rows
+
+
+def _mark_moved(rows: list[dict], la: Sequence[str], lb: Sequence[str]) -> list[dict]:
+    """``rows`` with a label removed in one place and added in another made one "moved" row (paired in order of
+    appearance), in place of the removed row."""
     removed = [r for r in rows if r["kind"] == "removed"]
     for r in rows:
         if r["kind"] != "added":
@@ -280,37 +299,60 @@ def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.
     class, library, arch; None where absent), ratio, ratio_lo, ratio_hi, verdict (None with fewer
     than 2 repeats on a side), repeats_a, repeats_b, launch_changed (grid or block differ)."""
     classify = classify or (lambda name, category: category)
-
-    def first(tables):  # repeat 1's table, or the first repeat that has one (a failed pass writes a header only)
-        return next((x for x in tables or [] if x is not None and len(x)), None)
-    ga, gb = recipe_groups(first(a_tables)), recipe_groups(first(b_tables))
+    ga, gb = recipe_groups(_first_table(a_tables)), recipe_groups(_first_table(b_tables))
     out = {"same": True, "counts": dict.fromkeys(DIFF_KINDS, 0), "groups": [], "note": ""}
     if not ga or not gb:
         out.update(same=None, note="no recipe in " + " and ".join(n for n, g in (("A", ga), ("B", gb)) if not g))
         return out
-    pairs = [(ga[k] if k < len(ga) else ga[0], gb[k] if k < len(gb) else gb[0]) for k in range(max(len(ga), len(gb)))]
-    for x, y in pairs:
-        ta, tb = repeat_step_times(a_tables, x["names"]), repeat_step_times(b_tables, y["names"])
-        rows = []
-        for r in align(x["steps"], y["steps"], classify):
-            sa = _step_view(x["steps"][r["a"]], classify) if r["a"] is not None else None
-            sb = _step_view(y["steps"][r["b"]], classify) if r["b"] is not None else None
-            if r["kind"] == "kept" and sa["name"] != sb["name"]:
-                # the same kernel by its short name, another instantiation by its template arguments (a tile, a
-                # head_dim, a dtype): the same role, another kernel
-                r = {**r, "kind": "replaced"}
-            row = {"kind": r["kind"], "a": sa, "b": sb, "ratio": None, "ratio_lo": None, "ratio_hi": None, "verdict": None,
-                   "repeats_a": None, "repeats_b": None,
-                   "launch_changed": bool(sa and sb and (sa["grid"], sa["block"]) != (sb["grid"], sb["block"]))}
-            if sa and sb:
-                c = compare_ratio(ta[r["a"]], tb[r["b"]], threshold, confidence)
-                row.update(ratio=c["ratio"], ratio_lo=c["lo"], ratio_hi=c["hi"], repeats_a=c["n_a"], repeats_b=c["n_b"],
-                           verdict=c["verdict"] if min(c["n_a"], c["n_b"]) >= 2 else None)
-            out["counts"][r["kind"]] += 1
-            rows.append(row)
-        out["groups"].append({"forwards_a": len(x["forwards"]), "forwards_b": len(y["forwards"]), "rows": rows})
+    for x, y in _paired_groups(ga, gb):
+        group = _diff_group(x, y, a_tables, b_tables, classify, threshold, confidence)
+        for row in group["rows"]:
+            out["counts"][row["kind"]] += 1
+        out["groups"].append(group)
     out["same"] = all(out["counts"][k] == 0 for k in DIFF_KINDS if k != "kept") and len(ga) == len(gb)
     if len(ga) != len(gb):
         out["note"] = f"forwards differ: {len(ga)} group(s) of identical forwards in A, {len(gb)} in B"
     return out
 
+
+def _first_table(tables: Sequence[pd.DataFrame | None] | None) -> pd.DataFrame | None:
+    """Repeat 1's recipe table, or the first repeat that has one (a failed pass writes a header only)."""
+    return next((x for x in tables or [] if x is not None and len(x)), None)
+
+
+def _paired_groups(ga: list[dict], gb: list[dict]) -> list[tuple[dict, dict]]:
+    """The groups of A and B (:func:`recipe_groups`) paired by rank, largest with largest; a group without a
+    partner paired with the other side's largest group."""
+    return [(ga[k] if k < len(ga) else ga[0], gb[k] if k < len(gb) else gb[0]) for k in range(max(len(ga), len(gb)))]
+
+
+def _diff_group(x: dict, y: dict, a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.DataFrame | None],
+                classify: Callable[[str, str], str], threshold: float, confidence: float) -> dict:
+    """The diff of group ``x`` of A against group ``y`` of B: their forwards and one row per aligned step
+    (:func:`_diff_row`), timed over every repeat's tables."""
+    ta, tb = repeat_step_times(a_tables, x["names"]), repeat_step_times(b_tables, y["names"])
+    rows = [_diff_row(r, x["steps"], y["steps"], ta, tb, classify, threshold, confidence)
+            for r in align(x["steps"], y["steps"], classify)]
+    return {"forwards_a": len(x["forwards"]), "forwards_b": len(y["forwards"]), "rows": rows}
+
+
+def _diff_row(r: dict, steps_a: Sequence[dict], steps_b: Sequence[dict], ta: list[list[float]], tb: list[list[float]],
+              classify: Callable[[str, str], str], threshold: float, confidence: float) -> dict:
+    """One row of a group's recipe diff from an :func:`align` row ``r``: both step views, the kind (a kept step
+    whose name changed is replaced), whether the launch changed and, where both sides have the step, the ratio of
+    its repeat times (``ta``/``tb``: :func:`repeat_step_times`) with compare_ratio's interval and verdict."""
+    sa = _step_view(steps_a[r["a"]], classify) if r["a"] is not None else None
+    sb = _step_view(steps_b[r["b"]], classify) if r["b"] is not None else None
+    kind = r["kind"]
+    if kind == "kept" and sa["name"] != sb["name"]:
+        # the same kernel by its short name, another instantiation by its template arguments (a tile, a
+        # head_dim, a dtype): the same role, another kernel
+        kind = "replaced"
+    row = {"kind": kind, "a": sa, "b": sb, "ratio": None, "ratio_lo": None, "ratio_hi": None, "verdict": None,
+           "repeats_a": None, "repeats_b": None,
+           "launch_changed": bool(sa and sb and (sa["grid"], sa["block"]) != (sb["grid"], sb["block"]))}
+    if sa and sb:
+        c = compare_ratio(ta[r["a"]], tb[r["b"]], threshold, confidence)
+        row.update(ratio=c["ratio"], ratio_lo=c["lo"], ratio_hi=c["hi"], repeats_a=c["n_a"], repeats_b=c["n_b"],
+                   verdict=c["verdict"] if min(c["n_a"], c["n_b"]) >= 2 else None)
+    return row

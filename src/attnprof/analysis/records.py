@@ -302,15 +302,21 @@ def _check_env(status: Mapping, where: str, env: Mapping, other: str) -> None:
     fix = "a capture from another machine or environment: capture it again here, or move it to its own result set"
     if env.get("device") and device and device != env["device"]:
         raise RecordError(f"{where} says device {device!r} but {other} says device {env['device']!r}; {fix}")
-    # a run on several GPUs lists them all (env.json gpus): a capture's GPU must be of one of their models
-    names = list(dict.fromkeys(str(g.get("name")) for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")))
-    if device == "cuda" and name and names and name not in names:
-        raise RecordError(f"{where} says device_name {name!r} but {other} lists the run's GPUs as "
-                          f"{' and '.join(map(repr, names))} (gpus); {fix}")
-    if device == "cuda" and name and not names and env.get("gpu_name") and name != env["gpu_name"]:
-        raise RecordError(f"{where} says device_name {name!r} but {other} says gpu_name {env['gpu_name']!r}; {fix}")
+    if device == "cuda" and name:
+        _check_env_gpu(name, where, env, other, fix)
     if torch and env.get("torch") and torch != env["torch"]:
         raise RecordError(f"{where} says torch_version {torch!r} but {other} says torch {env['torch']!r}; {fix}")
+
+
+def _check_env_gpu(name: str, where: str, env: Mapping, other: str, fix: str) -> None:
+    """A GPU record's device_name against env.json's GPU models: one of those it lists (``gpus``: a run on several
+    GPUs lists them all), else its ``gpu_name``."""
+    names = list(dict.fromkeys(str(g.get("name")) for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")))
+    if names and name not in names:
+        raise RecordError(f"{where} says device_name {name!r} but {other} lists the run's GPUs as "
+                          f"{' and '.join(map(repr, names))} (gpus); {fix}")
+    if not names and env.get("gpu_name") and name != env["gpu_name"]:
+        raise RecordError(f"{where} says device_name {name!r} but {other} says gpu_name {env['gpu_name']!r}; {fix}")
 
 
 def trace_schema_problem(categories: Mapping[str, int], expect_gpu: bool) -> str | None:
@@ -322,16 +328,22 @@ def trace_schema_problem(categories: Mapping[str, int], expect_gpu: bool) -> str
     cats = {str(c): n for c, n in categories.items() if n}
     if not cats:
         return None
-    seen = ", ".join(f"{c} ({n})" for c, n in sorted(cats.items(), key=lambda kv: -kv[1])[:8])
     if not set(cats) & set(READ_CATEGORIES):
+        seen = ", ".join(f"{c} ({n})" for c, n in sorted(cats.items(), key=lambda kv: -kv[1])[:8])
         return (f"a trace in a schema attnprof does not know: none of its {sum(cats.values())} complete events is in a "
                 f"category attnprof reads ({', '.join(READ_CATEGORIES)}); its categories: {seen}")
+    return _unknown_gpu_schema(cats) if expect_gpu else None
+
+
+def _unknown_gpu_schema(cats: Mapping[str, int]) -> str | None:
+    """Why a trace expected to hold GPU events (``cats``: its non-empty categories) is in an unknown schema: none in
+    a GPU category while some are in categories that neither attnprof nor Kineto's known ones name; else None."""
     unknown = [c for c in cats if c not in READ_CATEGORIES and c not in OTHER_KINETO_CATEGORIES]
-    if expect_gpu and unknown and not set(cats) & set(GPU_EVENT_CATEGORIES):
-        return (f"a trace in a schema attnprof does not know: no events in the GPU categories "
-                f"({', '.join(GPU_EVENT_CATEGORIES)}) but {sum(cats[c] for c in unknown)} in categories it does not "
-                f"know ({', '.join(unknown[:8])}); not a capture without GPU activity")
-    return None
+    if not unknown or set(cats) & set(GPU_EVENT_CATEGORIES):
+        return None
+    return (f"a trace in a schema attnprof does not know: no events in the GPU categories "
+            f"({', '.join(GPU_EVENT_CATEGORIES)}) but {sum(cats[c] for c in unknown)} in categories it does not "
+            f"know ({', '.join(unknown[:8])}); not a capture without GPU activity")
 
 
 def devices_used(device_props: Sequence[Mapping], gpu_device_ids: Iterable) -> list[dict]:

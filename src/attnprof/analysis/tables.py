@@ -356,12 +356,7 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
     """The repeats whose ``med`` is counted, and a note for each ok repeat that is not: no such time while
     others have one (its trace note says why), or a host time its own timed calls contradict."""
     have = [r for r in ok if not _blank(r.get(med))]
-    notes = []
-    if have and len(have) < len(ok):
-        for r in ok:
-            if _blank(r.get(med)):
-                why = str(r.get("trace_note") or "no such time in its trace")[:200]
-                notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {len(have)} of {len(ok)} repeats")
+    notes = _missing_time_notes(ok, len(have), med) if have else []
     bad = [r for r in have if _host_contradicted(r, med, timed)]
     kept = [r for r in have if r not in bad] or have  # every draw contradicted: stated, with the note, not dropped
     for r in bad:
@@ -369,6 +364,16 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
                      f"(x{HOST_CONTRADICTION:g} or more apart: another job beside the capture?)"
                      + (": not counted" if r not in kept else ": no other capture to count"))
     return kept, notes
+
+
+def _missing_time_notes(ok: list[dict], have: int, med: str) -> list[str]:
+    """A note for each ok repeat without time ``med`` (``have`` of them have one), naming why from its trace note."""
+    notes = []
+    for r in ok:
+        if _blank(r.get(med)):
+            why = str(r.get("trace_note") or "no such time in its trace")[:200]
+            notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {have} of {len(ok)} repeats")
+    return notes
 
 
 def _combine_time(row: dict, counted: list[dict], med: str, within: str, between: str, confidence: float,
@@ -426,18 +431,14 @@ def combine_repeats(rows: list[dict], confidence: float | None = None, noise: Ma
 
     rows = sorted(rows, key=lambda r: int(r.get("repeat") or 1))
     row = dict(rows[0])
-    # the GPUs the repeats ran on (several on a node of several GPUs: a repeat takes whichever is free)
-    row.update(repeats=len(rows), gpus=";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None)
+    row.update(repeats=len(rows), gpus=_gpus_used(rows))
     notes = _repeat_notes(rows, expected)
     if row.get("status") != "ok":
         row.update(repeats_ok=0, repeats_note=_not_run_note(rows, expected))
         return {c: row.get(c) for c in SUMMARY_COLUMNS}
     ok, copy_notes = _copies([r for r in rows if r.get("status") == "ok"])
     notes += copy_notes + _unpublished_counts(row, ok)
-    for med, within, between in REPEAT_TIMES:
-        counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
-        notes += time_notes
-        _combine_time(row, counted, med, within, between, confidence or CONFIDENCE, (noise or {}).get(med))
+    notes += _combine_times(row, ok, confidence or CONFIDENCE, noise or {})
     _trace_notes(row, ok)
     row["repeats_ok"] = len(ok)
     row["repeats_note"] = "; ".join(notes)
@@ -461,6 +462,23 @@ def _not_run_note(rows: list[dict], expected: int | None) -> str:
         words = [f"repeat{'s' if len(reps) > 1 else ''} {', '.join(reps)} {status}" for status, reps in by_status.items()]
     missing = [n for n in _repeat_notes(rows, expected) if n.endswith("(no capture record): not counted")]
     return "; ".join(words + missing)
+
+
+def _gpus_used(rows: list[dict]) -> str | None:
+    """The GPUs the repeats ran on, by UUID, ";"-joined (several on a node of several GPUs: a repeat takes
+    whichever is free); None when no repeat names one."""
+    return ";".join(sorted({r["gpu_uuid"] for r in rows if r.get("gpu_uuid")})) or None
+
+
+def _combine_times(row: dict, ok: list[dict], confidence: float, noise: Mapping[str, object]) -> list[str]:
+    """Each time of :data:`REPEAT_TIMES` over the repeats counted for it (:func:`_counted`; on a CPU run against
+    repeat 1's timed calls), into ``row``; returns the notes on repeats not counted."""
+    notes = []
+    for med, within, between in REPEAT_TIMES:
+        counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
+        notes += time_notes
+        _combine_time(row, counted, med, within, between, confidence, noise.get(med))
+    return notes
 
 
 def _unpublished_counts(row: dict, ok: list[dict]) -> list[str]:
@@ -531,6 +549,31 @@ def result_note(status: dict) -> str:
             "tolerance; left out of every ranking")
 
 
+def _shape_columns(status: dict) -> dict:
+    """A capture's shape columns from its status record. Grouped-query and decode shapes
+    (attnprof.model.variants.Shape) get effective values, so a square shape without grouping reads
+    kv_heads = heads and q_len = seq_len."""
+    return {**{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
+            "kv_heads": status.get("kv_heads") or status.get("heads"), "q_len": status.get("q_len") or status.get("seq_len"),
+            "causal_alignment": status.get("causal_alignment")}
+
+
+def _trace_columns(status: dict, verdict: dict) -> dict:
+    """The forward counts of :func:`assess_forwards`' ``verdict`` and its note on the trace; a capture that did not
+    run has no trace to describe (its status and reason say why), so its note is empty."""
+    return {**{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
+                                       "incomplete_forwards", "bad_time_events")},
+            "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else ""}
+
+
+def _arithmetic_columns(status: dict) -> dict:
+    """GFLOP per forward and FLOP per byte (of the minimum bytes moved) where the record counts the forward's
+    FLOPs; none otherwise."""
+    if not status.get("forward_flops"):
+        return {}
+    return {"forward_gflop": status["forward_flops"] / 1e9, "flop_per_byte": status["forward_flops"] / status["min_bytes"]}
+
+
 def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.json.gz") -> dict:
     """One summary.csv row from a capture's status record and its forward table.
 
@@ -548,15 +591,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
     verdict = assess_forwards(forwards, (status.get("schedule") or {}).get("active"), minimum)
     row = {
         "variant": status["variant"], "shape_key": status["shape_key"], "status": status["status"],
-        **{k: status.get(k) for k in ("batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device")},
-        # grouped-query and decode shapes (attnprof.model.variants.Shape): effective values, so a square
-        # shape without grouping reads kv_heads = heads and q_len = seq_len
-        "kv_heads": status.get("kv_heads") or status.get("heads"), "q_len": status.get("q_len") or status.get("seq_len"),
-        "causal_alignment": status.get("causal_alignment"),
-        **{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
-                                   "incomplete_forwards", "bad_time_events")},
-        # a capture that did not run has no trace to describe: its status and reason say why
-        "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else "",
+        **_shape_columns(status),
+        **_trace_columns(status, verdict),
         **_timing_columns(status),
         "host_load_1m": (status.get("host") or {}).get("load_avg_1m"),
         # the GPU the capture ran on (its job's, as nvidia-smi names it: attnprof.measure.gpus); repeats.csv
@@ -569,10 +605,8 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
         "oom_bytes": status.get("oom_bytes"),
         # torch.compile variants: the first call (compile) apart from the steady state, and inductor's cache verdict
         **compile_columns(status.get("compile")),
+        **_arithmetic_columns(status),
     }
-    if status.get("forward_flops"):
-        row["forward_gflop"] = status["forward_flops"] / 1e9
-        row["flop_per_byte"] = status["forward_flops"] / status["min_bytes"]
     if status["status"] == "ok" and not verdict["sufficient"]:
         row.update(status="incomplete_trace", reason=incomplete_reason(trace_path, verdict))
     if row["status"] == "ok":

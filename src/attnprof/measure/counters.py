@@ -156,21 +156,7 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     import pandas as pd
 
     columns = columns if columns is not None else all_columns()
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
-    if start is None:
-        raise ValueError("no ncu CSV header (a line starting with \"ID\") in the output")
-    # ncu may print ==PROF==/==WARNING==/==ERROR== lines after the table too: they are not kernels
-    body = [ln for ln in lines[start:] if ln.strip() and not ln.startswith("==")]
-    try:
-        raw = pd.read_csv(io.StringIO("\n".join(body)), dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"ncu's CSV cannot be read: {exc}") from None
-    missing = [c for c in ("ID", "Kernel Name") if c not in raw.columns]
-    if missing:
-        raise ValueError(f"ncu's CSV has no {missing} column (columns: {list(raw.columns)[:8]}...)")
-    if raw.empty:
-        raise ValueError("ncu's CSV has a header but no units row and no kernel")
+    raw = _raw_table(text)
     units_row, rows = raw.iloc[0], raw.iloc[1:].reset_index(drop=True)
     empty = pd.Series([""] * len(rows), dtype=str)
     data = {
@@ -182,14 +168,43 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     units = {}
     for metric, (name, _) in columns.items():
         if metric in raw.columns:
-            # thousands separators only ("1,234.5"); a decimal comma ("1.234,5") is not a number: NaN, shown as such
-            text = rows[metric].where(~rows[metric].str.fullmatch(r"[\d.]*,\d{1,2}"), "")
-            value = pd.to_numeric(text.str.replace(",", "", regex=False), errors="coerce")
             units[name] = str(units_row[metric]).strip()
-            if units[name] == "%":  # a percentage of peak outside 0..100 (or inf) is not a reading: NaN
-                value = value.where((value >= 0) & (value <= 100))
-            data[name] = value
+            data[name] = _metric_values(rows[metric], units[name])
     return pd.DataFrame(data), units
+
+
+def _metric_values(cells, unit: str):
+    """One metric's column of ncu's CSV (text cells) as floats: thousands separators only ("1,234.5"); a decimal
+    comma ("1.234,5") or an unparseable cell is no number (NaN, shown as such), and so is a percentage of peak
+    (``unit`` "%") outside 0..100 (or inf)."""
+    import pandas as pd
+
+    text = cells.where(~cells.str.fullmatch(r"[\d.]*,\d{1,2}"), "")
+    value = pd.to_numeric(text.str.replace(",", "", regex=False), errors="coerce")
+    return value.where((value >= 0) & (value <= 100)) if unit == "%" else value
+
+
+def _raw_table(text: str):
+    """ncu's raw CSV page as text cells, from its header row on, without the ``==``-prefixed lines ncu may print
+    after the table too (==PROF==/==WARNING==/==ERROR==: not kernels). Raises ValueError when there is no header,
+    the CSV cannot be read, it lacks the ID or Kernel Name column, or it has no units row."""
+    import pandas as pd
+
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError("no ncu CSV header (a line starting with \"ID\") in the output")
+    body = [ln for ln in lines[start:] if ln.strip() and not ln.startswith("==")]
+    try:
+        raw = pd.read_csv(io.StringIO("\n".join(body)), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"ncu's CSV cannot be read: {exc}") from None
+    missing = [c for c in ("ID", "Kernel Name") if c not in raw.columns]
+    if missing:
+        raise ValueError(f"ncu's CSV has no {missing} column (columns: {list(raw.columns)[:8]}...)")
+    if raw.empty:
+        raise ValueError("ncu's CSV has a header but no units row and no kernel")
+    return raw
 
 
 def _dims(text: str) -> str:
@@ -240,24 +255,17 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
         cmd = ncu_command(ncu, list(columns), report, spec_path)
         base = {"metrics": {c: m for m, (c, _) in columns.items()}, "command": " ".join(cmd[:-1] + ["SPEC.json"]),
                 "ncu": {"path": ncu, "version": version}}
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                         os.environ.get("PYTHONPATH")]))}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=_child_env())
         except subprocess.TimeoutExpired as exc:
-            out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return _record(spec, "failed", f"ncu timed out after {timeout_s} s", **base, output_tail=_tail(out),
+            return _record(spec, "failed", f"ncu timed out after {timeout_s} s", **base, output_tail=_tail(_text_of(exc.stdout)),
                            wall_s=round(time.perf_counter() - t0, 3))
         output = proc.stdout + proc.stderr
         wall = round(time.perf_counter() - t0, 3)
-        denied = permission_message(output)
-        if denied:
-            return _record(spec, "skipped", f"ncu may not read the GPU's performance counters: {denied}", **base,
-                           output_tail=_tail(output), wall_s=wall)
         rep = report.with_suffix(".ncu-rep")
-        if proc.returncode != 0 or not rep.exists():
-            why = _ncu_errors(output) or f"ncu exited with code {proc.returncode}"
-            return _record(spec, "failed", why[:1000], **base, output_tail=_tail(output), wall_s=wall)
+        failure = _run_failure(proc, output, rep)
+        if failure:
+            return _record(spec, *failure, **base, output_tail=_tail(output), wall_s=wall)
         imp = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"],
                              capture_output=True, text=True, errors="replace", timeout=timeout_s)
         if raw_csv:
@@ -275,6 +283,29 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
     table.to_csv(out_csv, index=False)
     child = _child_line(output)
     return {**record, **({"child": child} if child else {})}
+
+
+def _child_env() -> dict:
+    """The environment of ncu's child: this one, with the package's source folder first on PYTHONPATH."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                                      os.environ.get("PYTHONPATH")]))}
+
+
+def _text_of(out) -> str:
+    """What a timed-out run had printed (TimeoutExpired's stdout: bytes, text or None) as text."""
+    return (out or b"").decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+
+def _run_failure(proc, output: str, rep: Path) -> tuple[str, str] | None:
+    """Why ncu's run left no report to read, as (status, reason): skipped when it may not read the GPU's performance
+    counters, failed when it exited with an error or wrote no report ``rep``; None when it succeeded."""
+    denied = permission_message(output)
+    if denied:
+        return "skipped", f"ncu may not read the GPU's performance counters: {denied}"
+    if proc.returncode != 0 or not rep.exists():
+        why = _ncu_errors(output) or f"ncu exited with code {proc.returncode}"
+        return "failed", why[:1000]
+    return None
 
 
 def _ncu_version(ncu: str) -> str:

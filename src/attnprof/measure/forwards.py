@@ -354,44 +354,79 @@ def gradient_relative_errors(grads, q, k, v, grad_out, causal: bool, block: int 
     input's."""
     import torch
 
-    names = ("dq", "dk", "dv")
-    if len(grads) != 3 or any(g is None or tuple(g.shape) != tuple(t.shape) for g, t in zip(grads, (q, k, v))):
-        got = [None if g is None else tuple(g.shape) for g in grads]
-        raise ValueError(f"gradients {got} do not match q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}")
-    dq, dk, dv = grads
-    s_q, s_k = q.shape[-2], k.shape[-2]
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    group = q.shape[1] // k.shape[1]
-    num = {n: torch.zeros((), dtype=torch.float64, device=q.device) for n in names}
-    den = {n: torch.zeros((), dtype=torch.float64, device=q.device) for n in names}
-
-    def add(name, got, ref):
-        num[name] += (got.double() - ref).square().sum()
-        den[name] += ref.square().sum()
-
+    _check_gradient_shapes(grads, q, k, v)
+    errors = _ErrorNorms(("dq", "dk", "dv"), q.device)
     with torch.enable_grad():
         for b in range(q.shape[0]):
             for g in range(k.shape[1]):
-                kd = k[b, g].detach().double().requires_grad_(True)
-                vd = v[b, g].detach().double().requires_grad_(True)
-                dk_ref, dv_ref = torch.zeros_like(kd), torch.zeros_like(vd)
-                for h in range(g * group, (g + 1) * group):
-                    for r0 in range(0, s_q, block):
-                        rows = slice(r0, min(r0 + block, s_q))
-                        qd = q[b, h, rows].detach().double().requires_grad_(True)
-                        # causal: keys after the block's last visible one get weight 0 and gradient 0: left out
-                        n_k = max(0, min(rows.stop + offset, s_k)) if causal else s_k
-                        scores = (qd * scale) @ kd[:n_k].T
-                        if causal:
-                            row_ids = torch.arange(rows.start + offset, rows.stop + offset, device=q.device)[:, None]
-                            scores = scores.masked_fill(torch.arange(n_k, device=q.device)[None, :] > row_ids, float("-inf"))
-                        out = torch.softmax(scores, dim=-1) @ vd[:n_k]
-                        # a query row that sees no key (possible with a negative offset) has no gradient: nan -> 0
-                        gq, gk, gv = (t.nan_to_num(0.0) for t in torch.autograd.grad(out, (qd, kd, vd), grad_out[b, h, rows].double()))
-                        add("dq", dq[b, h, rows], gq)
-                        dk_ref += gk
-                        dv_ref += gv
-                        del scores, out, gq, gk, gv
-                add("dk", dk[b, g], dk_ref)
-                add("dv", dv[b, g], dv_ref)
-    return {n: (num[n].sqrt() / den[n].sqrt()).item() for n in names}
+                _kv_head_errors(errors, grads, q, k, v, grad_out, b, g, causal, block, offset)
+    return errors.ratios()
+
+
+def _check_gradient_shapes(grads, q, k, v) -> None:
+    """Raise ValueError unless ``grads`` is three gradients (dq, dk, dv) of the shapes of q, k and v."""
+    if len(grads) != 3 or any(g is None or tuple(g.shape) != tuple(t.shape) for g, t in zip(grads, (q, k, v))):
+        got = [None if g is None else tuple(g.shape) for g in grads]
+        raise ValueError(f"gradients {got} do not match q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}")
+
+
+class _ErrorNorms:
+    """Running squared Frobenius norms, in float64 on ``device``, of got - ref and of ref per named tensor."""
+
+    def __init__(self, names, device):
+        import torch
+
+        self.num = {n: torch.zeros((), dtype=torch.float64, device=device) for n in names}
+        self.den = {n: torch.zeros((), dtype=torch.float64, device=device) for n in names}
+
+    def add(self, name: str, got, ref) -> None:
+        """Add one piece of tensor ``name``: ``got`` (any float dtype) against its float64 reference ``ref``."""
+        self.num[name] += (got.double() - ref).square().sum()
+        self.den[name] += ref.square().sum()
+
+    def ratios(self) -> dict[str, float]:
+        """||got - ref|| / ||ref|| per name (nan when both are zero, inf when only ref is)."""
+        return {n: (self.num[n].sqrt() / self.den[n].sqrt()).item() for n in self.num}
+
+
+def _kv_head_errors(errors: _ErrorNorms, grads, q, k, v, grad_out, b: int, g: int, causal: bool, block: int,
+                    offset: int) -> None:
+    """Add to ``errors`` the reference gradients of batch entry ``b``'s key/value head ``g``: dq of every query head
+    of its group, block by block, and dk, dv summed over those heads' blocks ([Skv, D] float64 buffers)."""
+    import torch
+
+    dq, dk, dv = grads
+    group = q.shape[1] // k.shape[1]
+    kd = k[b, g].detach().double().requires_grad_(True)
+    vd = v[b, g].detach().double().requires_grad_(True)
+    dk_ref, dv_ref = torch.zeros_like(kd), torch.zeros_like(vd)
+    for h in range(g * group, (g + 1) * group):
+        for r0 in range(0, q.shape[-2], block):
+            rows = slice(r0, min(r0 + block, q.shape[-2]))
+            gq, gk, gv = _block_gradients(q[b, h, rows], kd, vd, grad_out[b, h, rows], rows, causal, offset)
+            errors.add("dq", dq[b, h, rows], gq)
+            dk_ref += gk
+            dv_ref += gv
+            del gq, gk, gv
+    errors.add("dk", dk[b, g], dk_ref)
+    errors.add("dv", dv[b, g], dv_ref)
+
+
+def _block_gradients(q_rows, kd, vd, grad_rows, rows: slice, causal: bool, offset: int):
+    """The float64 reference gradients (dq of the block's rows, dk, dv of this block's contribution) of one block of
+    query rows ``q_rows`` against one key/value head's float64 ``kd``, ``vd`` (leaves requiring grad), through
+    softmax(q k^T / sqrt(D) + mask) v, for the output gradient ``grad_rows``. A query row that sees no key (possible
+    with a negative offset) has no gradient: nan -> 0."""
+    import torch
+
+    scale = 1.0 / math.sqrt(q_rows.shape[-1])
+    s_k = kd.shape[-2]
+    qd = q_rows.detach().double().requires_grad_(True)
+    # causal: keys after the block's last visible one get weight 0 and gradient 0: left out
+    n_k = max(0, min(rows.stop + offset, s_k)) if causal else s_k
+    scores = (qd * scale) @ kd[:n_k].T
+    if causal:
+        row_ids = torch.arange(rows.start + offset, rows.stop + offset, device=qd.device)[:, None]
+        scores = scores.masked_fill(torch.arange(n_k, device=qd.device)[None, :] > row_ids, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ vd[:n_k]
+    return tuple(t.nan_to_num(0.0) for t in torch.autograd.grad(out, (qd, kd, vd), grad_rows.double()))

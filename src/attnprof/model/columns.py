@@ -79,6 +79,18 @@ def declare(tables: str | tuple[str, ...], names: str, unit: str, description: s
     an unknown table, or a column already declared for one of the tables."""
     tables = (tables,) if isinstance(tables, str) else tables
     group = tuple(names.split())
+    _check_declaration(tables, group, report, formula)
+    for name in group:
+        twice = [t for t in tables if any(c.name == name and t in c.tables for c in COLUMNS)]
+        if twice:
+            raise ValueError(f"column {name!r} declared twice for {twice}")
+        COLUMNS.append(Column(name, tables, unit, description, report, group, formula))
+
+
+def _check_declaration(tables: tuple[str, ...], group: tuple[str, ...], report: ReportHeader | None,
+                       formula: str | None) -> None:
+    """Raise ValueError for a declaration (:func:`declare`) of an unknown table, or of a report header or formula
+    for more than one column."""
     unknown = [t for t in tables if t not in TABLES]
     if unknown:
         raise ValueError(f"column {group[0]!r}: unknown table(s) {unknown}; known: {list(TABLES)}")
@@ -86,11 +98,6 @@ def declare(tables: str | tuple[str, ...], names: str, unit: str, description: s
         raise ValueError(f"columns {group}: a report header belongs to one column")
     if formula is not None and len(group) != 1:
         raise ValueError(f"columns {group}: a formula belongs to one column")
-    for name in group:
-        twice = [t for t in tables if any(c.name == name and t in c.tables for c in COLUMNS)]
-        if twice:
-            raise ValueError(f"column {name!r} declared twice for {twice}")
-        COLUMNS.append(Column(name, tables, unit, description, report, group, formula))
 
 
 def columns_of(table: str) -> dict[str, Column]:

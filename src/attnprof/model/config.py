@@ -25,20 +25,26 @@ def coerce_to_schema(value, schema: dict, defs: dict | None = None):
         candidate = coerce_to_schema(value, alt, defs)
         if candidate is not value:
             return candidate
-    wanted = schema.get("type")
-    wanted = set(wanted) if isinstance(wanted, list) else {wanted} if wanted else set()
-    if isinstance(value, str) and wanted and "string" not in wanted:
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-        value = parsed
+    value = _yaml_reading(value, schema)
     if isinstance(value, dict):
         props = schema.get("properties", {})
         return {k: coerce_to_schema(v, props[k], defs) if k in props else v for k, v in value.items()}
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [coerce_to_schema(v, schema["items"], defs) for v in value]
     return value
+
+
+def _yaml_reading(value, schema: dict):
+    """``value``'s YAML reading where it is a string standing where ``schema`` names types, none of them a string;
+    else ``value`` itself (also a string that does not parse: left for the validator to reject)."""
+    wanted = schema.get("type")
+    wanted = set(wanted) if isinstance(wanted, list) else {wanted} if wanted else set()
+    if not isinstance(value, str) or not wanted or "string" in wanted:
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
 
 
 def check_variants(variants: list[str], custom: dict | None, built_in=None) -> None:
@@ -51,22 +57,37 @@ def check_variants(variants: list[str], custom: dict | None, built_in=None) -> N
     if built_in is None:
         from attnprof.model.variants import VARIANTS as built_in
     built_in, custom = list(built_in), dict(custom or {})
+    problems = _taken_names(variants, custom, built_in) + _unknown_variants(variants, custom, built_in)
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _taken_names(variants: list[str], custom: dict, built_in: list[str]) -> list[str]:
+    """The problems of variant names already taken: a custom variant named as a built-in one, or a variant named as
+    the profiler's control."""
+    from attnprof.model.variants import CONTROL
+
     problems = []
     taken = [name for name in custom if name in built_in]
     if taken:
         problems.append(f"custom_variants {taken} take the name of a built-in variant; give your variant another name")
-    from attnprof.model.variants import CONTROL
-
     if CONTROL in custom or CONTROL in variants:
         problems.append(f"the variant name {CONTROL!r} is the profiler's control (captured in every result set, "
                         "attnprof.analysis.control); give your variant another name")
+    return problems
+
+
+def _unknown_variants(variants: list[str], custom: dict, built_in: list[str]) -> list[str]:
+    """The problem of variants neither built in nor defined under custom_variants (the control aside), with both
+    lists and where to define one; [] when there are none."""
+    from attnprof.model.variants import CONTROL
+
     unknown = [v for v in variants if v not in built_in and v not in custom and v != CONTROL]
-    if unknown:
-        defined = ", ".join(custom) if custom else "none"
-        problems.append(f"variants {unknown} are neither built in ({', '.join(built_in)}) nor defined under custom_variants "
-                        f"(defined there: {defined}); define your own under custom_variants (README, 'Your own variant')")
-    if problems:
-        raise ValueError("; ".join(problems))
+    if not unknown:
+        return []
+    defined = ", ".join(custom) if custom else "none"
+    return [f"variants {unknown} are neither built in ({', '.join(built_in)}) nor defined under custom_variants "
+            f"(defined there: {defined}); define your own under custom_variants (README, 'Your own variant')"]
 
 
 #: The keys of a shape grid (workflow/schemas/config.schema.yaml, $defs.grid).
@@ -129,14 +150,18 @@ def _key_problems(where: str, grid: dict) -> list[str]:
     return problems
 
 
+def _positive_integers(values: list) -> bool:
+    """Whether ``values`` is a non-empty list of integers >= 1 (YAML's true and false are no integers here)."""
+    return bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+
+
 def _value_problem(where: str, key: str, value) -> str | None:
     """Why the grid value ``value`` of ``key`` is not a non-empty list of what the key takes, or None."""
     from attnprof.model.variants import CAUSAL_ALIGNMENTS, DTYPES
 
     values = value if isinstance(value, list) else [value]
     if key in _INT_KEYS:
-        ok = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
-        return None if ok else f"{where}: {value!r} must be a list of integers >= 1"
+        return None if _positive_integers(values) else f"{where}: {value!r} must be a list of integers >= 1"
     allowed = {"dtype": (DTYPES, ", ".join(DTYPES)), "causal": ((True, False), "true/false"),
                "causal_alignment": (CAUSAL_ALIGNMENTS, ", ".join(CAUSAL_ALIGNMENTS))}.get(key)
     if allowed is None:
@@ -165,19 +190,32 @@ def config_problems(config: dict) -> list[str]:
     passes = config.get("passes")
     if isinstance(passes, list) and "forward" not in passes:
         problems.append(f"passes {passes}: must list forward (each profiled step runs the forward, then its backward)")
+    problems += _counter_variant_problems(config)
+    return problems + _environments_problems(config.get("environments"))
+
+
+def _counter_variant_problems(config: dict) -> list[str]:
+    """``counters.variants`` that name neither a built-in nor a custom variant (a typo would otherwise be skipped
+    silently, as the variants not in this run are)."""
     from attnprof.model.variants import VARIANTS
 
     counters = config.get("counters") or {}
     known = set(VARIANTS) | set(config.get("custom_variants") or {})
     unknown = [v for v in counters.get("variants") or [] if v not in known]
-    if unknown:
-        problems.append(f"counters.variants {unknown} are neither built in nor under custom_variants "
-                        "(those not in this run's variants are left out; an unknown name would be too, silently)")
-    environments = config.get("environments")
-    # YAML reads an unquoted 1 as a number, and the schema's name patterns apply to text keys only
-    for name, spec in (environments or {}).items() if isinstance(environments, dict) else ():
-        problems += environment_problems(name, spec)
-    if isinstance(environments, dict) and len(environments) == 1:
+    if not unknown:
+        return []
+    return [f"counters.variants {unknown} are neither built in nor under custom_variants "
+            "(those not in this run's variants are left out; an unknown name would be too, silently)"]
+
+
+def _environments_problems(environments) -> list[str]:
+    """The problems of config ``environments``: each environment's (:func:`environment_problems`; YAML reads an
+    unquoted 1 as a number, and the schema's name patterns apply to text keys only), and a single environment (an
+    A/B run needs two or more)."""
+    if not isinstance(environments, dict):
+        return []
+    problems = [p for name, spec in environments.items() for p in environment_problems(name, spec)]
+    if len(environments) == 1:
         problems.append(f"environments {sorted(environments)}: an A/B run needs two or more environments "
                         "(leave environments out, {}, for one run in Snakemake's own Python)")
     return problems
@@ -323,6 +361,18 @@ def expected_text(schema: dict, root: dict | None = None) -> str:
     if "const" in schema:
         return _default_text(schema["const"])
     kind = schema.get("type")
+    if kind == "array":
+        return _list_text(schema, root)
+    if kind == "object":
+        keys = list(schema.get("properties", {}))
+        return "a mapping" + (f" with the keys {', '.join(keys)}" if keys else "")
+    return _scalar_text(schema)
+
+
+def _scalar_text(schema: dict) -> str:
+    """:func:`expected_text` of a schema node that is neither a list nor a mapping: a number (with its range),
+    true or false, text (with its pattern), or any value the schema accepts."""
+    kind = schema.get("type")
     if kind == "integer":
         return "an integer" + _number_range(schema)
     if kind == "number":
@@ -331,19 +381,20 @@ def expected_text(schema: dict, root: dict | None = None) -> str:
         return "true or false"
     if kind == "string":
         return f"text matching {schema['pattern']}" if "pattern" in schema else "text"
-    if kind == "array":
-        items = _resolve(schema.get("items") or {}, root)
-        if "enum" in items:
-            return "a list of " + ", ".join(map(_default_text, items["enum"]))
-        plural = {"integer": "integers", "number": "numbers", "string": "strings", "boolean": "true/false values"}
-        if items.get("type") not in plural:
-            return "a list"
-        return f"a list of {plural[items['type']]}" + (f" matching {items['pattern']}" if "pattern" in items else
-                                                       _number_range(items))
-    if kind == "object":
-        keys = list(schema.get("properties", {}))
-        return "a mapping" + (f" with the keys {', '.join(keys)}" if keys else "")
     return "a value the schema accepts"
+
+
+def _list_text(schema: dict, root: dict) -> str:
+    """:func:`expected_text` of a list node: the values its items may take, or the kind of its items (with their
+    pattern or range)."""
+    items = _resolve(schema.get("items") or {}, root)
+    if "enum" in items:
+        return "a list of " + ", ".join(map(_default_text, items["enum"]))
+    plural = {"integer": "integers", "number": "numbers", "string": "strings", "boolean": "true/false values"}
+    if items.get("type") not in plural:
+        return "a list"
+    return f"a list of {plural[items['type']]}" + (f" matching {items['pattern']}" if "pattern" in items else
+                                                   _number_range(items))
 
 
 def _example(schema: dict, root: dict):
@@ -455,22 +506,39 @@ def _fix_lines(error, path: list, node: dict, schema: dict, cli: dict, defaults:
     """:func:`schema_message`'s fix: the example value (``defaults``, config/config.yaml, where it has one; a single
     value where a list is wanted: that value listed; else the schema's example), as --config or as YAML; the advice
     on nested values only for a nested value given on the command line (``cli``)."""
-    import shlex
-
     example = _fix_example(error, path, node, schema, defaults)
     hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
-    # an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default shows it
+    whole = _whole_list_fix(path, defaults)
+    if whole:
+        return [whole]
+    if example is not None and path and all(isinstance(p, str) for p in path):
+        return [_example_fix(path, example, hint)]
+    return [f"  fix: {CONFIGFILE_HINT}"] if hint else []
+
+
+def _whole_list_fix(path: list, defaults: dict) -> str | None:
+    """The fix for an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default
+    (config/config.yaml) shows it, as --config; None for any other path."""
+    import shlex
+
     top = defaults.get(path[0]) if path and isinstance(path[0], str) and isinstance(defaults, dict) else None
     if len(path) > 1 and isinstance(path[1], int) and top is not None and not isinstance(top, dict):
-        return [f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}"]
-    if example is not None and path and all(isinstance(p, str) for p in path):
-        if len(path) == 1 and not isinstance(example, dict):
-            return [f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}"]
-        if hint:
-            return [f"  fix: write e.g. '{_snippet(path, example)}' to my.yaml and pass --configfile my.yaml "
-                    "(nested values are easiest in a YAML file; it is merged over config/config.yaml)"]
-        return [f"  fix: e.g. '{_snippet(path, example)}' in your --configfile"]
-    return [f"  fix: {CONFIGFILE_HINT}"] if hint else []
+        return f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}"
+    return None
+
+
+def _example_fix(path: list, example, hint: bool) -> str:
+    """The fix that shows ``example`` at ``path`` (keys only): a top-level value as --config; else a YAML snippet,
+    for a file of its own with the advice on nested values (``hint``: given on the command line) or for the
+    --configfile."""
+    import shlex
+
+    if len(path) == 1 and not isinstance(example, dict):
+        return f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}"
+    if hint:
+        return (f"  fix: write e.g. '{_snippet(path, example)}' to my.yaml and pass --configfile my.yaml "
+                "(nested values are easiest in a YAML file; it is merged over config/config.yaml)")
+    return f"  fix: e.g. '{_snippet(path, example)}' in your --configfile"
 
 
 def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],

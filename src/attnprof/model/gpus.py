@@ -93,6 +93,14 @@ def visible_gpus(gpus: list[Gpu], cuda_visible_devices: str | None) -> list[Gpu]
     return out
 
 
+def _named_gpus(visible: list[Gpu], entry) -> list[Gpu]:
+    """The GPUs of ``visible`` that one entry of config ``gpus`` names: an index into ``visible`` (none when out of
+    range), else a UUID or a prefix of one (:func:`names_gpu`)."""
+    if isinstance(entry, int) and not isinstance(entry, bool):
+        return [visible[entry]] if 0 <= entry < len(visible) else []
+    return [g for g in visible if names_gpu(entry, g)]
+
+
 def select_gpus(visible: list[Gpu], choice) -> list[Gpu]:
     """The GPUs of ``visible`` that the config key ``gpus`` chooses: 'all' (every visible GPU), or a list of
     indices into ``visible`` (0 is the first visible GPU, as ``cuda:0``) or of UUIDs (or unique prefixes).
@@ -104,10 +112,7 @@ def select_gpus(visible: list[Gpu], choice) -> list[Gpu]:
     listed = ", ".join(f"{i}: {g.uuid} ({g.name})" for i, g in enumerate(visible)) or "none"
     out: list[Gpu] = []
     for entry in choice:
-        if isinstance(entry, int) and not isinstance(entry, bool):
-            found = [visible[entry]] if 0 <= entry < len(visible) else []
-        else:
-            found = [g for g in visible if names_gpu(entry, g)]
+        found = _named_gpus(visible, entry)
         if len(found) != 1:
             what = "names no visible GPU" if not found else f"names {len(found)} GPUs"
             raise ValueError(f"gpus: {entry!r} {what}; the visible GPUs are {listed}\n  fix: gpus: all, or a list "

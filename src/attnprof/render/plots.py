@@ -250,6 +250,52 @@ def coinciding(summary: pd.DataFrame, column: str, rel: float = 0.1) -> list[tup
     return pairs
 
 
+def _variant_styles(variants: list[str]) -> dict:
+    """Each variant's (colour, marker, line style), in the order given: tab10's colours, :data:`MARKERS` and
+    :data:`LINESTYLES` each cycled, so coinciding series stay visible."""
+    cmap = plt.get_cmap("tab10")
+    return {v: (cmap(i % 10), MARKERS[i % len(MARKERS)], LINESTYLES[i % len(LINESTYLES)]) for i, v in enumerate(variants)}
+
+
+def _scaling_panel(ax, label: str, part: pd.DataFrame, column: str, variants: list[str], style: dict) -> dict:
+    """One panel of :func:`scaling` (log-log ``column`` against seq_len, titled ``label``): a line per variant and
+    its out-of-memory marks, stacked above the panel's data (the variants that ran out of memory in this panel,
+    in order, one row each). Returns the legend handles, {label: artist}."""
+    vals = part[column][part[column] > 0]
+    top = vals.max() if len(vals) else 1.0
+    oom_rows = [v for v in variants if (part[(part["variant"] == v)]["status"] == "out_of_memory").any()]
+    handles = {}
+    for v in variants:
+        pv = part[part["variant"] == v].sort_values("seq_len")
+        handles.update(_scaling_line(ax, pv, v, column, style[v]))
+        oom = pv[pv["status"] == "out_of_memory"]
+        if len(oom):  # one marker per variant, stacked above the data so none hides another
+            y = top * 1.5 * 1.35 ** oom_rows.index(v)
+            handles[f"{v}: out of memory"] = ax.scatter(oom["seq_len"], [y] * len(oom), marker="x", s=30,
+                                                        color=style[v][0], clip_on=False, zorder=3)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("seq_len")
+    ax.set_title(label)
+    ax.grid(True, which="both", alpha=0.3)
+    return handles
+
+
+def _scaling_line(ax, pv: pd.DataFrame, variant: str, column: str, style: tuple) -> dict:
+    """One variant's line of ``column`` over its ok points (``pv``: its rows of the panel, by seq_len), with the
+    95 % rerun interval (attnprof.analysis.stats) shaded where the summary has it. {variant: line}, or {} with no
+    ok point."""
+    color, marker, ls = style
+    ok = pv[pv[column].notna() & (pv["status"] == "ok")]
+    if not len(ok):
+        return {}
+    (line,) = ax.plot(ok["seq_len"], ok[column], marker=marker, ms=4, ls=ls, lw=1.2, color=color, mfc="none", label=variant)
+    band = RUN_BANDS.get(column)
+    if band and band[0] in ok and ok[band[0]].notna().any():
+        ax.fill_between(ok["seq_len"], ok[band[0]], ok[band[1]], color=color, alpha=0.18, lw=0)
+    return {variant: line}
+
+
 def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> None:
     """``column`` against seq_len (log-log), a line per variant (each its own marker and line
     style, so coinciding series stay visible; a note names them), a panel per head_dim (and
@@ -261,34 +307,11 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
     recorded = bool(summary[column].notna().any())
     panels = _panels(summary)
     fig, axes = plt.subplots(1, len(panels), figsize=(FULL_IN, 3.6), squeeze=False, layout="constrained")
-    cmap = plt.get_cmap("tab10")
     variants = list(dict.fromkeys(summary["variant"]))
-    style = {v: (cmap(i % 10), MARKERS[i % len(MARKERS)], LINESTYLES[i % len(LINESTYLES)]) for i, v in enumerate(variants)}
+    style = _variant_styles(variants)
     handles = {}
     for ax, (label, part) in zip(axes[0], panels):
-        vals = part[column][part[column] > 0]
-        top = vals.max() if len(vals) else 1.0
-        oom_rows = [v for v in variants if (part[(part["variant"] == v)]["status"] == "out_of_memory").any()]
-        for v in variants:
-            color, marker, ls = style[v]
-            pv = part[part["variant"] == v].sort_values("seq_len")
-            ok = pv[pv[column].notna() & (pv["status"] == "ok")]
-            if len(ok):
-                (line,) = ax.plot(ok["seq_len"], ok[column], marker=marker, ms=4, ls=ls, lw=1.2, color=color, mfc="none", label=v)
-                handles[v] = line
-                band = RUN_BANDS.get(column)
-                if band and band[0] in ok and ok[band[0]].notna().any():  # the 95 % rerun interval (attnprof.analysis.stats)
-                    ax.fill_between(ok["seq_len"], ok[band[0]], ok[band[1]], color=color, alpha=0.18, lw=0)
-            oom = pv[pv["status"] == "out_of_memory"]
-            if len(oom):  # one marker per variant, stacked above the data so none hides another
-                y = top * 1.5 * 1.35 ** oom_rows.index(v)
-                h = ax.scatter(oom["seq_len"], [y] * len(oom), marker="x", s=30, color=color, clip_on=False, zorder=3)
-                handles[f"{v}: out of memory"] = h
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("seq_len")
-        ax.set_title(label)
-        ax.grid(True, which="both", alpha=0.3)
+        handles.update(_scaling_panel(ax, label, part, column, variants, style))
     axes[0][0].set_ylabel(SCALING[column][0])
     pairs = coinciding(summary, column)
     note = ("; ".join(f"{b} coincides with {a}" for a, b in pairs) + " (within 10 % at every point)") if pairs else ""
@@ -427,16 +450,28 @@ def _draw_lane(ax, lane: dict) -> set:
         ax.broken_barh([(b["x"], max(b["w"], 0.3))], _LANE_ROWS[b["row"]], color=b["color"],
                        **({"edgecolor": "white", "linewidth": 0.3} if b["row"] == "gpu" else {}))
     rng = lane["range_us"]
-    for b in ops:
-        if b["w"] > 0.08 * rng:
-            # dark text: readable on the green, and an underscore that reaches below the bar stays visible
-            ax.text(b["x"] + b["w"] / 2, 0, b["title"].split("\n")[0].removeprefix("aten::"), ha="center",
-                    va="center", fontsize=7, color="#111111", clip_on=True)
+    _label_ops(ax, ops, rng)
     end = max([rng] + [b["x"] + b["w"] for b in work])
     ax.set_xlim(0, end * 1.02)
-    busy = sum(b["w"] for b in work)
-    ax.text(1.0, 1.0, f"forward {lane['forward']}: {end:.0f} µs on the host" if ops or not work
-            else f"forward {lane['forward']}: {len(work)} GPU events, {busy:.1f} µs busy of {end:.1f} µs",
+    ax.text(1.0, 1.0, _lane_caption(lane["forward"], work, bool(ops), end),
             transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5, color="#444")
     ax.tick_params(axis="x", labelsize=7)
     return {b["cls"] for b in work}
+
+
+def _label_ops(ax, ops: list[dict], range_us: float) -> None:
+    """Name each aten op bar wider than 8 % of the forward's range on it (its name without ``aten::``), in dark
+    text: readable on the green, and an underscore that reaches below the bar stays visible."""
+    for b in ops:
+        if b["w"] > 0.08 * range_us:
+            ax.text(b["x"] + b["w"] / 2, 0, b["title"].split("\n")[0].removeprefix("aten::"), ha="center",
+                    va="center", fontsize=7, color="#111111", clip_on=True)
+
+
+def _lane_caption(forward, work: list[dict], ops: bool, end: float) -> str:
+    """A lane's caption: the forward and its host time (a CPU run's, or a lane without GPU events), else its GPU
+    events and their busy time of the span drawn."""
+    if ops or not work:
+        return f"forward {forward}: {end:.0f} µs on the host"
+    busy = sum(b["w"] for b in work)
+    return f"forward {forward}: {len(work)} GPU events, {busy:.1f} µs busy of {end:.1f} µs"

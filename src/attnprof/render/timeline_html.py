@@ -69,10 +69,7 @@ def lane(capture: dict, gpu: bool) -> dict:
     if recipe is None or forwards is None:
         out["why"] = "no recipe or forward table"
         return out
-    missing = [c for c in NEEDED if c not in recipe.columns]
-    if missing:
-        raise ValueError(f"{capture.get('source', 'recipe table')}: no column(s) {', '.join(missing)} (a table written "
-                         "before the interactive timeline): rerun rule extract (snakemake ... --forcerun extract)")
+    _check_columns(recipe, capture.get("source", "recipe table"))
     f = pick_forward(forwards)
     steps = recipe[recipe["forward"] == f].sort_values("step") if f is not None else recipe.iloc[:0]
     if f is None or steps.empty:
@@ -83,26 +80,52 @@ def lane(capture: dict, gpu: bool) -> dict:
     out["bars"].append({"row": "range", "x": 0.0, "w": rng, "color": RANGE_COLOR, "cls": "range",
                         "title": f"forward {f}: its range on the host, {_us(rng)}"})
     for s in steps.itertuples(index=False):
-        label = _cell(s.label) or str(s.name)
-        if s.category == "op":  # CPU run: the forward's top-level aten ops
-            out["bars"].append({"row": "gpu", "x": float(s.start_us), "w": float(s.dur_us), "color": COLORS["cpu"],
-                                "cls": "aten op", "title": f"{label}\naten op (top level), {_us(s.dur_us)} on the host, "
-                                                           f"from {_us(s.start_us)}"})
-            continue
-        cls = kernel_class(str(s.name), s.category)
-        api = _cell(s.launch_api)
-        launched = (f"launched by {api} at {_us(s.launch_us)} ({_us(s.launch_dur_us)} on the host)"
-                    if api and pd.notna(s.launch_us) else "launch call not in the trace")
-        if api and pd.notna(s.launch_us) and pd.notna(s.launch_dur_us):
-            out["bars"].append({"row": "launch", "x": float(s.launch_us), "w": float(s.launch_dur_us),
-                                "color": LAUNCH_COLOR, "cls": "launch",
-                                "title": f"{api}, {_us(s.launch_dur_us)} from {_us(s.launch_us)}\nlaunches {label}"})
-        launch_meta = " · ".join(f"{k} {v}" for k, v in (("grid", _cell(s.grid)), ("block", _cell(s.block))) if v)
-        out["bars"].append({"row": "gpu", "x": float(s.start_us), "w": float(s.dur_us), "color": CLASS_COLORS[cls],
-                            "cls": cls, "title": "\n".join(t for t in (
-                                label, (s.category if cls == s.category else f"{s.category} ({cls})") + (f" · {launch_meta}" if launch_meta else ""),
-                                f"{_us(s.dur_us)} on the device, from {_us(s.start_us)}", launched) if t)})
+        out["bars"] += _op_bars(s) if s.category == "op" else _kernel_bars(s)
     return out
+
+
+def _check_columns(recipe: pd.DataFrame, source: str) -> None:
+    """Raise ValueError naming ``source`` when ``recipe`` lacks a column of :data:`NEEDED`, with the fix."""
+    missing = [c for c in NEEDED if c not in recipe.columns]
+    if missing:
+        raise ValueError(f"{source}: no column(s) {', '.join(missing)} (a table written "
+                         "before the interactive timeline): rerun rule extract (snakemake ... --forcerun extract)")
+
+
+def _label(s) -> str:
+    """A recipe step's label, its name where it has none."""
+    return _cell(s.label) or str(s.name)
+
+
+def _op_bars(s) -> list[dict]:
+    """The bar of a CPU run's step: one of the forward's top-level aten ops, on the host."""
+    return [{"row": "gpu", "x": float(s.start_us), "w": float(s.dur_us), "color": COLORS["cpu"],
+             "cls": "aten op", "title": f"{_label(s)}\naten op (top level), {_us(s.dur_us)} on the host, "
+                                        f"from {_us(s.start_us)}"}]
+
+
+def _kernel_bars(s) -> list[dict]:
+    """The bars of a GPU step: its launch call on the host (where the trace has its start and duration), then the
+    step itself on the device, coloured by its class, its title naming the launch."""
+    label, cls, api = _label(s), kernel_class(str(s.name), s.category), _cell(s.launch_api)
+    bars = []
+    if api and pd.notna(s.launch_us) and pd.notna(s.launch_dur_us):
+        bars.append({"row": "launch", "x": float(s.launch_us), "w": float(s.launch_dur_us),
+                     "color": LAUNCH_COLOR, "cls": "launch",
+                     "title": f"{api}, {_us(s.launch_dur_us)} from {_us(s.launch_us)}\nlaunches {label}"})
+    bars.append({"row": "gpu", "x": float(s.start_us), "w": float(s.dur_us), "color": CLASS_COLORS[cls],
+                 "cls": cls, "title": _kernel_title(s, label, cls, api)})
+    return bars
+
+
+def _kernel_title(s, label: str, cls: str, api: str | None) -> str:
+    """A GPU bar's title: its label; its category (with its class where that differs) and launch grid and block;
+    its device time and start; the launch call that launched it, or that the trace lacks it."""
+    launched = (f"launched by {api} at {_us(s.launch_us)} ({_us(s.launch_dur_us)} on the host)"
+                if api and pd.notna(s.launch_us) else "launch call not in the trace")
+    launch_meta = " · ".join(f"{k} {v}" for k, v in (("grid", _cell(s.grid)), ("block", _cell(s.block))) if v)
+    kind = (s.category if cls == s.category else f"{s.category} ({cls})") + (f" · {launch_meta}" if launch_meta else "")
+    return "\n".join(t for t in (label, kind, f"{_us(s.dur_us)} on the device, from {_us(s.start_us)}", launched) if t)
 
 
 def nice_ticks(start: float, span: float, count: int = 6) -> list[float]:

@@ -76,20 +76,29 @@ def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozens
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != PACKAGE:
-                continue
-            found.add(target)
-            found.update(f"{target}.{a.name}" for a in node.names if _module_file(pkg_dir, f"{target}.{a.name}"))
+            found.update(_from_imports(pkg_dir, package, node))
     with_parents = set()
     for name in found:
         parts = name.split(".")
         with_parents.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return frozenset(with_parents)
+
+
+def _from_target(package: str, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` names, a relative one resolved against ``package``."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _from_imports(pkg_dir: Path, package: str, node: ast.ImportFrom) -> set[str]:
+    """The package's modules a ``from ... import`` in ``package`` imports: the module it names and each imported name
+    that is a module of its own; none for another package's import."""
+    target = _from_target(package, node)
+    if target.split(".")[0] != PACKAGE:
+        return set()
+    return {target, *(f"{target}.{a.name}" for a in node.names if _module_file(pkg_dir, f"{target}.{a.name}"))}
 
 
 def _load(cache_file: Path) -> None:
