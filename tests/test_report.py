@@ -194,3 +194,18 @@ def test_a_host_time_is_never_labelled_a_rerun_interval():
     assert _interval(row, "device_ms") == " (rerun 0.0573\u20130.0584)"
     template = (Path(__file__).resolve().parents[1] / "report" / "report.html.j2").read_text()
     assert '{% if prefix.startswith("cpu_") %}captures{% else %}rerun{% endif %}' in template
+
+
+def test_a_cpu_runs_page_1_calls_its_host_ranges_captures_not_rerun_intervals():
+    """A CPU run states host times only: page 1's note says "captures" (lowest and highest capture) and never
+    explains a "rerun" interval it does not print; a GPU run's note explains the device time's rerun interval."""
+    import pandas as pd
+
+    from attnprof.render.report import brief_notes
+
+    cpu = pd.DataFrame([{"variant": "sdpa_flash", "shape_key": "s", "status": "ok", "repeats": 4, "device_ms_run_lo": None,
+                         "cpu_ms_run_lo": 11.3, "cpu_ms_run_hi": 11.8, "repeats_note": ""}])
+    notes = " ".join(brief_notes(None, [], cpu))
+    assert "\u201ccaptures\u201d gives the lowest and highest capture" in notes and "\u201crerun\u201d" not in notes
+    gpu = cpu.assign(device_ms_run_lo=0.057)
+    assert "\u201crerun\u201d is the 95 % interval" in " ".join(brief_notes(None, [], gpu))

@@ -657,7 +657,11 @@ class _Page1:
         self.gpu = self.prefix == "device_ms"
         self.where = "device" if self.gpu else "host"
         # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
-        self.spans = ("rerun intervals" if has_run_interval(self.summary)
+        # (host times have no rerun interval: their spans are the lowest to highest capture, stats.host_range)
+        self.host_spans = ("lowest-highest capture ranges" if has_run_interval(self.summary, ("cpu_ms",))
+                           else "ranges of the forwards (one repeat)")
+        self.spans = (self.host_spans if not self.gpu
+                      else "rerun intervals" if has_run_interval(self.summary)
                       else "ranges of the forwards (one repeat: no rerun interval)")
         self.rankings = self._rankings()
 
@@ -861,7 +865,7 @@ def _host_cost(p: _Page1, disp: str, target: str) -> str:
     more = a["cpu_ms_per_forward"] - b["cpu_ms_per_forward"]
     if not (_apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")):
         # a difference inside the intervals is no finding: say so, without the numbers of a non-result
-        return f"; its host time per forward is not told apart from {target}'s by this run (the {p.spans} overlap)"
+        return f"; its host time per forward is not told apart from {target}'s by this run (the {p.host_spans} overlap)"
     higher = sum(1 for k in p.keys if 0 < _host_ms(p.by.get((target, k))) < _host_ms(p.by.get((disp, k))))
     return (f", and costs {_fmt(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at "
             f"{p.skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
@@ -1127,7 +1131,12 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, u
     different kinds are a finding of page 1 instead), what a time and its rerun interval are, and whether every trace
     was complete."""
     notes = _alike_gpus(used or [])  # gpus_used
-    if has_run_interval(summary):
+    if has_run_interval(summary) and not has_run_interval(summary, ("device_ms",)):  # a CPU run: host times only
+        n = int(summary["repeats"].max())
+        notes.append(f"Times are host times per forward, the median of {n} repeats (each a fresh capture process); "
+                     "\u201ccaptures\u201d gives the lowest and highest capture: a host time has no rerun interval "
+                     "(docs/statistics.md); a ranking is called only outside those ranges." + short_repeats(summary))
+    elif has_run_interval(summary):
         n = int(summary["repeats"].max())
         notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "
                      f"the 95 % interval the median of a rerun with as many repeats will hold on the {SAME_SITTING} (another "
