@@ -209,3 +209,17 @@ def test_a_cpu_runs_page_1_calls_its_host_ranges_captures_not_rerun_intervals():
     assert "\u201ccaptures\u201d gives the lowest and highest capture" in notes and "\u201crerun\u201d" not in notes
     gpu = cpu.assign(device_ms_run_lo=0.057)
     assert "\u201crerun\u201d is the 95 % interval" in " ".join(brief_notes(None, [], gpu))
+
+
+def test_the_environments_host_load_is_over_every_capture():
+    """The Environment table's load average: min-max over every capture (repeats.csv), not repeat 1's alone
+    (summary.csv); a new user's CPU report read 4.2-4.6 where its captures ran at 4.25 to 5.62."""
+    import pandas as pd
+
+    from attnprof.render.report import _load_range
+
+    summary = pd.DataFrame({"host_load_1m": [4.6, 4.25]})
+    repeats = pd.DataFrame({"host_load_1m": [4.6, 4.25, 5.62, 4.9, None]})
+    # two significant digits, as the table prints a load average (format_number)
+    assert _load_range(summary, repeats) == "4.2\u20135.6"
+    assert _load_range(summary) == "4.2\u20134.6"

@@ -159,7 +159,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "brief_notes": brief_notes(study, shapes, summary, used), "gpus_used": used, "sweep": sweep_table(summary, gpu, bound),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration), "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary), "files": file_names(), **noise_floors(cfg)}
+            "host_load": _load_range(summary, repeats), "files": file_names(), **noise_floors(cfg)}
 
 
 def noise_floors(cfg: dict) -> dict:
@@ -526,9 +526,11 @@ def detection_limit(rows: list[dict], threshold: float) -> dict | None:
             "at_threshold": limits[0] <= 100 * threshold + 1e-6, "repeats": f"{side(ra)} / {side(rb)}"}
 
 
-def _load_range(summary: pd.DataFrame) -> str:
-    """'min–max' (or one value) of the captures' 1-minute host load average; '' when not recorded."""
-    load = pd.to_numeric(summary.get("host_load_1m", pd.Series(dtype=float)), errors="coerce").dropna()
+def _load_range(summary: pd.DataFrame, repeats: pd.DataFrame | None = None) -> str:
+    """'min–max' (or one value) of the captures' 1-minute host load average, over every capture (repeats.csv; a
+    result set without it: summary.csv, repeat 1's only); '' when not recorded."""
+    table = repeats if repeats is not None and "host_load_1m" in repeats else summary
+    load = pd.to_numeric(table.get("host_load_1m", pd.Series(dtype=float)), errors="coerce").dropna()
     if load.empty:
         return ""
     lo, hi = format_number(load.min(), 2), format_number(load.max(), 2)
