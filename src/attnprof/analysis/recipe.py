@@ -239,7 +239,7 @@ def write_recipe(table: pd.DataFrame, path) -> None:
     id first appears (empty after). A kernel name is a C++ template of up to a few kB and every forward repeats it: on
     the H200 sweep's sdpa_math at seq_len 8192 (10 forwards of 20 steps) the table shrinks from 565 kB to 159 kB, the
     sweep's 63 recipe tables of repeat 1 from 4.5 MB to 1.3 MB. :func:`read_recipe` restores the names."""
-    ids, first = pd.factorize(table["name"], use_na_sentinel=False)
+    ids, _ = pd.factorize(table["name"], use_na_sentinel=False)
     out = table.assign(name_id=ids)
     shown = ~pd.Series(ids, index=table.index).duplicated()
     out["name"] = table["name"].where(shown.to_numpy(), "")

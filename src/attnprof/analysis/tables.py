@@ -313,12 +313,14 @@ def _repeat_notes(rows: list[dict], expected: int | None) -> list[str]:
     ``expected`` asks for and no capture gave (copies: :func:`_copies`)."""
     notes = [f"repeat {r['repeat']} {r.get('status')}: {str(r.get('reason') or '')[:200]}".rstrip(": ")
              for r in rows if r.get("status") != "ok"]
-    found = {int(r["repeat"]) for r in rows}
-    missing = sorted(set(range(1, (expected or 0) + 1)) - found)
-    if missing:
-        notes.append(f"repeat{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {expected} missing "
-                     "(no capture record): not counted")
-    return notes
+    return notes + _missing_rounds(rows, expected)
+
+
+def _missing_rounds(rows: list[dict], expected: int | None) -> list[str]:
+    """The note on the rounds ``expected`` asks for that no capture record in ``rows`` gave ([] when none)."""
+    missing = sorted(set(range(1, (expected or 0) + 1)) - {int(r["repeat"]) for r in rows})
+    return [f"repeat{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {expected} missing "
+            "(no capture record): not counted"] if missing else []
 
 
 def _copies(ok: list[dict]) -> tuple[list[dict], list[str]]:
@@ -460,8 +462,7 @@ def _not_run_note(rows: list[dict], expected: int | None) -> str:
         words = [f"all {len(reps)} repeats {status}" if len(reps) > 1 else f"repeat {reps[0]} {status}"]
     else:
         words = [f"repeat{'s' if len(reps) > 1 else ''} {', '.join(reps)} {status}" for status, reps in by_status.items()]
-    missing = [n for n in _repeat_notes(rows, expected) if n.endswith("(no capture record): not counted")]
-    return "; ".join(words + missing)
+    return "; ".join(words + _missing_rounds(rows, expected))
 
 
 def _gpus_used(rows: list[dict]) -> str | None:

@@ -383,11 +383,7 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
 
     sched = spec["schedule"]
     steps = sched["wait"] + sched["warmup"] + sched["active"]
-    torch.manual_seed(spec["seed"])
-    st.forward, backend_context = make_forward(spec["variant"], shape, device, spec.get("custom"))
-    stack.enter_context(backend_context)
-    st.sets = make_inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
-    q, k, v = st.sets[0]
+    q, k, v = _set_up(spec, shape, device, st, stack)
     produced = {}
     if spec["variant"] in COMPILED and not spec.get("custom"):
         log(f"{spec['variant']} {shape.key} on {device}: compiling (first call)")
@@ -438,6 +434,19 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     if device == "cuda":
         produced["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
     return produced
+
+
+def _set_up(spec: dict, shape: Shape, device: str, st, stack: contextlib.ExitStack) -> tuple:
+    """What the profile and the check process both start from: the seed, the variant's forward in ``st.forward``
+    (its backend context entered on ``stack``) and the input sets (``spec`` timing ``input_sets``, from the seed) in
+    ``st.sets``; returns the first set's (q, k, v), the one the profiled steps and the float64 check use."""
+    import torch
+
+    torch.manual_seed(spec["seed"])
+    st.forward, backend_context = make_forward(spec["variant"], shape, device, spec.get("custom"))
+    stack.enter_context(backend_context)
+    st.sets = make_inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
+    return st.sets[0]
 
 
 def _backward_setup(spec: dict, shape: Shape, device: str, st, q, k, v) -> dict:
@@ -821,13 +830,7 @@ def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.E
     profile (the forward, the input sets, the warm-up calls, the backward's leaf inputs and output gradient), then
     one forward of the first input set, whose output the float64 check reads (the profiled steps ran the same
     forward on the same inputs)."""
-    import torch
-
-    torch.manual_seed(spec["seed"])
-    st.forward, backend_context = make_forward(spec["variant"], shape, device, spec.get("custom"))
-    stack.enter_context(backend_context)
-    st.sets = make_inputs(shape, device, max(1, spec["timing"]["input_sets"]), spec["seed"])
-    q, k, v = st.sets[0]
+    q, k, v = _set_up(spec, shape, device, st, stack)
     for _ in range(spec["warmup_calls"]):
         st.out = st.forward(q, k, v)
     if backward:

@@ -464,7 +464,7 @@ def _label_ops(ax, ops: list[dict], range_us: float) -> None:
     text: readable on the green, and an underscore that reaches below the bar stays visible."""
     for b in ops:
         if b["w"] > 0.08 * range_us:
-            ax.text(b["x"] + b["w"] / 2, 0, b["title"].split("\n")[0].removeprefix("aten::"), ha="center",
+            ax.text(b["x"] + b["w"] / 2, 0, b["label"].removeprefix("aten::"), ha="center",
                     va="center", fontsize=7, color="#111111", clip_on=True)
 
 

@@ -58,7 +58,8 @@ def lane(capture: dict, gpu: bool) -> dict:
     the capture's recipe.csv and forwards.csv, None where absent) and source (the recipe's path, for errors).
     Returns ``{"variant", "forward", "range_us", "bars": [...], "why"}``: ``why`` (None when drawn) says why
     nothing is drawn; each bar ``{"row": "range"|"launch"|"gpu", "x", "w" (µs), "color", "title" (plain
-    text), "cls"}``, GPU (or op) bars in the recipe's step order, each step's launch call before it.
+    text), "cls"}`` (an aten op's bar also "label", its op), GPU (or op) bars in the recipe's step order, each
+    step's launch call before it.
     Raises ValueError naming the source when the recipe lacks a column of :data:`NEEDED` (a table written
     before those columns: rerun rule extract)."""
     out = {"variant": capture["variant"], "forward": None, "range_us": None, "bars": [], "why": None}
@@ -100,8 +101,8 @@ def _label(s) -> str:
 def _op_bars(s) -> list[dict]:
     """The bar of a CPU run's step: one of the forward's top-level aten ops, on the host."""
     return [{"row": "gpu", "x": float(s.start_us), "w": float(s.dur_us), "color": COLORS["cpu"],
-             "cls": "aten op", "title": f"{_label(s)}\naten op (top level), {_us(s.dur_us)} on the host, "
-                                        f"from {_us(s.start_us)}"}]
+             "cls": "aten op", "label": _label(s), "title": f"{_label(s)}\naten op (top level), {_us(s.dur_us)} on "
+                                                            f"the host, from {_us(s.start_us)}"}]
 
 
 def _kernel_bars(s) -> list[dict]:
