@@ -25,16 +25,7 @@ environments:
   a: {python: $py, env: {ATTNPROF_AA_SIDE: "a"}}
   b: {python: $py, env: {ATTNPROF_AA_SIDE: "b"}}
 YAML
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-rm -rf results/nvidia-h200@a results/nvidia-h200@b results/compare/nvidia-h200-ab
-start=$(date +%s.%N)
-set +e
-timeout --signal=TERM "${AA_TIMEOUT_S:-520}" snakemake results/nvidia-h200@a/report.html \
-  results/nvidia-h200@b/report.html results/compare/nvidia-h200-ab/compare.html \
-  --cores 16 --keep-going --configfile config/config.yaml "$OUT/aa-h200.yaml" 2>&1 | tee "$OUT/snakemake.log"
-rc=${PIPESTATUS[0]}
-set -e
-echo "snakemake exit: $rc, wall $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
+ab_run a b "$OUT/aa-h200.yaml" "${AA_TIMEOUT_S:-520}"
 tar czf "$OUT/aa.tgz" results/nvidia-h200@a results/nvidia-h200@b results/compare/nvidia-h200-ab 2>/dev/null || true
 gzip -f "$OUT/snakemake.log"
 ls -la "$OUT"

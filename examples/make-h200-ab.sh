@@ -29,18 +29,7 @@ environments:
   base: {python: $py}
   sleep: {python: $py, env: {ATTNPROF_AB_EXTRA_SLEEP: "1"}}
 YAML
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-rm -rf results/nvidia-h200@* results/compare/nvidia-h200-ab
-start=$(date +%s.%N)
-set +e
-# html targets only: compare_json and both reports' HTML (the PDFs elsewhere)
-# the targets first: --configfile takes a list
-timeout --signal=TERM "${AB_TIMEOUT_S:-540}" snakemake results/nvidia-h200@base/report.html \
-  results/nvidia-h200@sleep/report.html results/compare/nvidia-h200-ab/compare.html \
-  --cores 16 --keep-going --configfile config/config.yaml "$OUT/ab-h200.yaml" 2>&1 | tee "$OUT/snakemake.log"
-rc=${PIPESTATUS[0]}
-set -e
-echo "snakemake exit: $rc, wall $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
+ab_run base sleep "$OUT/ab-h200.yaml" "${AB_TIMEOUT_S:-540}"
 python3 - <<'PY'
 import json
 pair = json.load(open("results/compare/nvidia-h200-ab/compare.json"))["pairs"][0]

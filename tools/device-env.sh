@@ -32,3 +32,22 @@ PY
   tar czf "$OUT/$1.tgz" "results/$4"
   gzip -f "$OUT/snakemake.log"
 }
+
+# ab_run A B YAML TIMEOUT_S: an A/B run of environments A and B (config environments, in YAML over
+# config/config.yaml) on this machine, from scratch, targets html only (the PDFs are rendered elsewhere):
+# results/nvidia-h200@A and @B and their paired compare, results/compare/nvidia-h200-ab. Logs to
+# $OUT/snakemake.log, says exit and wall time, and leaves the exit status in AB_RC.
+ab_run() {
+  local a=$1 b=$2 yaml=$3 limit=$4 start
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  rm -rf "results/nvidia-h200@$a" "results/nvidia-h200@$b" results/compare/nvidia-h200-ab
+  start=$(date +%s.%N)
+  set +e
+  # the targets first: --configfile takes a list
+  timeout --signal=TERM "$limit" snakemake "results/nvidia-h200@$a/report.html" "results/nvidia-h200@$b/report.html" \
+    results/compare/nvidia-h200-ab/compare.html --cores 16 --keep-going --configfile config/config.yaml "$yaml" \
+    2>&1 | tee "$OUT/snakemake.log"
+  AB_RC=${PIPESTATUS[0]}
+  set -e
+  echo "snakemake exit: $AB_RC, wall $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
+}
