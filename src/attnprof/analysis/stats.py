@@ -256,6 +256,14 @@ def judge(d: float, se: float, df: float, threshold: float, confidence: float = 
     return out
 
 
+def _aim(d: float, threshold: float, confidence: float) -> tuple[float, float]:
+    """What more rounds would aim at for a log ratio ``d``: (its distance from the threshold ``ln(1 + threshold)``,
+    the interval level of the verdict it would reach): ``confidence`` for "changed" when ``|d|`` lies beyond the
+    threshold, :data:`EQUIVALENCE_CONFIDENCE` for "same" otherwise (:func:`judge`)."""
+    theta = math.log1p(threshold)
+    return abs(abs(d) - theta), (confidence if abs(d) > theta else EQUIVALENCE_CONFIDENCE)
+
+
 def rounds_needed(d: float, var_a: float, var_b: float, n: int, df: float, threshold: float, sitting_var: float = 0.0,
                   paired: bool = False, power: float = POWER, confidence: float = CONFIDENCE) -> int | None:
     """Rounds per side at which :func:`judge` decides an undetermined row with chance ``power``, if the log ratio
@@ -266,17 +274,15 @@ def rounds_needed(d: float, var_a: float, var_b: float, n: int, df: float, thres
     ``|d|`` lies beyond ``ln(1 + threshold)`` and at "same" otherwise (noncentral t: scipy.stats.nct).
     ``MAX_REPEATS_SUGGESTED + 1`` ("more than that") when none does, among them when the sitting term alone is
     too wide; None when ``d`` is at the threshold itself (no number of rounds decides it)."""
-    theta = math.log1p(threshold)
-    margin = abs(abs(d) - theta)
+    margin, level = _aim(d, threshold, confidence)
     if margin == 0:
         return None
-    changed = abs(d) > theta
     m = np.arange(n + 1, MAX_REPEATS_SUGGESTED + 1)
     se = np.sqrt(var_a / m) if paired else np.sqrt((var_a + var_b) / m + 2 * sitting_var)
     if not se.all():
         return n + 1
     dfm = df + (m - n)
-    crit = _st.t.ppf((1 + (confidence if changed else EQUIVALENCE_CONFIDENCE)) / 2, dfm)
+    crit = _st.t.ppf((1 + level) / 2, dfm)
     enough = np.flatnonzero(_st.nct.sf(crit, dfm, margin / se) >= power)
     return int(m[enough[0]]) if len(enough) else MAX_REPEATS_SUGGESTED + 1
 
@@ -356,9 +362,7 @@ def sitting_bound(d: float, threshold: float, sitting_var: float, confidence: fl
     noncentral t: scipy.stats.norm)."""
     if sitting_var <= 0:
         return False
-    theta = math.log1p(threshold)
-    margin = abs(abs(d) - theta)
-    level = confidence if abs(d) > theta else EQUIVALENCE_CONFIDENCE
+    margin, level = _aim(d, threshold, confidence)
     z = _st.norm.ppf((1 + level) / 2)
     return bool(_st.norm.sf(z - margin / math.sqrt(2 * sitting_var)) < power)
 
