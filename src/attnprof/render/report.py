@@ -17,7 +17,7 @@ import pandas as pd
 
 from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
-from attnprof.analysis.stats import SAME_SITTING, SITTING_SD, detectable_at, detectable_change
+from attnprof.analysis.stats import CONFIDENCE, SAME_SITTING, SITTING_SD, detectable_at, detectable_change, look_levels
 from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_run_interval
 from attnprof.findings.data import RunData
 from attnprof.findings.expectations import WITHIN_NOISE
@@ -353,7 +353,7 @@ def compare_context(doc: dict, css: str) -> dict:
     pair as :func:`pair_context` gives it, and the CSS."""
     cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
            "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
-    cmp["pairs"] = [pair_context(pair, doc["noise_floor"]) for pair in doc["pairs"]]
+    cmp["pairs"] = [pair_context(pair, doc["noise_floor"], doc.get("confidence", CONFIDENCE)) for pair in doc["pairs"]]
     return {"cmp": cmp, "css": css}
 
 
@@ -363,7 +363,7 @@ def _differ(rows: list[dict], what: str) -> list[str]:
                               if r.get(f"{what}_added") or r.get(f"{what}_removed")))
 
 
-def pair_context(pair: dict, noise_floor: float) -> dict:
+def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE) -> dict:
     """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
     (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
     verdicts could find (``detection``, :func:`detection_limit`), the dispatches that changed (each with its
@@ -378,7 +378,17 @@ def pair_context(pair: dict, noise_floor: float) -> dict:
             "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
             "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
             "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
-            "claims": _compare_claims(changed, dispatch)}
+            "claims": _compare_claims(changed, dispatch), "top_up": _top_up_rows(rows, pair.get("design"), confidence)}
+
+
+def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> dict:
+    """The rows that got rounds added after look 1 (attnprof.analysis.top_up): ``rows`` (each with ``added``
+    rounds) and how many of them the rounds decided (``decided``), and the interval levels of each look in %
+    (``changed_pct``, ``same_pct``: attnprof.analysis.stats.look_levels)."""
+    topped = [{**r, "added": r["top_up"]["rounds"] - r["top_up"]["base"]} for r in rows if r.get("top_up")]
+    changed, same = look_levels(confidence, (design or {}).get("looks") or 1)
+    return {"rows": topped, "decided": sum(r["verdict"] != "inconclusive" for r in topped),
+            "changed_pct": 100 * changed, "same_pct": 100 * same}
 
 
 def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
@@ -393,11 +403,11 @@ def _pct(fraction) -> float | None:
 
 #: What a compare row of an older compare.json lacks, as None (or '').
 _ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
-                 "repeats_b": None, "repeats_needed": None, "why": ""}
+                 "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None}
 #: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
 #: the joint control and the sitting term were recorded, none stated.
 _PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None}
+                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None, "design": None}
 
 
 def _extra(row: dict) -> bool:
@@ -509,7 +519,7 @@ def detection_limit(rows: list[dict], threshold: float) -> dict | None:
         se, df = r.get("se"), r.get("df")
         if not (_ok(se) and _ok(df)) or r.get("verdict") == "not judged":
             continue
-        limits.append(100 * detectable_at(se, df, threshold))
+        limits.append(100 * detectable_at(se, df, threshold, confidence=r.get("level") or CONFIDENCE))
         repeats.add((r.get("repeats_a"), r.get("repeats_b")))
     if not limits:
         return None
