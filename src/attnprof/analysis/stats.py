@@ -52,6 +52,8 @@ import numpy as np
 from scipy import optimize as _opt
 from scipy import stats as _st
 
+from attnprof.model.fmt import format_range
+
 #: Confidence level of the rerun interval and of a ratio's interval.
 CONFIDENCE = 0.95
 #: Confidence level of the equivalence ("same within X") interval: two one-sided tests at 5 % each.
@@ -268,7 +270,7 @@ def judge(d: float, se: float, df: float, threshold: float, confidence: float = 
         out.update(verdict="same", why=f"the same within {pct}: the {_level(equivalence)} interval lies inside")
     else:
         out.update(verdict="inconclusive",
-                   why=f"undetermined: the {_level(confidence)} interval ({out['lo']:.3f}-{out['hi']:.3f}) neither lies "
+                   why=f"undetermined: the {_level(confidence)} interval ({format_range(out['lo'], out['hi'], digits=4)}) neither lies "
                        f"beyond ±{pct} nor, at {_level(equivalence)}, inside it")
     return out
 
