@@ -167,3 +167,27 @@ def test_a_missing_env_json_says_re_render_first_with_the_command(tmp_path, monk
             "workflow/profiles/render results/from_gpu/report.pdf") in str(err.value)
     with pytest.raises(ValueError, match="Re-render results/elsewhere first: .venv/bin/snakemake --profile"):
         recorded_grid(Layout(), "elsewhere")  # not among the examples: the render command alone
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"rows": {}}', '{"rows": [{"variant": "v", "shape_key": "s"}]}',
+                                  '{"rows": [{"variant": "v", "shape_key": "s", "rounds": "4"}]}',
+                                  '{"rows": [{"variant": "v", "shape_key": "s", "rounds": true}]}',
+                                  '{"rows": [{"variant": "v", "shape_key": "s", "rounds": 0}]}'])
+def test_a_top_up_record_that_attnprof_did_not_write_is_refused_naming_it(tmp_path, text):
+    """Its rounds decide which captures a result set holds: a damaged or hand-made one is refused with the file and
+    the fix, never read as rounds (a string '4', a bool, 0 rounds, no rounds, rows not a list, not JSON)."""
+    from attnprof.model.plan import load_top_up
+
+    path = tmp_path / "top_up.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{path}.*(copy it again|delete it)"):
+        load_top_up(path)
+
+
+def test_a_top_up_record_attnprof_wrote_loads(tmp_path):
+    from attnprof.model.plan import load_top_up
+
+    path = tmp_path / "top_up.json"
+    assert load_top_up(path) is None
+    path.write_text('{"base": 3, "rows": [{"variant": "v", "shape_key": "s", "rounds": 5}], "left": []}')
+    assert load_top_up(path)["rows"][0]["rounds"] == 5

@@ -196,8 +196,36 @@ class Plan:
 
 def rounds_of(record: Mapping | None, base: int) -> dict[tuple[str, str], int]:
     """{(shape_key, variant): rounds in all} of the rows a top-up record (attnprof.analysis.top_up.plan_top_up's,
-    as a result set's top_up.json holds it) added rounds to; the other cells have ``base``. An absent record: {}."""
+    as a result set's top_up.json holds it; :func:`load_top_up`) added rounds to; the other cells have ``base``.
+    An absent record: {}."""
     return {(r["shape_key"], r["variant"]): max(int(r["rounds"]), base) for r in (record or {}).get("rows", [])}
+
+
+def load_top_up(path: str | Path) -> dict | None:
+    """A result set's top_up.json (None where it has none), checked: an object whose ``rows`` is a list of
+    objects each with a text ``variant`` and ``shape_key`` and whole ``rounds`` from 1 to 100. Raises ValueError
+    naming the file, what is wrong and the fix (its rounds decide which captures a result set holds)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} cannot be read ({exc}): {_TOP_UP_FIX}") from None
+    rows = record.get("rows") if isinstance(record, dict) else None
+    if not isinstance(rows, list) or not all(_top_up_row(r) for r in rows):
+        raise ValueError(f"{path} is not a top-up record attnprof wrote (rows must list variant, shape_key and "
+                         f"rounds from 1 to 100): {_TOP_UP_FIX}")
+    return record
+
+
+_TOP_UP_FIX = ("copy it again from where the result set was captured (it says which rounds were added), or, in this "
+               "config's A/B run, delete it and run again (the top_up checkpoint writes it anew)")
+
+
+def _top_up_row(row) -> bool:
+    return (isinstance(row, dict) and isinstance(row.get("variant"), str) and isinstance(row.get("shape_key"), str)
+            and isinstance(row.get("rounds"), int) and not isinstance(row.get("rounds"), bool) and 1 <= row["rounds"] <= 100)
 
 
 def _recorded(layout: Layout, run: str) -> dict:

@@ -206,10 +206,12 @@ class ResultSetState:
         return rounds_of(self.top_up_record(run), self.grid(run).repeats)
 
     def _recorded_top_up(self, run: str) -> dict | None:
-        import json
+        from attnprof.model.plan import load_top_up
 
-        path = Path(self.layout.run_file("top_up", run))
-        return json.loads(path.read_text()) if path.exists() else None
+        try:
+            return load_top_up(self.layout.run_file("top_up", run))
+        except ValueError as exc:
+            refuse(str(exc))
 
     def control_capture(self, run: str, name: str, kind: str = "table") -> list[str]:
         from attnprof.model.variants import CONTROL
