@@ -101,7 +101,7 @@ def paired_verdicts(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequ
     first = _look(_upto(repeats_a, design.base), _upto(repeats_b, design.base), keys, col, threshold, confidence,
                   design.looks)
     topped = [k for k in keys if design.looks > 1 and first[k]["verdict"] == "inconclusive"
-              and max((len(x) for x in paired_repeat_medians(repeats_a, repeats_b, *k, col)), default=0) > design.base]
+              and _paired_rounds(repeats_a, repeats_b, k, col) > first[k]["n_a"]]
     second = _look(repeats_a, repeats_b, keys, col, threshold, confidence, design.looks) if topped else {}
     out = {k: {**v, "look": 1, "top_up": None} for k, v in first.items()}
     for k in topped:
@@ -109,6 +109,12 @@ def paired_verdicts(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequ
         out[k] = {**second[k], "look": 2, "false_alarm": sum(fa) if fa else None,
                   "top_up": {"base": first[k]["n_a"], "rounds": second[k]["n_a"], "why": first[k]["why"]}}
     return out
+
+
+def _paired_rounds(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, key: tuple[str, str], col: str) -> int:
+    """The rounds of ``key`` with a time on both sides (compare_paired's pairs): a round added on one side only, or
+    whose capture failed on either, adds nothing to judge again."""
+    return len(paired_ratios(*paired_repeat_medians(repeats_a, repeats_b, *key, col)))
 
 
 def _extra_rounds(verdict: Mapping, base: int, most: int) -> int:

@@ -211,16 +211,18 @@ def load_top_up(path: str | Path) -> dict | None:
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{path} cannot be read ({exc}): {_TOP_UP_FIX}") from None
+        raise ValueError(f"{path} cannot be read ({exc}): {_top_up_fix(path)}") from None
     rows = record.get("rows") if isinstance(record, dict) else None
     if not isinstance(rows, list) or not all(_top_up_row(r) for r in rows):
         raise ValueError(f"{path} is not a top-up record attnprof wrote (rows must list variant, shape_key and "
-                         f"rounds from 1 to 100): {_TOP_UP_FIX}")
+                         f"rounds from 1 to 100): {_top_up_fix(path)}")
     return record
 
 
-_TOP_UP_FIX = ("copy it again from where the result set was captured (it says which rounds were added), or, in this "
-               "config's A/B run, delete it and run again (the top_up checkpoint writes it anew)")
+def _top_up_fix(path: Path) -> str:
+    return ("copy it again from where the result set was captured (it says which rounds were added), or, in this "
+            f"config's A/B run, delete it and make it anew by naming it: snakemake {path} (the top_up checkpoint; a "
+            "plain rerun does not notice that it is gone), then run again")
 
 
 def _top_up_row(row) -> bool:
@@ -244,6 +246,15 @@ def _recorded(layout: Layout, run: str) -> dict:
                          f"attnprof wrote (or it was cut short or edited), so the shapes and variants of result set "
                          f"{run!r} are unknown. Copy {env_path} again from where the result set was captured.")
     return recorded
+
+
+def recorded_top_up_rounds(layout: Layout, run: str) -> int:
+    """config ``top_up.rounds`` recorded in result set ``run``'s env.json (0: top-up off, or not recorded)."""
+    try:
+        top_up = (_recorded(layout, run)["config"].get("top_up") or {})
+        return int(top_up.get("rounds") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0
 
 
 def _missing_keys(recorded) -> list[str]:

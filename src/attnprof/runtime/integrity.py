@@ -203,7 +203,30 @@ class ResultSetState:
         every other cell has the grid's repeats."""
         from attnprof.model.plan import rounds_of
 
-        return rounds_of(self.top_up_record(run), self.grid(run).repeats)
+        return rounds_of(self._top_up(run), self.grid(run).repeats) if self._top_up_on(run) else {}
+
+    def _top_up_on(self, run: str) -> bool:
+        """Whether result set ``run`` was captured with top-up on: this config's (config top_up.rounds), another's
+        by its env.json. A top_up.json left from an earlier run with it on then adds no rounds: compare judges such a
+        result set in one look (attnprof.analysis.top_up.design_of), which rounds chosen by a look 1 would bias."""
+        if run in self.plan.this_runs:
+            return run in self.plan.top_up_runs()
+        from attnprof.model.plan import recorded_top_up_rounds
+
+        return recorded_top_up_rounds(self.layout, run) > 0
+
+    def _top_up(self, run: str) -> dict | None:
+        """``run``'s top_up.json; in this config's A/B run, refused where another environment's record names other
+        rows or rounds (every environment's rounds are paired: the checkpoint writes one record to each)."""
+        record = self.top_up_record(run)
+        for other in self.plan.top_up_runs() if run in self.plan.top_up_runs() else ():
+            if (self.top_up_record(other) or {}).get("rows") != (record or {}).get("rows"):
+                files = " ".join(self.layout.run_file("top_up", r) for r in self.plan.top_up_runs())
+                refuse(f"{self.layout.run_file('top_up', run)} and {self.layout.run_file('top_up', other)} name "
+                       "different rows or rounds (edited by hand?), but both environments must capture the same "
+                       f"rounds to pair them: rm {files} && snakemake {files} (the top_up checkpoint writes them "
+                       "anew; a plain rerun does not notice that they are gone), then run again")
+        return record
 
     def _recorded_top_up(self, run: str) -> dict | None:
         from attnprof.model.plan import load_top_up
