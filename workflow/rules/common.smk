@@ -190,6 +190,7 @@ onstart:
 def top_up_record(run):
     """Result set ``run``'s top_up.json (attnprof.analysis.top_up): this A/B run's once its checkpoint ran."""
     if run in PLAN.top_up_runs():
+        STATE.check_top_up_kept(run)
         checkpoints.top_up.get()
     return STATE._recorded_top_up(run)
 

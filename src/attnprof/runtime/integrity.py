@@ -221,12 +221,24 @@ class ResultSetState:
         record = self.top_up_record(run)
         for other in self.plan.top_up_runs() if run in self.plan.top_up_runs() else ():
             if (self.top_up_record(other) or {}).get("rows") != (record or {}).get("rows"):
-                files = " ".join(self.layout.run_file("top_up", r) for r in self.plan.top_up_runs())
                 refuse(f"{self.layout.run_file('top_up', run)} and {self.layout.run_file('top_up', other)} name "
                        "different rows or rounds (edited by hand?), but both environments must capture the same "
-                       f"rounds to pair them: rm {files} && snakemake {files} (the top_up checkpoint writes them "
-                       "anew; a plain rerun does not notice that they are gone), then run again")
+                       f"rounds to pair them: {self._top_up_fix()}")
         return record
+
+    def _top_up_fix(self) -> str:
+        files = " ".join(self.layout.run_file("top_up", r) for r in self.plan.top_up_runs())
+        return (f"rm -f {files} && snakemake {files} (the top_up checkpoint writes them anew; a plain rerun does not "
+                "notice that they are gone), then run again")
+
+    def check_top_up_kept(self, run: str) -> None:
+        """Refuse this A/B run's result set ``run`` whose top_up.json is gone although it was summarized with it:
+        Snakemake does not rerun a checkpoint whose output was deleted when only input functions ask for it, so the
+        result set would be read with its base rounds only. Names the file and the command that writes it again."""
+        path = Path(self.layout.run_file("top_up", run))
+        if run in self.plan.top_up_runs() and not path.exists() and Path(self.layout.run_file("summary", run)).exists():
+            refuse(f"{path} is gone: it records which rows got rounds added, and without it this result set would be "
+                   f"read with its base rounds only: {self._top_up_fix()}")
 
     def _recorded_top_up(self, run: str) -> dict | None:
         from attnprof.model.plan import load_top_up
