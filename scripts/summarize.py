@@ -21,10 +21,9 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.analysis.backward import backward_summary
-    from attnprof.model.names import CAPTURE_FILES
+    from attnprof.model.names import CAPTURE_FILES, FORMAT_KEY, FORMATS
     from attnprof.model.plan import Layout
     from attnprof.analysis.records import ENV_CHECK_KEYS, check_capture_record, load_env, load_status
-    from attnprof.model.names import FORMAT_KEY, FORMATS
     from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, repeat_noise, summary_row
 
     # the run's env.json, a declared input
@@ -52,8 +51,9 @@ with script_log(sm.log[0]) as log:
         for r in rows:
             r["started_at"] = started[(r["variant"], r["shape_key"], r["repeat"])]
     repeats = [r for rows in per_pair.values() for r in rows]
-    pd.DataFrame(repeats, columns=REPEAT_COLUMNS).assign(**{FORMAT_KEY: FORMATS["repeats"]}).to_csv(sm.output.repeats,
-                                                                                                 index=False)
+    # in the current format: its version in a constant column (this docstring)
+    repeats_csv = pd.DataFrame(repeats, columns=REPEAT_COLUMNS).assign(**{FORMAT_KEY: FORMATS["repeats"]})
+    repeats_csv.to_csv(sm.output.repeats, index=False)
     # the between-process noise pooled over each variant's shapes (attnprof.analysis.stats.pool_noise)
     noise = repeat_noise(per_pair)
     expected = int(env["config"]["repeats"])

@@ -284,7 +284,7 @@ def _check_folder(status: Mapping, where: str, folder: dict | None) -> None:
         raise RecordError(f"{where} says shape_key {status.get('shape_key')!r} but lies in the folder of shape "
                           f"{folder['shape_key']!r}; {_FIX_CAPTURE}")
     if str(status.get("repeat")) != str(folder["repeat"]):
-        raise RecordError(f"{where} says repeat {status['repeat']!r} but lies in the folder of repeat "
+        raise RecordError(f"{where} says repeat {status.get('repeat')!r} but lies in the folder of repeat "
                           f"{folder['repeat']} ({REPEAT_PREFIX}{folder['repeat']}); {_FIX_CAPTURE}")
 
 

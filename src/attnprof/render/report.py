@@ -113,8 +113,7 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
                if parts else "")
     if len(dev):
-        largest += detection_text(n, cfg["compare"]["noise_floor"], dev,
-                                  col("device_ms_run_df"))
+        largest += detection_text(n, cfg["compare"]["noise_floor"], dev, col("device_ms_run_df"))
     coverage = 100 * (n - 1) / (n + 1)
     return (f"each (variant, shape) was captured {n} times (repeats), in rounds over the whole grid, each round in a fresh "
             "capture process: a repeat re-draws the process, the CUDA context, the allocations and the libraries' plan "

@@ -194,8 +194,10 @@ def crash_record(spec: dict, returncode: int | None, timeout_s: float, stderr_ta
         why = f"capture process exited with code {returncode}"
     else:
         why = "capture process exited with code 0 but wrote no status"
+    # the repeat it was to capture, as every record names it (attnprof.model.formats: status.json's format 2)
     return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, "repeat": int(spec.get("repeat", 1)),
-            **spec["shape"], "device": spec["device"], "status": "failed", "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
+            **spec["shape"], "device": spec["device"], "status": "failed",
+            "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
             "stderr_tail": stderr_tail}
 
 
