@@ -21,7 +21,8 @@ import pandas as pd
 import pytest
 
 import snakemake_cli
-from attnprof.analysis.compare import ab_pairing, ab_unpaired_reason, compare_runs, paired_repeat_medians
+from attnprof.analysis.compare import ab_pairing, ab_unpaired_reason, compare_runs
+from attnprof.analysis.top_up import paired_repeat_medians
 from attnprof.analysis.stats import compare_paired, compare_ratio
 from attnprof.model.config import ab_order, ab_priority, config_problems
 from conftest import copy_workflow
@@ -169,6 +170,7 @@ shapes:
 profiler: {{range_name: attn_fwd, warmup_calls: 1, schedule: {{wait: 1, warmup: 1, active: 2}}, min_complete_forwards: 2}}
 timing: {{repeats: 3, input_sets: 2}}
 repeats: 2
+top_up: {{rounds: 2, time_s: 600}}
 environments:
 {environments}
 """
@@ -185,7 +187,8 @@ def _ab_run(tmp_path, environments: str, names: list[str]):
     jobs = snakemake_cli.job_stats(plan.stdout)
     assert {r: jobs.get(r) for r in ("report_html", "report_pdf", "compare_json", "compare_html", "compare_pdf")} == {
         "report_html": len(names), "report_pdf": len(names), "compare_json": 1, "compare_html": 1, "compare_pdf": 1}
-    assert jobs["capture"] == 2 * len(names) * 2  # naive and the control, 2 rounds, per environment
+    # naive and the control, 2 base rounds, per environment; the rounds top-up may add are planned after its look 1
+    assert jobs["capture"] == 2 * len(names) * 2 and jobs["top_up"] == 1
     proc = snakemake_cli.run(["results/compare/tinyab-ab/compare.html", "--cores", "1", *where], timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     sets = {n: work / "results" / f"tinyab@{n}" for n in names}
@@ -212,7 +215,14 @@ def test_ab_run_with_two_thread_settings(tmp_path):
     threads = {n: json.loads((f / "env.json").read_text())["torch_threads"] for n, f in sets.items()}
     assert threads == {"one": 1, "two": 2}
     assert {r["variant"] for r in pair["rows"]} == {"naive"}
-    assert all(r["repeats_a"] == r["repeats_b"] == 2 for r in pair["rows"])  # two rounds paired
+    # two rounds paired, and where look 1 left the row undetermined the rounds top-up added (its record, which
+    # each result set holds; the captures of those rounds exist on both sides)
+    top_up = {(r["variant"], r["shape_key"]): r["rounds"] for r in json.loads((sets["one"] / "top_up.json").read_text())["rows"]}
+    assert json.loads((sets["two"] / "top_up.json").read_text())["rows"] == json.loads((sets["one"] / "top_up.json").read_text())["rows"]
+    for r in pair["rows"]:
+        rounds = top_up.get((r["variant"], r["shape_key"]), 2)
+        assert r["repeats_a"] == r["repeats_b"] == rounds and r["look"] == (2 if rounds > 2 else 1)
+        assert all((f / "captures" / r["shape_key"] / "naive" / f"r{rounds}" / "trace.json.gz").exists() for f in sets.values())
     assert any(d["key"] == "torch_threads" for d in pair["env_diff"])
     # the recipe diff is made in an A/B run (its result sets' tables are planned before they exist); one torch
     # build on both sides: the same ops in the same order, every step of A's recipe.csv kept

@@ -398,7 +398,7 @@ def test_timing_disagreement_when_math_is_the_faster():
 ])
 def test_range_overlap_boundary(math, inplace, overlap):
     f = rule_speed(_rows({"sdpa_math": math, "naive_inplace": inplace}))[0]
-    assert ("their per-forward ranges overlap" in f["statement"]) is overlap
+    assert ("their ranges over the forwards (one repeat) overlap" in f["statement"]) is overlap
     assert f["numbers"]["ratio"]["value"] == pytest.approx(math[0] / inplace[0])
     assert (f["numbers"]["math_min"]["value"], f["numbers"]["inplace_max"]["value"]) == (math[1], inplace[2])
 
@@ -407,34 +407,41 @@ def test_range_overlap_boundary(math, inplace, overlap):
 #: digits: 2.27; 4 would be 2.273), the independent timing's 1.5 / 1.1 = 1.3636 (1.36) or 2.5 / 1.1 again; the
 #: two ratios 1.67x apart (> 1.25x) in the first two runs. CPU run: math 1-3 ms overlaps inplace 0.9-1.2 ms, and
 #: inplace's slowest forward (1.2) reaches math's fastest (1): a tie. GPU runs: 2.4-2.6 ms against 1-1.2 ms, and
-#: flash's slowest (0.55) under efficient's fastest (0.7), the fused backends listed by median.
+#: flash's slowest (0.55) under efficient's fastest (0.7), the fused backends listed by median. One repeat: the
+#: time is the median of the profiled forwards, said once; each range with an en dash and its unit once.
 _SPEED_CASES = {
     "cpu, both doubts": (
         "cpu", {"sdpa_math": (2.5, 1.0, 3.0, 1.5), "naive_inplace": (1.1, 0.9, 1.2, 1.1)},
-        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, host time per forward (CPU run), median; "
-        "ranges 1 ms-3 ms and 0.9 ms-1.2 ms); independent timing gives 1.36x (1.5 ms vs 1.1 ms, median); not a finding: "
-        "the trace and the independent timing disagree by more than 1.25x (on a CPU the profiler's own cost is part of "
-        "the traced time) and their per-forward ranges overlap",
+        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, host time per forward (CPU run): median of "
+        "the profiled forwards; ranges over the forwards (one repeat) 1\u20133 ms and 0.9\u20131.2 ms); independent "
+        "timing gives 1.36x (1.5 ms vs 1.1 ms, median); not a finding: the trace and the independent timing disagree by "
+        "more than 1.25x (on a CPU the profiler's own cost is part of the traced time) and their ranges over the forwards "
+        "(one repeat) overlap",
         "2.27x the time of naive_inplace (not robust)", "warning",
         "no clear fastest variant: naive_inplace (1.1 ms) and sdpa_math (2.5 ms) tie within the spread (naive_inplace's "
-        "slowest forward 1.2 ms >= sdpa_math's fastest 1 ms; host time per forward (CPU run))",
+        "slowest forward 1.2 ms >= sdpa_math's fastest 1 ms; host time per forward (CPU run): median of the profiled "
+        "forwards)",
         "ties with sdpa_math for fastest"),
     "gpu, disagreement": (
         "cuda", {"sdpa_math": (2.5, 2.4, 2.6, 1.5), "naive_inplace": (1.1, 1.0, 1.2, 1.1),
                  "sdpa_flash": (0.5, 0.45, 0.55, 0.5), "sdpa_efficient": (0.8, 0.7, 0.9, 0.8)},
-        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, trace device time per forward, median; "
-        "ranges 2.4 ms-2.6 ms and 1 ms-1.2 ms); independent timing gives 1.36x (1.5 ms vs 1.1 ms, median); not a finding: "
-        "the trace and the independent timing disagree by more than 1.25x",
+        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, trace device time per forward: median of the "
+        "profiled forwards; ranges over the forwards (one repeat) 2.4\u20132.6 ms and 1\u20131.2 ms); independent timing "
+        "gives 1.36x (1.5 ms vs 1.1 ms, median); not a finding: the trace and the independent timing disagree by more "
+        "than 1.25x",
         "2.27x the time of naive_inplace (not robust)", "warning",
-        "fastest variant: sdpa_flash (0.5 ms, trace device time per forward, median); its slowest forward (0.55 ms) beats "
+        "fastest variant: sdpa_flash (0.5 ms, trace device time per forward: median of the profiled forwards); its "
+        "slowest forward (0.55 ms) beats "
         "the fastest of sdpa_efficient (0.7 ms); fused backends by median: flash 0.5 ms, efficient 0.8 ms",
         "fastest variant"),
     "gpu, robust": (
         "cuda", {"sdpa_math": (2.5, 2.4, 2.6, 2.5), "naive_inplace": (1.1, 1.0, 1.2, 1.1)},
-        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, trace device time per forward, median; "
-        "ranges 2.4 ms-2.6 ms and 1 ms-1.2 ms); independent timing gives 2.27x (2.5 ms vs 1.1 ms, median)",
+        "sdpa_math takes 2.27x the time of naive_inplace (2.5 ms vs 1.1 ms, trace device time per forward: median of the "
+        "profiled forwards; ranges over the forwards (one repeat) 2.4\u20132.6 ms and 1\u20131.2 ms); independent timing "
+        "gives 2.27x (2.5 ms vs 1.1 ms, median)",
         "2.27x the time of naive_inplace", "observation",
-        "fastest variant: naive_inplace (1.1 ms, trace device time per forward, median); its slowest forward (1.2 ms) "
+        "fastest variant: naive_inplace (1.1 ms, trace device time per forward: median of the profiled forwards); its "
+        "slowest forward (1.2 ms) "
         "beats the fastest of sdpa_math (2.4 ms)",
         "fastest variant"),
 }
@@ -722,7 +729,7 @@ def test_fastest_fused_names_between_run_intervals_when_the_run_has_repeats():
     assert r["value"] == "sdpa_flash" and r["tied"] == ["sdpa_flash", "sdpa_cudnn"]
     assert [i["column"] for i in r["spread_inputs"]] == ["device_ms_run_lo", "device_ms_run_hi"] * 2
     got, why = verdict(r, "sdpa_flash", "eq", None)
-    assert got == WITHIN_NOISE and why.startswith("sdpa_flash, sdpa_cudnn: their between-run intervals overlap")
+    assert got == WITHIN_NOISE and why.startswith("sdpa_flash, sdpa_cudnn: their rerun intervals overlap")
 
 
 def test_a_verdict_within_noise_names_what_was_compared():
@@ -794,4 +801,6 @@ def test_the_bound_statement_states_both_ranges_once_each_with_its_unit():
     from attnprof.findings.rules.timing import rule_cpu_cost
 
     (f,) = rule_cpu_cost(_gpu_times((2.0, 1.5, 2.5), (1.0, 0.9, 1.4)))
-    assert "(host 1.5 ms-2.5 ms, device 0.9 ms-1.4 ms per forward)" in f["statement"] and "ms ms" not in f["statement"]
+    # one repeat: each range over the forwards, with an en dash and its unit once
+    assert ("(per forward: the host's range over the forwards 1.5\u20132.5 ms, the device's range over the forwards "
+            "0.9\u20131.4 ms)") in f["statement"] and "ms ms" not in f["statement"]

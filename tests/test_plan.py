@@ -87,6 +87,27 @@ def test_an_ab_plan_names_its_result_sets_and_keeps_one_gpu():
     first = {env: plan.capture_priority(f"nvidia-h200@{env}", 1, "naive") for env in ("base", "next")}
     second = {env: plan.capture_priority(f"nvidia-h200@{env}", 2, "naive") for env in ("base", "next")}
     assert first["base"] > first["next"] > second["next"] > second["base"]
+    # top-up (config's default) adds rounds in both result sets; a round it adds still comes after every base round
+    assert plan.top_up_runs() == plan.this_runs and plan.top_up["rounds"] == 3
+    added = plan.capture_priority("nvidia-h200@base", plan.grid.repeats + 1, "naive")
+    assert added < min(plan.capture_priority(f"nvidia-h200@{e}", plan.grid.repeats, "naive") for e in ("base", "next"))
+
+
+def test_top_up_is_off_without_environments_or_with_rounds_0():
+    single = build_plan(config_of("tiny.yaml"), Machine(), name_run, slug)
+    assert single.top_up_runs() == () and single.top_up["rounds"] == 0
+    off = build_plan(config_of("tiny.yaml", "ab-envs.yaml", top_up={"rounds": 0, "time_s": 10}),
+                     Machine(env_builds={"base": {}, "next": {}}), name_run, slug)
+    assert off.top_up_runs() == ()
+
+
+def test_a_cells_rounds_follow_its_top_up_record():
+    """rounds_of by hand: the rows a record names get their rounds in all (never fewer than the base), the others none."""
+    from attnprof.model.plan import rounds_of
+
+    record = {"rows": [{"variant": "v", "shape_key": "s1", "rounds": 5}, {"variant": "w", "shape_key": "s2", "rounds": 2}]}
+    assert rounds_of(record, 3) == {("s1", "v"): 5, ("s2", "w"): 3}
+    assert rounds_of(None, 3) == {}
 
 
 def test_the_layout_spells_every_path_of_a_result_set():
@@ -146,3 +167,27 @@ def test_a_missing_env_json_says_re_render_first_with_the_command(tmp_path, monk
             "workflow/profiles/render results/from_gpu/report.pdf") in str(err.value)
     with pytest.raises(ValueError, match="Re-render results/elsewhere first: .venv/bin/snakemake --profile"):
         recorded_grid(Layout(), "elsewhere")  # not among the examples: the render command alone
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"rows": {}}', '{"rows": [{"variant": "v", "shape_key": "s"}]}',
+                                  '{"rows": [{"variant": "v", "shape_key": "s", "rounds": "4"}]}',
+                                  '{"rows": [{"variant": "v", "shape_key": "s", "rounds": true}]}',
+                                  '{"rows": [{"variant": "v", "shape_key": "s", "rounds": 0}]}'])
+def test_a_top_up_record_that_attnprof_did_not_write_is_refused_naming_it(tmp_path, text):
+    """Its rounds decide which captures a result set holds: a damaged or hand-made one is refused with the file and
+    the fix, never read as rounds (a string '4', a bool, 0 rounds, no rounds, rows not a list, not JSON)."""
+    from attnprof.model.plan import load_top_up
+
+    path = tmp_path / "top_up.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{path}.*(copy it again|delete it)"):
+        load_top_up(path)
+
+
+def test_a_top_up_record_attnprof_wrote_loads(tmp_path):
+    from attnprof.model.plan import load_top_up
+
+    path = tmp_path / "top_up.json"
+    assert load_top_up(path) is None
+    path.write_text('{"base": 3, "rows": [{"variant": "v", "shape_key": "s", "rounds": 5}], "left": []}')
+    assert load_top_up(path)["rows"][0]["rounds"] == 5

@@ -122,8 +122,10 @@ def test_in_brief_leads_with_wrong_results_and_ranks_distinct_kernels_only():
     texts = [b["text"] for b in brief]
     assert texts[0].startswith("wrong computes a wrong result") and "0.5" in texts[0]
     fastest = next(t for t in texts if t.startswith("The fastest kernel"))
-    assert fastest.startswith("The fastest kernel is sdpa_cudnn") and "sdpa_flash" in fastest
-    assert f"{0.03 / 0.02:.3g}\u00d7 faster" in fastest and "rerun 0.019\u20130.021" in fastest
+    # one shape: its key once, before the winner (never again after its time)
+    assert fastest.startswith("The fastest kernel at b1_s1 is sdpa_cudnn") and "sdpa_flash" in fastest
+    assert fastest.count("b1_s1") == 1
+    assert f"{0.03 / 0.02:.3g}\u00d7 faster" in fastest and "rerun 0.019\u20130.021 ms" in fastest
     auto = next(t for t in texts if t.startswith("sdpa_auto"))
     assert "dispatches to sdpa_cudnn" in auto and "0.03 ms more host time" in auto
     assert any(t.startswith("sdpa_math ran out of memory") for t in texts)
@@ -180,22 +182,29 @@ def test_memory_bound_shapes_are_named_with_the_fastest_kernels_gb_per_s():
     assert memory_bound(summary, calibration) == {"dec": 200.0}
     (b,) = memory_bound_brief(summary, calibration)
     assert "Memory-bound at dec (4 FLOP/B, under the measured ridge of 200)" in b["text"]
-    assert "the fastest, sdpa_flash, moves 2000 GB/s (rerun 1600\u20132500), 50 % of the measured copy bandwidth" in b["text"]
+    # the same bytes over the rerun interval's ends, 0.125 and 0.08 ms: 2000 x 0.1 / 0.125 = 1600, / 0.08 = 2500 GB/s
+    assert "the fastest, sdpa_flash, moves 2000 GB/s (rerun 1600\u20132500 GB/s), 50 % of the measured copy bandwidth" in b["text"]
     assert b["href"] == "#sweep-sdpa_flash"
     assert memory_bound_brief(summary, {}) == [] and memory_bound(summary, {"copy_tb_per_s": 4.0}) == {}  # no ridge
 
 
 def test_a_host_time_is_never_labelled_a_rerun_interval():
     """Host times have no parametric interval (attnprof.analysis.stats.host_range): their range is the lowest and
-    highest capture, and page 1 and the tables say "captures", never "rerun" (a CPU run's headline read
-    "28.9 ms (rerun 27.1-28.9)", the min and max of its three captures)."""
+    highest capture, and page 1, the findings and the tables say "captures", never "rerun" (a CPU run's headline read
+    "28.9 ms (rerun 27.1-28.9)", the min and max of its three captures). One function words it
+    (attnprof.findings.ranking.spread_words); the template asks it instead of deciding itself."""
+    from attnprof.findings.ranking import spread_words
     from attnprof.render.report import _interval
 
     row = {"cpu_ms_run_lo": 27.08, "cpu_ms_run_hi": 28.92, "device_ms_run_lo": 0.0573, "device_ms_run_hi": 0.0584}
-    assert _interval(row, "cpu_ms") == " (captures 27.1\u201328.9)"
-    assert _interval(row, "device_ms") == " (rerun 0.0573\u20130.0584)"
+    assert _interval(row, "cpu_ms") == " (captures 27.1\u201328.9 ms)"
+    assert _interval(row, "device_ms") == " (rerun 0.0573\u20130.0584 ms)"
+    for host in ("cpu_ms", "cpu_ms_backward"):
+        words = spread_words(host, True)
+        assert words["label"] == "captures" and not any("rerun" in w for w in words.values())
+    assert spread_words("device_ms", True)["label"] == "rerun" and spread_words("device_ms_backward", True)["label"] == "rerun"
     template = (Path(__file__).resolve().parents[1] / "report" / "report.html.j2").read_text()
-    assert '{% if prefix.startswith("cpu_") %}captures{% else %}rerun{% endif %}' in template
+    assert 'startswith("cpu_")' not in template and "spread_words(prefix, true).label" in template
 
 
 def test_a_cpu_runs_page_1_calls_its_host_ranges_captures_not_rerun_intervals():

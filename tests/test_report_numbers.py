@@ -178,7 +178,8 @@ def test_the_detection_limit_is_the_rule_s_own_and_host_times_promise_none():
     assert "% power" not in text and "only in a paired A/B run" in text and "67&nbsp;% probability" in text  # (5-1)/(5+1)
     gpu = pd.DataFrame({"variant": ["a", "b", "c"], "device_ms_run_sd_pct": [0.5, 1.0, 2.0], "device_ms_run_df": [8, 8, 4]})
     text = repeats_text({"repeats": 5, "compare": {"noise_floor": 0.02}}, gpu)
-    nums = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|&ndash;)", text.split("80&nbsp;% power")[1])]
+    # each number before its % or before the en dash of a range (attnprof.model.fmt.format_range)
+    nums = [float(x) for x in re.findall(r"([0-9.]+)(?:&nbsp;%|\u2013)", text.split("80&nbsp;% power")[1])]
     other = [100 * detectable_change(sd / 100, 5, 0.02, df=2 * d, sitting_sd=SITTING_SD) for sd, d in ((0.5, 8), (1.0, 8), (2.0, 4))]
     paired = [100 * detectable_change(sd / 100, 5, 0.02, df=2 * d) for sd, d in ((0.5, 8), (1.0, 8), (2.0, 4))]
     assert nums[:3] == [round(other[1], 1), round(other[0], 1), round(other[2], 1)]

@@ -185,3 +185,13 @@ onstart:
         from attnprof.runtime.jobs import start_forkserver
 
         start_forkserver()
+
+
+def top_up_record(run):
+    """Result set ``run``'s top_up.json (attnprof.analysis.top_up): this A/B run's once its checkpoint ran."""
+    if run in PLAN.top_up_runs():
+        checkpoints.top_up.get()
+    return STATE._recorded_top_up(run)
+
+
+STATE.top_up_record = top_up_record

@@ -31,9 +31,9 @@ import pandas as pd
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
 from attnprof.analysis.recipe import diff_recipes, recipe_table_problem, restore_names
 from attnprof.analysis.records import RecordError, load_record
-from attnprof.analysis.stats import (CONFIDENCE, SITTING_SD, compare_paired, compare_ratio, joint_control, paired_ratios,
-                                     pool_noise)
+from attnprof.analysis.stats import CONFIDENCE, SITTING_SD, compare_ratio, joint_control, pool_noise
 from attnprof.analysis.tables import HOST_TIMES, concat_tables
+from attnprof.analysis.top_up import design_of, paired_verdicts
 from attnprof.analysis.trace import short_kernel_name
 from attnprof.model.formats import FormatError, current_table
 from attnprof.model.names import FORMATS, REPEAT_PREFIX, RUN_FILES
@@ -107,7 +107,7 @@ def _row_keys(c: dict) -> dict:
     """A verdict of attnprof.analysis.stats under the keys of a compare row."""
     return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],
             "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"], "p": c.get("p"),
-            "false_alarm": c.get("false_alarm"), "df": c.get("df"), "se": c.get("se")}
+            "false_alarm": c.get("false_alarm"), "df": c.get("df"), "se": c.get("se"), "level": c.get("level")}
 
 
 def _dispatch(findings: dict, shape_key: str, key: str = "headline") -> str | None:
@@ -187,7 +187,7 @@ def recipe_changes(a: dict, b: dict, classify: Callable[[str, str], str] | None,
 class _Judge:
     """What every row of one pair is judged with (compare_pair): both result sets, the time column compared (``med``)
     and its label, the practical threshold, the confidence, whether the rounds are paired, and the noise pools
-    ({time column: :func:`noise_pools`})."""
+    ({time column: :func:`_pools`})."""
 
     a: dict
     b: dict
@@ -226,8 +226,8 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     keys = [(v, k) for v, k in sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
             if v != CONTROL]
     # the profiler's control is left out of the keys: checked below, never ranked with the attention variants
-    pools = {col: noise_pools(a, b, keys, col, paired) for col in (med, med.replace("per_forward", "per_backward"))
-             if _judged(col, paired)}
+    pools = {col: _pools(a, b, keys, col, paired, noise_floor, confidence)
+             for col in (med, med.replace("per_forward", "per_backward")) if _judged(col, paired)}
     judge = _Judge(a, b, med, label, noise_floor, confidence, paired, pools)
     rows = [_pair_row(judge, variant, shape_key) for variant, shape_key in keys]
     joint = joint_rows(rows)
@@ -237,6 +237,7 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
             "env_diff": env_diff(a["env"], b["env"]),
             "torch": {"a": a["env"].get("torch"), "b": b["env"].get("torch")},  # each build, local suffix and all
             "notes": _pair_notes(a, b, unpaired), "accounting": accounting, "paired": paired,
+            "design": vars(design_of(a["env"], b["env"])) if paired else None,
             "support": support_changes(sa, sb), "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
             "only_in_a": _only_in(sa, sb), "only_in_b": _only_in(sb, sa)}
 
@@ -480,41 +481,32 @@ def _interleaving_problem(both: pd.DataFrame) -> str | None:
     return None
 
 
-def paired_repeat_medians(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, variant: str, shape_key: str,
-                          col: str) -> tuple[list[float | None], list[float | None]]:
-    """The repeat medians of time column ``col`` of one (variant, shape) in two result sets of one A/B run,
-    aligned by round: one entry per repeat number found in either (ascending), None where that round has no
-    time on that side (its status not ok, or no value), so that :func:`~attnprof.analysis.stats.compare_paired`
-    leaves that round out on both sides."""
-    def by_round(repeats: pd.DataFrame) -> dict[int, float]:
-        r = repeats[(repeats["variant"] == variant) & (repeats["shape_key"] == shape_key) & (repeats["status"] == "ok")]
-        return {int(k): float(v) for k, v in zip(r["repeat"], r[col]) if not pd.isna(v)} if col in r else {}
-
-    ma, mb = by_round(repeats_a), by_round(repeats_b)
-    rounds = sorted(set(ma) | set(mb))
-    return [ma.get(k) for k in rounds], [mb.get(k) for k in rounds]
-
-
 def _judged(col: str, paired: bool) -> bool:
     """Whether time column ``col`` gets a verdict: device times always, host times (tables.HOST_TIMES) only paired."""
     return paired or col not in HOST_TIMES
 
 
-def noise_pools(a: dict, b: dict, keys: list[tuple[str, str]], col: str, paired: bool) -> dict:
-    """The pooled noise (attnprof.analysis.stats.pool_noise) of time column ``col`` for every (variant, shape) of
-    ``keys``, pooled over the shapes of each variant: paired, over the cells' per-round ratios, {key: Noise};
-    unpaired, over both result sets' repeat medians, {key: (Noise of a, Noise of b)}."""
+def noise_pools(a: dict, b: dict, keys: list[tuple[str, str]], col: str) -> dict:
+    """The pooled noise (attnprof.analysis.stats.pool_noise) of time column ``col`` of two result sets compared
+    unpaired, for every (variant, shape) of ``keys``, pooled over the shapes of each variant and both result sets'
+    repeat medians: {key: (Noise of a, Noise of b)}."""
     out = {}
     for variant in {v for v, _ in keys}:
         own = [k for k in keys if k[0] == variant]
-        if paired:
-            cells = {k: paired_ratios(*paired_repeat_medians(a["repeats"], b["repeats"], *k, col)) for k in own}
-            out.update(pool_noise(cells))
-            continue
         cells = {(side, k): _repeat_medians(x, k, col) for side, x in (("a", a), ("b", b)) for k in own}
         pooled = pool_noise(cells)
         out.update({k: (pooled[("a", k)], pooled[("b", k)]) for k in own})
     return out
+
+
+def _pools(a: dict, b: dict, keys: list[tuple[str, str]], col: str, paired: bool, threshold: float,
+           confidence: float) -> dict:
+    """What each row of time column ``col`` is judged with: paired, its verdict already (the sequential rule of
+    attnprof.analysis.top_up over the rounds, with the looks the A/B run was captured with); unpaired, its
+    :func:`noise_pools` entry."""
+    if paired:
+        return paired_verdicts(a["repeats"], b["repeats"], keys, col, threshold, confidence, design_of(a["env"], b["env"]))
+    return noise_pools(a, b, keys, col)
 
 
 def _repeat_medians(x: dict, key: tuple[str, str], col: str) -> list[float]:
@@ -525,14 +517,14 @@ def _repeat_medians(x: dict, key: tuple[str, str], col: str) -> list[float]:
 
 def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str, col: str,
                   noise_floor: float, confidence: float, paired: bool, noise=None) -> dict:
-    """The verdict of time column ``col`` for one row: paired over the rounds (compare_paired) when ``paired``
-    (two result sets of one A/B run whose rounds were interleaved, :func:`ab_pairing`), else :func:`_verdict`
-    (compare_ratio, with the sitting term) on the repeat medians; ``noise``: the row's entry of
-    :func:`noise_pools`. A host time compared unpaired gets "not judged" (:data:`HOST_UNJUDGED`). Keys of
-    :func:`_verdict`, plus ``paired``."""
-    if paired:
-        xa, xb = paired_repeat_medians(a["repeats"], b["repeats"], variant, shape_key, col)
-        return {**_row_keys(compare_paired(xa, xb, noise_floor, confidence, noise)), "paired": True}
+    """The verdict of time column ``col`` for one row: paired over the rounds when ``paired`` (two result sets of
+    one A/B run whose rounds were interleaved, :func:`ab_pairing`; ``noise`` is then the row's verdict from
+    :func:`_pools`, the sequential rule of attnprof.analysis.top_up), else :func:`_verdict` (compare_ratio, with
+    the sitting term) on the repeat medians (``noise``: the row's entry of :func:`noise_pools`). A host time
+    compared unpaired gets "not judged" (:data:`HOST_UNJUDGED`). Keys of :func:`_verdict`, plus ``paired`` (and,
+    paired, ``look`` and ``top_up``)."""
+    if paired:  # judged already, by the sequential rule over the rounds (_pools)
+        return {**_row_keys(noise), "paired": True, "look": noise["look"], "top_up": noise["top_up"]}
     out = {**_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
                       repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence,
                       noise or (None, None)), "paired": False}

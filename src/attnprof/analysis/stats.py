@@ -52,6 +52,8 @@ import numpy as np
 from scipy import optimize as _opt
 from scipy import stats as _st
 
+from attnprof.model.fmt import format_range
+
 #: Confidence level of the rerun interval and of a ratio's interval.
 CONFIDENCE = 0.95
 #: Confidence level of the equivalence ("same within X") interval: two one-sided tests at 5 % each.
@@ -228,44 +230,62 @@ def power_changed(change: float, se: float, df: float, threshold: float, confide
     return float(_st.nct.sf(_t((1 + confidence) / 2, df), df, (d - theta) / se))
 
 
-def judge(d: float, se: float, df: float, threshold: float, confidence: float = CONFIDENCE) -> dict:
+def _level(level: float) -> str:
+    """An interval's level as words: 0.95 -> '95%', 0.975 -> '97.5%'."""
+    return f"{level:.0%}" if round(level * 100, 6).is_integer() else f"{level:.1%}"
+
+
+def look_levels(confidence: float, looks: int) -> tuple[float, float]:
+    """(interval level of "changed", of "same") at each of ``looks`` looks at one row (a sequential rule: rounds
+    added where the first look left the row undetermined): the error rates ``1 - confidence`` and
+    ``1 - EQUIVALENCE_CONFIDENCE`` split evenly over the looks (Bonferroni), so that a row's chance of a false
+    verdict over all its looks stays at most the single look's (the union bound; e.g. Jennison & Turnbull, Group
+    Sequential Methods, 2000, sec. 2.2, for sharper boundaries). One look: the levels themselves."""
+    return 1 - (1 - confidence) / looks, 1 - (1 - EQUIVALENCE_CONFIDENCE) / looks
+
+
+def judge(d: float, se: float, df: float, threshold: float, confidence: float = CONFIDENCE, looks: int = 1) -> dict:
     """The verdict on a log ratio ``d`` (b over a) of standard error ``se`` with ``df`` degrees of freedom against
-    the practical threshold ``threshold`` (a fraction; module docstring). Returns ``{"verdict", "lo", "hi",
-    "lo90", "hi90", "p", "false_alarm", "why"}``: lo/hi the ratio's interval at ``confidence``, lo90/hi90 at
-    :data:`EQUIVALENCE_CONFIDENCE`; p the one-sided p value of "beyond X in the direction observed" doubled (the
-    row's p for :func:`joint_control`; p < 1 - confidence exactly when the interval lies beyond X)."""
+    the practical threshold ``threshold`` (a fraction; module docstring), at one of ``looks`` looks
+    (:func:`look_levels`). Returns ``{"verdict", "lo", "hi", "lo90", "hi90", "p", "false_alarm", "level", "why"}``:
+    lo/hi the ratio's interval at the look's level of ``confidence`` (``level``), lo90/hi90 at its level of
+    :data:`EQUIVALENCE_CONFIDENCE`; p the one-sided p value of "beyond X in the direction observed" doubled and
+    times ``looks`` (the row's p for :func:`joint_control`; p < 1 - confidence exactly when the interval lies
+    beyond X)."""
+    confidence, equivalence = look_levels(confidence, looks)
     theta = math.log1p(threshold)
     pct = f"{100 * threshold:g} %"
     half = _t((1 + confidence) / 2, df) * se
-    half90 = _t((1 + EQUIVALENCE_CONFIDENCE) / 2, df) * se
+    half90 = _t((1 + equivalence) / 2, df) * se
     out = {"lo": math.exp(d - half), "hi": math.exp(d + half), "lo90": math.exp(d - half90), "hi90": math.exp(d + half90),
-           "false_alarm": false_alarm_probability(se, df, threshold, confidence)}
+           "false_alarm": false_alarm_probability(se, df, threshold, confidence), "level": confidence}
     if se > 0:
-        out["p"] = min(1.0, 2 * float(_st.t.sf((abs(d) - theta) / se, df)))
+        out["p"] = min(1.0, 2 * looks * float(_st.t.sf((abs(d) - theta) / se, df)))
     else:
         out["p"] = 0.0 if abs(d) > theta else 1.0
     if d - half > theta or d + half < -theta:
         out.update(verdict="slower" if d > 0 else "faster",
-                   why=f"{'slower' if d > 0 else 'faster'} by more than {pct}: the whole {confidence:.0%} interval lies beyond")
+                   why=f"{'slower' if d > 0 else 'faster'} by more than {pct}: the whole {_level(confidence)} interval lies beyond")
     elif -theta <= d - half90 and d + half90 <= theta:
-        out.update(verdict="same", why=f"the same within {pct}: the {EQUIVALENCE_CONFIDENCE:.0%} interval lies inside")
+        out.update(verdict="same", why=f"the same within {pct}: the {_level(equivalence)} interval lies inside")
     else:
         out.update(verdict="inconclusive",
-                   why=f"undetermined: the {confidence:.0%} interval ({out['lo']:.3f}-{out['hi']:.3f}) neither lies beyond "
-                       f"±{pct} nor, at {EQUIVALENCE_CONFIDENCE:.0%}, inside it")
+                   why=f"undetermined: the {_level(confidence)} interval ({format_range(out['lo'], out['hi'], digits=4)}) neither lies "
+                       f"beyond ±{pct} nor, at {_level(equivalence)}, inside it")
     return out
 
 
-def _aim(d: float, threshold: float, confidence: float) -> tuple[float, float]:
+def _aim(d: float, threshold: float, confidence: float, looks: int = 1) -> tuple[float, float]:
     """What more rounds would aim at for a log ratio ``d``: (its distance from the threshold ``ln(1 + threshold)``,
-    the interval level of the verdict it would reach): ``confidence`` for "changed" when ``|d|`` lies beyond the
-    threshold, :data:`EQUIVALENCE_CONFIDENCE` for "same" otherwise (:func:`judge`)."""
+    the interval level of the verdict it would reach at one of ``looks`` looks, :func:`look_levels`): the level of
+    "changed" when ``|d|`` lies beyond the threshold, of "same" otherwise (:func:`judge`)."""
     theta = math.log1p(threshold)
-    return abs(abs(d) - theta), (confidence if abs(d) > theta else EQUIVALENCE_CONFIDENCE)
+    changed, same = look_levels(confidence, looks)
+    return abs(abs(d) - theta), (changed if abs(d) > theta else same)
 
 
 def rounds_needed(d: float, var_a: float, var_b: float, n: int, df: float, threshold: float, sitting_var: float = 0.0,
-                  paired: bool = False, power: float = POWER, confidence: float = CONFIDENCE) -> int | None:
+                  paired: bool = False, power: float = POWER, confidence: float = CONFIDENCE, looks: int = 1) -> int | None:
     """Rounds per side at which :func:`judge` decides an undetermined row with chance ``power``, if the log ratio
     is ``d`` and the log variances per round ``var_a``/``var_b`` (paired: ``var_a`` is the paired differences'
     and ``var_b`` is ignored) stay as estimated: the smallest m in n+1 .. :data:`MAX_REPEATS_SUGGESTED` whose
@@ -273,8 +293,9 @@ def rounds_needed(d: float, var_a: float, var_b: float, n: int, df: float, thres
     freedom ``df + (m - n)`` (each added round adds one) give the rule that power, aiming at "changed" when
     ``|d|`` lies beyond ``ln(1 + threshold)`` and at "same" otherwise (noncentral t: scipy.stats.nct).
     ``MAX_REPEATS_SUGGESTED + 1`` ("more than that") when none does, among them when the sitting term alone is
-    too wide; None when ``d`` is at the threshold itself (no number of rounds decides it)."""
-    margin, level = _aim(d, threshold, confidence)
+    too wide; None when ``d`` is at the threshold itself (no number of rounds decides it). ``looks``: the levels
+    of a look of a sequential rule (:func:`look_levels`)."""
+    margin, level = _aim(d, threshold, confidence, looks)
     if margin == 0:
         return None
     m = np.arange(n + 1, MAX_REPEATS_SUGGESTED + 1)
@@ -368,7 +389,7 @@ def sitting_bound(d: float, threshold: float, sitting_var: float, confidence: fl
 
 
 def compare_paired(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                   confidence: float = CONFIDENCE, noise: Noise | None = None) -> dict:
+                   confidence: float = CONFIDENCE, noise: Noise | None = None, looks: int = 1) -> dict:
     """Verdict for one time between two environments captured in one A/B run (config ``environments``), from the
     rounds' pairs: ``a[k]`` and ``b[k]`` are the repeat medians (same unit, > 0) of round k in the baseline and
     the other environment, captured back to back on one device (ABBA order). A round with None/NaN on either
@@ -381,7 +402,8 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], thresho
     per-round log ratios ``d_k = ln b_k - ln a_k``, the ratio is ``exp(mean d)`` with standard error ``s_d/sqrt(n)``
     (the paired t; e.g. Montgomery, Design and Analysis of Experiments, 8th ed., 2013, sec. 2.5.1). The verdict
     and keys are :func:`compare_ratio`'s (``n_a`` = ``n_b`` = the rounds paired; repeats_needed: rounds), plus
-    ``paired`` True."""
+    ``paired`` True. ``looks``: judged at one look of a sequential rule of that many (:func:`look_levels`;
+    attnprof.analysis.top_up)."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     if len(a) != len(b):
@@ -399,10 +421,10 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], thresho
         out["why"] = "1 paired round: no spread between rounds to judge a change against (config repeats >= 2)"
         return out
     se = noise.sd / math.sqrt(n)
-    out.update(judge(mean, se, noise.df, threshold, confidence), se=se, df=noise.df)
+    out.update(judge(mean, se, noise.df, threshold, confidence, looks), se=se, df=noise.df)
     if out["verdict"] == "inconclusive":
         out["repeats_needed"] = rounds_needed(mean, noise.sd ** 2, 0.0, n, noise.df, threshold, paired=True,
-                                              confidence=confidence)
+                                              confidence=confidence, looks=looks)
         out["why"] += f" (paired over {n} rounds)"
     return out
 

@@ -13,6 +13,8 @@ import pandas as pd
 
 from attnprof.analysis.tables import concat_tables, has_run_interval
 from attnprof.analysis.trace import properties_of
+from attnprof.findings.ranking import spread_words
+from attnprof.model.fmt import format_range
 from attnprof.model.variants import VARIANTS
 
 
@@ -95,25 +97,32 @@ class RunData:
             return f"{prefix}_run_lo", f"{prefix}_run_hi"
         return f"{prefix}_min", f"{prefix}_max"
 
-    def spread_words(self) -> dict[str, str]:
-        """How the statements name the ends of that spread: {high, low, ranges}."""
-        if self.between_run() and not self.on_gpu:  # host times: no rerun interval (attnprof.analysis.stats.host_range)
-            return {"high": "highest capture", "low": "lowest", "ranges": "lowest-highest capture ranges"}
-        if self.between_run():
-            return {"high": "between-run interval's upper end", "low": "lower end", "ranges": "between-run intervals"}
-        return {"high": "slowest forward", "low": "fastest", "ranges": "per-forward ranges"}
+    def spread_words(self, prefix: str | None = None) -> dict[str, str]:
+        """How the statements name the spread of time ``prefix`` (default: the ranked time's) and its ends
+        (attnprof.findings.ranking.spread_words, the one place that words it): {label, one, ranges, high, low}."""
+        prefix = prefix or ("device_ms" if self.on_gpu else "cpu_ms")
+        return spread_words(prefix, self.between_run(prefix))
 
     def time_columns(self) -> tuple[str, str, str, str]:
         """(median, low, high column of summary.csv, words) of the per-forward time a run ranks
         by: the trace's device time on a GPU, the forward range's host time on a CPU; low and high
         are the between-run interval when the run has repeats (:meth:`spread_columns`), else the
-        min and max over the profiled forwards."""
+        min and max over the profiled forwards. The words say once what the median is."""
         prefix = "device_ms" if self.on_gpu else "cpu_ms"
         lo, hi = self.spread_columns(prefix)
         words = "trace device time per forward" if self.on_gpu else "host time per forward (CPU run)"
-        if self.between_run():
-            words += ", median of the repeats"
-        return f"{prefix}_per_forward", lo, hi, words
+        return f"{prefix}_per_forward", lo, hi, f"{words}: {self._median_words()}"
+
+    def _median_words(self) -> str:
+        """What the median of :meth:`time_columns` is a median of: of each repeat's median forward over the repeats
+        counted (summary.csv ``repeats_ok`` of the rows that ran: one number, or their range where rows differ), or
+        with one repeat of the profiled forwards."""
+        if not self.between_run():
+            return "median of the profiled forwards"
+        ran = self.summary[self.summary["status"] == "ok"]
+        counts = sorted({int(n) for n in ran.get("repeats_ok", pd.Series(dtype=float)).dropna()})
+        n = format_range(counts[0], counts[-1]) if len(counts) > 1 else " ".join(map(str, counts)) or "the"
+        return f"median over {n} repeats of each repeat's median forward"
 
 
 def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch_tables: list[pd.DataFrame],

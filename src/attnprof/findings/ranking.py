@@ -43,6 +43,26 @@ def time_columns(summary: pd.DataFrame, pass_: str = "forward") -> tuple[str, st
     return median, f"{base}_min", f"{base}_max"
 
 
+def spread_words(prefix: str, between_run: bool) -> dict[str, str]:
+    """How the findings, page 1 and the report's tables name the spread a time is judged against (the interval of
+    :func:`time_columns`), decided here only. ``prefix``: the time (``device_ms``, ``cpu_ms``, ``cpu_ms_backward``...);
+    ``between_run``: whether the result set has its ``<prefix>_run_lo``/``_run_hi`` (repeats). Returns ``label``, the
+    word before the ends ("rerun 0.0574–0.0582 ms"), ``one`` and ``ranges``, one variant's spread and several's, and
+    ``high`` and ``low``, its ends.
+
+    A device time's is its rerun interval (attnprof.analysis.stats.between_run_interval); a host time (``cpu_``) has
+    no rerun interval: its ends are the lowest and highest capture (attnprof.analysis.stats.host_range), "captures",
+    never "rerun"; with one repeat, the fastest and the slowest profiled forward."""
+    if between_run and prefix.startswith("cpu_"):
+        return {"label": "captures", "one": "range over the captures", "ranges": "ranges over the captures",
+                "high": "highest capture", "low": "lowest"}
+    if between_run:
+        return {"label": "rerun", "one": "rerun interval", "ranges": "rerun intervals",
+                "high": "rerun interval's upper end", "low": "lower end"}
+    return {"label": "forwards", "one": "range over the forwards", "ranges": "ranges over the forwards (one repeat)",
+            "high": "slowest forward", "low": "fastest"}
+
+
 def _value(row: dict, column: str):
     v = row.get(column)
     return None if v is None or (isinstance(v, float) and v != v) else v

@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-from attnprof.model.fmt import format_number
+from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_TABLES, RUN_FILES
 from attnprof.findings.data import RunData
 
@@ -97,17 +97,31 @@ def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:
 def fmt_ref(ref: dict, digits: int = 3) -> str:
     """A reference's value for a statement: ``digits`` significant digits and its unit (µs for us; not
     'calls/forward', which the sentence says); 'n/a' when there is no value."""
+    text, unit = _value_text(ref, digits), _unit_text(ref)
+    return f"{text} {unit}" if unit and text != "n/a" else text
+
+
+def fmt_ref_range(lo: dict, hi: dict, digits: int = 3) -> str:
+    """Two references as a range (attnprof.model.fmt.format_range): '37.6–53.7 ms', the unit once where both ends
+    share it; each end with its own unit where they differ."""
+    if _unit_text(lo) == _unit_text(hi):
+        return format_range(_value_text(lo, digits), _value_text(hi, digits), _unit_text(lo))
+    return format_range(fmt_ref(lo, digits), fmt_ref(hi, digits))
+
+
+def _value_text(ref: dict, digits: int) -> str:
+    """A reference's value with ``digits`` significant digits (a float; anything else as it is), 'n/a' for none."""
     v = ref["value"]
     if v is None:
         return "n/a"
-    if isinstance(v, float):
-        text = format_number(v, digits)
-    else:
-        text = str(v)
+    return format_number(v, digits) if isinstance(v, float) else str(v)
+
+
+def _unit_text(ref: dict) -> str:
+    """The unit a statement writes after a reference's value: the data's unit name stays "us" (findings.json), a
+    reader sees the symbol the rest of the report uses; none for calls/forward, which the sentence says."""
     unit = ref.get("unit", "")
-    # the data's unit name stays "us" (findings.json); a reader sees the symbol the rest of the report uses
-    shown = {"us": "\u00b5s"}.get(unit, unit)
-    return f"{text} {shown}".strip() if unit not in ("calls/forward",) else text
+    return "" if unit == "calls/forward" else {"us": "\u00b5s"}.get(unit, unit)
 
 
 def finding(rule: str, d: RunData, variants: list[str], statement: str, numbers: dict, evidence: list[dict],

@@ -152,6 +152,9 @@ class Plan:
     gpu_choice: str
     compare_runs: tuple[str, ...]
     compare_name: str
+    # an A/B run's rounds added where undecided (config top_up; attnprof.analysis.top_up): rounds 0 when off or
+    # when this is no A/B run
+    top_up: Mapping = field(default_factory=lambda: {"rounds": 0, "time_s": 0.0})
     layout: Layout = Layout()
 
     # --- per result set -------------------------------------------------------------------------------------
@@ -183,9 +186,47 @@ class Plan:
         """The result sets compare folder ``name`` compares: an A/B run's own, else config compare.runs."""
         return list(self.ab_runs) if name == self.ab_compare else list(self.compare_runs)
 
+    def top_up_runs(self) -> tuple[str, ...]:
+        """The result sets whose rows may get rounds added (attnprof.analysis.top_up): an A/B run's with top-up on."""
+        return tuple(self.ab_runs) if self.top_up["rounds"] > 0 else ()
+
     def ab_targets(self) -> list[str]:
         reports = [self.layout.run_file(ext, run) for run in self.ab_runs for ext in ("html", "pdf")]
         return reports + [self.layout.compare_file(ext, self.ab_compare) for ext in ("json", "html", "pdf")]
+
+
+def rounds_of(record: Mapping | None, base: int) -> dict[tuple[str, str], int]:
+    """{(shape_key, variant): rounds in all} of the rows a top-up record (attnprof.analysis.top_up.plan_top_up's,
+    as a result set's top_up.json holds it; :func:`load_top_up`) added rounds to; the other cells have ``base``.
+    An absent record: {}."""
+    return {(r["shape_key"], r["variant"]): max(int(r["rounds"]), base) for r in (record or {}).get("rows", [])}
+
+
+def load_top_up(path: str | Path) -> dict | None:
+    """A result set's top_up.json (None where it has none), checked: an object whose ``rows`` is a list of
+    objects each with a text ``variant`` and ``shape_key`` and whole ``rounds`` from 1 to 100. Raises ValueError
+    naming the file, what is wrong and the fix (its rounds decide which captures a result set holds)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} cannot be read ({exc}): {_TOP_UP_FIX}") from None
+    rows = record.get("rows") if isinstance(record, dict) else None
+    if not isinstance(rows, list) or not all(_top_up_row(r) for r in rows):
+        raise ValueError(f"{path} is not a top-up record attnprof wrote (rows must list variant, shape_key and "
+                         f"rounds from 1 to 100): {_TOP_UP_FIX}")
+    return record
+
+
+_TOP_UP_FIX = ("copy it again from where the result set was captured (it says which rounds were added), or, in this "
+               "config's A/B run, delete it and run again (the top_up checkpoint writes it anew)")
+
+
+def _top_up_row(row) -> bool:
+    return (isinstance(row, dict) and isinstance(row.get("variant"), str) and isinstance(row.get("shape_key"), str)
+            and isinstance(row.get("rounds"), int) and not isinstance(row.get("rounds"), bool) and 1 <= row["rounds"] <= 100)
 
 
 def _recorded(layout: Layout, run: str) -> dict:
@@ -294,6 +335,12 @@ def _compare_name(config: Mapping) -> str:
     return ("__vs__".join(config["compare"]["runs"]) if name == "auto" else name) or "unset"
 
 
+def _top_up(config: Mapping, ab: bool) -> dict:
+    """config ``top_up`` of an A/B run ({rounds, time_s}); rounds 0 for any other run (nothing to pair)."""
+    top_up = {"rounds": 0, "time_s": 0.0, **(config.get("top_up") or {})}
+    return {"rounds": int(top_up["rounds"]) if ab else 0, "time_s": float(top_up["time_s"])}
+
+
 def _gpu_resources(mode: str, ab: bool, gpus: tuple, cluster: bool) -> tuple[int, str]:
     """(units of 'capture'/'gpu' a capture job takes, the GPUs it chooses from): in worker mode a single run's
     captures take none (the worker serves one at a time) unless it runs on several GPUs; under a cluster executor
@@ -324,6 +371,7 @@ def build_plan(config: Mapping, machine: Machine, name_run: Callable, slug: Call
         custom=dict(config.get("custom_variants") or {}), gpus=gpus, capture_mode=mode,
         capture_threads=machine.cores if device == "cpu" else 1, gpu_units=units, gpu_choice=choice,
         compare_runs=tuple(config["compare"]["runs"]), compare_name=_compare_name(config),
+        top_up=_top_up(config, bool(ab_runs)),
     )
 
 

@@ -17,14 +17,14 @@ import pandas as pd
 
 from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
-from attnprof.analysis.stats import SAME_SITTING, SITTING_SD, detectable_at, detectable_change
+from attnprof.analysis.stats import CONFIDENCE, SAME_SITTING, SITTING_SD, detectable_at, detectable_change, look_levels
 from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_run_interval
 from attnprof.findings.data import RunData
 from attnprof.findings.expectations import WITHIN_NOISE
-from attnprof.findings.ranking import PASSES, claims as ranking_claims, rank, time_prefix
+from attnprof.findings.ranking import PASSES, claims as ranking_claims, rank, spread_words, time_prefix
 from attnprof.findings.rules.timing import rule_fidelity, rule_speed
 from attnprof.findings.metrics import KERNEL_COUNT
-from attnprof.model.fmt import format_number
+from attnprof.model.fmt import format_number, format_range
 from attnprof.model.gpus import differing_kinds, number_text
 from attnprof.model.columns import columns_of
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
@@ -91,9 +91,9 @@ def detection_text(n: int, floor: float, dev: pd.Series, df: pd.Series) -> str:
     mid = len(other) // 2
     return (f" With as many repeats, <code>compare</code> calls a change &ldquo;more than {100 * floor:g}&nbsp;%&rdquo; "
             f"with 80&nbsp;% power from {other[mid]:.1f}&nbsp;% against a result set of another sitting "
-            f"({other[0]:.1f}&ndash;{other[-1]:.1f}&nbsp;% over its variants and shapes; the sitting term, "
+            f"({format_range(f'{other[0]:.1f}', f'{other[-1]:.1f}')}&nbsp;% over its variants and shapes; the sitting term, "
             f"{100 * SITTING_SD:g}&nbsp;% per sitting, included) and from {paired[mid]:.1f}&nbsp;% in a paired A/B run "
-            f"({paired[0]:.1f}&ndash;{paired[-1]:.1f}&nbsp;%), as simulated in docs/statistics.md.")
+            f"({format_range(f'{paired[0]:.1f}', f'{paired[-1]:.1f}')}&nbsp;%), as simulated in docs/statistics.md.")
 
 
 def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
@@ -351,7 +351,7 @@ def compare_context(doc: dict, css: str) -> dict:
     pair as :func:`pair_context` gives it, and the CSS."""
     cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
            "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
-    cmp["pairs"] = [pair_context(pair, doc["noise_floor"]) for pair in doc["pairs"]]
+    cmp["pairs"] = [pair_context(pair, doc["noise_floor"], doc.get("confidence", CONFIDENCE)) for pair in doc["pairs"]]
     return {"cmp": cmp, "css": css}
 
 
@@ -361,7 +361,7 @@ def _differ(rows: list[dict], what: str) -> list[str]:
                               if r.get(f"{what}_added") or r.get(f"{what}_removed")))
 
 
-def pair_context(pair: dict, noise_floor: float) -> dict:
+def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE) -> dict:
     """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
     (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
     verdicts could find (``detection``, :func:`detection_limit`), the dispatches that changed (each with its
@@ -376,7 +376,17 @@ def pair_context(pair: dict, noise_floor: float) -> dict:
             "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
             "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
             "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
-            "claims": _compare_claims(changed, dispatch)}
+            "claims": _compare_claims(changed, dispatch), "top_up": _top_up_rows(rows, pair.get("design"), confidence)}
+
+
+def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> dict:
+    """The rows that got rounds added after look 1 (attnprof.analysis.top_up): ``rows`` (each with ``added``
+    rounds) and how many of them the rounds decided (``decided``), and the interval levels of each look in %
+    (``changed_pct``, ``same_pct``: attnprof.analysis.stats.look_levels)."""
+    topped = [{**r, "added": r["top_up"]["rounds"] - r["top_up"]["base"]} for r in rows if r.get("top_up")]
+    changed, same = look_levels(confidence, (design or {}).get("looks") or 1)
+    return {"rows": topped, "decided": sum(r["verdict"] != "inconclusive" for r in topped),
+            "changed_pct": 100 * changed, "same_pct": 100 * same}
 
 
 def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
@@ -391,11 +401,11 @@ def _pct(fraction) -> float | None:
 
 #: What a compare row of an older compare.json lacks, as None (or '').
 _ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
-                 "repeats_b": None, "repeats_needed": None, "why": ""}
+                 "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None}
 #: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
 #: the joint control and the sitting term were recorded, none stated.
 _PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None}
+                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None, "design": None}
 
 
 def _extra(row: dict) -> bool:
@@ -507,7 +517,7 @@ def detection_limit(rows: list[dict], threshold: float) -> dict | None:
         se, df = r.get("se"), r.get("df")
         if not (_ok(se) and _ok(df)) or r.get("verdict") == "not judged":
             continue
-        limits.append(100 * detectable_at(se, df, threshold))
+        limits.append(100 * detectable_at(se, df, threshold, confidence=r.get("level") or CONFIDENCE))
         repeats.add((r.get("repeats_a"), r.get("repeats_b")))
     if not limits:
         return None
@@ -516,7 +526,7 @@ def detection_limit(rows: list[dict], threshold: float) -> dict | None:
     ra = sorted({a for a, _ in repeats if a is not None})
     rb = sorted({b for _, b in repeats if b is not None})
     def side(v):
-        return "?" if not v else (str(v[0]) if len(v) == 1 else f"{v[0]}\u2013{v[-1]}")
+        return "?" if not v else (str(v[0]) if len(v) == 1 else format_range(str(v[0]), str(v[-1])))
     pct = limits[most - 1]
     # every row that reaches it as stated (2 significant digits): 8 of 8 rows at 2 %, not "5 of 8, from 2 % to 2 %"
     within = sum(limit <= pct or _fmt(limit, 2) == _fmt(pct, 2) for limit in limits)
@@ -532,7 +542,7 @@ def _load_range(summary: pd.DataFrame, repeats: pd.DataFrame | None = None) -> s
     if load.empty:
         return ""
     lo, hi = format_number(load.min(), 2), format_number(load.max(), 2)
-    return lo if lo == hi else f"{lo}\u2013{hi}"
+    return lo if lo == hi else format_range(lo, hi)
 
 
 def change_of(variant: str, env: dict) -> str:
@@ -559,11 +569,12 @@ def _false(value) -> bool:
 
 
 def _interval(row, prefix: str) -> str:
-    """' (rerun lo–hi)' of a device time, '' where the row has no between-run interval; a host time (``cpu_ms``...)
-    has no rerun interval (attnprof.analysis.stats.host_range): ' (captures lo–hi)', its lowest and highest capture."""
+    """' (rerun lo–hi ms)' of a device time, '' where the row has no between-run interval; a host time (``cpu_ms``...)
+    has no rerun interval: ' (captures lo–hi ms)', its lowest and highest capture (the label:
+    attnprof.findings.ranking.spread_words)."""
     lo, hi = row.get(f"{prefix}_run_lo"), row.get(f"{prefix}_run_hi")
-    label = "captures" if prefix.startswith("cpu_") else "rerun"
-    return f" ({label} {_fmt(lo)}\u2013{_fmt(hi)})" if _ok(lo) and _ok(hi) else ""
+    label = spread_words(prefix, True)["label"]
+    return f" ({label} {format_range(lo, hi, 'ms')})" if _ok(lo) and _ok(hi) else ""
 
 
 def _time(row, prefix: str) -> str:
@@ -656,13 +667,10 @@ class _Page1:
         self.prefix = time_prefix(self.summary)
         self.gpu = self.prefix == "device_ms"
         self.where = "device" if self.gpu else "host"
-        # what a statement is judged against: the rerun intervals, or with one repeat the ranges of the forwards
-        # (host times have no rerun interval: their spans are the lowest to highest capture, stats.host_range)
-        self.host_spans = ("lowest-highest capture ranges" if has_run_interval(self.summary, ("cpu_ms",))
-                           else "ranges of the forwards (one repeat)")
-        self.spans = (self.host_spans if not self.gpu
-                      else "rerun intervals" if has_run_interval(self.summary)
-                      else "ranges of the forwards (one repeat: no rerun interval)")
+        # what a statement is judged against, in words (attnprof.findings.ranking.spread_words): the rerun
+        # intervals, a host time's ranges over the captures, or with one repeat the ranges over the forwards
+        self.host_spans = spread_words("cpu_ms", has_run_interval(self.summary, ("cpu_ms",)))["ranges"]
+        self.spans = spread_words(self.prefix, has_run_interval(self.summary, (self.prefix,)))["ranges"]
         self.rankings = self._rankings()
 
     def _rankings(self) -> dict[tuple[str, str], dict]:
@@ -773,7 +781,8 @@ def _fastest_text(p: _Page1, per_shape: dict, r: dict) -> str:
         return (f"Only {best['variant']} is ranked at {r['shape_key']} (the others: {_left_out_words(r)}): "
                 f"{_time(best, p.prefix)} {p.where} time per forward")
     if r["clear"]:
-        return _lead(p, per_shape, r) + _margin(p, per_shape, r)
+        others = _elsewhere(p, per_shape, r["order"][0])
+        return _lead(p, per_shape, r, others) + _margin(p, per_shape, r) + ("; elsewhere " + "; ".join(others) if others else "")
     return _tie_words(p, r)
 
 
@@ -789,22 +798,23 @@ def _what(p: _Page1, variant: str, key: str) -> str:
     return variant + (f" ({fused})" if fused else (f" (kernel {kname})" if kname else ""))
 
 
-def _lead(p: _Page1, per_shape: dict, r: dict) -> str:
-    """'The fastest kernel is X, at ...': the winner at the study's shape and where else another one wins or none does."""
+def _lead(p: _Page1, per_shape: dict, r: dict, others: list[str]) -> str:
+    """'The fastest kernel at KEY is X: its time': the winner at the study's shape, whose key it names once; 'The
+    fastest kernel is X, at all n shapes: its time at KEY' where it wins at every shape of a sweep (``others``, from
+    :func:`_elsewhere`, empty)."""
     best, key = r["order"][0], r["shape_key"]
-    others = _elsewhere(p, per_shape, best)
-    if not others:
-        lead = f"The fastest {p.thing} is {_what(p, best, key)}, at {f'all {len(per_shape)} shapes' if p.many else key}"
-    else:
-        lead = f"The fastest {p.thing} at {key} is {_what(p, best, key)}; elsewhere " + "; ".join(others)
-    return lead + f": {_time(p.by[(best, key)], p.prefix)} {p.where} time per forward at {key}"
+    time = f"{_time(p.by[(best, key)], p.prefix)} {p.where} time per forward"
+    if p.many and not others:
+        return f"The fastest {p.thing} is {_what(p, best, key)}, at all {len(per_shape)} shapes: {time} at {key}"
+    return f"The fastest {p.thing} at {key} is {_what(p, best, key)}: {time}"
 
 
 def _elsewhere(p: _Page1, per_shape: dict, best: str) -> list[str]:
-    """The other winners ('W at n shapes') and the shapes without a clear fastest; [] where ``best`` wins at all."""
+    """The other winners ('W is fastest at n shapes') and the shapes without a clear fastest; [] where ``best`` wins
+    at all."""
     firsts = [q["order"][0] for q in per_shape.values() if _ranked(q)]
     unclear = len(per_shape) - len(firsts)
-    others = [f"{w} at {p.shapes_text(firsts.count(w))}" for w in dict.fromkeys(firsts) if w != best]
+    others = [f"{w} is fastest at {p.shapes_text(firsts.count(w))}" for w in dict.fromkeys(firsts) if w != best]
     return others + ([f"no clear fastest at {p.shapes_text(unclear)} (the {p.spans} overlap)"] if unclear else [])
 
 
@@ -819,7 +829,7 @@ def _margin(p: _Page1, per_shape: dict, r: dict) -> str:
                if q["clear"] and q["order"][0] == best["variant"]]
     if p.many and len(margins) > 1:
         text += (f"; where it is ahead outside the {p.spans} ({p.shapes_text(len(margins))}), its margin is "
-                 f"{_fmt(min(margins))}\u00d7 to {_fmt(max(margins))}\u00d7")
+                 f"{format_range(min(margins), max(margins), '×')}")
     return text
 
 
@@ -999,12 +1009,12 @@ def _memory_sentence(summary: pd.DataFrame, calibration: dict, key: str, ridge: 
 
 
 def _gbps_rerun(row: dict) -> str:
-    """' (rerun lo–hi)' of a row's GB/s: the same bytes over the ends of its device time's rerun interval."""
+    """' (rerun lo–hi GB/s)' of a row's GB/s: the same bytes over the ends of its device time's rerun interval."""
     lo, hi = row.get("device_ms_run_lo"), row.get("device_ms_run_hi")
     if not (_ok(lo) and _ok(hi) and lo > 0):
         return ""
     scale = row["gbps"] * row["device_ms_per_forward"]  # GB/s x ms: the same bytes over another time
-    return f" (rerun {_fmt(scale / hi)}–{_fmt(scale / lo)})"
+    return f" ({spread_words('device_ms', True)['label']} {format_range(scale / hi, scale / lo, 'GB/s')})"
 
 
 def _backward_and_compile_brief(p: _Page1) -> list[dict]:
@@ -1132,17 +1142,19 @@ def brief_notes(study: dict | None, shapes: list[dict], summary: pd.DataFrame, u
     different kinds are a finding of page 1 instead), what a time and its rerun interval are, and whether every trace
     was complete."""
     notes = _alike_gpus(used or [])  # gpus_used
+    host, device = spread_words("cpu_ms", True), spread_words("device_ms", True)
     if has_run_interval(summary) and not has_run_interval(summary, ("device_ms",)):  # a CPU run: host times only
         n = int(summary["repeats"].max())
         notes.append(f"Times are host times per forward, the median of {n} repeats (each a fresh capture process); "
-                     "\u201ccaptures\u201d gives the lowest and highest capture: a host time has no rerun interval "
+                     f"\u201c{host['label']}\u201d gives the lowest and highest capture: a host time has no {device['one']} "
                      "(docs/statistics.md); a ranking is called only outside those ranges." + short_repeats(summary))
     elif has_run_interval(summary):
         n = int(summary["repeats"].max())
-        notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201crerun\u201d is "
-                     f"the 95 % interval the median of a rerun with as many repeats will hold on the {SAME_SITTING} (another "
+        notes.append(f"Times are per forward, the median of {n} repeats (each a fresh capture process); \u201c{device['label']}\u201d "
+                     f"is the 95 % interval the median of a rerun with as many repeats will hold on the {SAME_SITTING} (another "
                      "day or machine moves times beyond it: compare adds that); a ranking is called only outside it. Host "
-                     "times: the median over captures, with the lowest and highest." + short_repeats(summary))
+                     f"times: the median over captures, with the lowest and highest (\u201c{host['label']}\u201d)."
+                     + short_repeats(summary))
     elif "repeats" in summary:
         notes.append("One repeat per variant and shape: no time has a between-run interval (config repeats).")
     warned = [f for sh in shapes for f in sh["findings"] if f["rule"] in ("trace_quality", "status") and f["kind"] == "warning"]
@@ -1218,6 +1230,12 @@ def _fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
+def _range(lo, hi, digits: int = 3) -> str:
+    """Jinja filter ``to``: a range of two values, each as :func:`_fmt` writes it, in the one format of a range
+    (attnprof.model.fmt.format_range: an en dash between the ends)."""
+    return format_range(_fmt(lo, digits), _fmt(hi, digits))
+
+
 def render_html(context: dict, template_dir: Path, template: str = "report.html.j2") -> str:
     """Render the report template with autoescaping on (every value is HTML-escaped
     unless the template marks it safe; only the embedded CSS is)."""
@@ -1232,6 +1250,8 @@ def render_html(context: dict, template_dir: Path, template: str = "report.html.
     env.filters["cudnn"] = cudnn_version
     env.filters["reason"] = short_reason
     env.filters["setting"] = _setting
+    env.filters["to"] = _range  # {{ lo | to(hi) }}: a range, its ends in the number format (attnprof.model.fmt)
+    env.globals["spread_words"] = spread_words  # the label of a time's interval (attnprof.findings.ranking)
     env.globals["columns"] = columns_of("summary")  # the summary table's headers (attnprof.model.columns)
     return env.get_template(template).render(**context)
 

@@ -161,6 +161,9 @@ class ResultSetState:
     def __init__(self, plan):
         self.plan, self.layout = plan, plan.layout
         self._grids, self._checked, self._said = {}, {}, set()
+        # the rows of a result set that got rounds added (attnprof.analysis.top_up): its top_up.json where it has
+        # one; the Snakefile sets a reader that waits for this run's own (its checkpoint) first
+        self.top_up_record = self._recorded_top_up
 
     def grid(self, run: str):
         if run not in self._grids:
@@ -175,9 +178,40 @@ class ResultSetState:
         return [path(name, run, shape=s, variant=v, repeat=k) for s in shapes for v in variants for k in repeats]
 
     def per_capture(self, run: str, name: str, kind: str = "table", all_repeats: bool = False) -> list[str]:
-        """File or table ``name`` of every capture of ``run``'s grid: repeat 1 only unless ``all_repeats``."""
+        """File or table ``name`` of every capture of ``run``'s grid: repeat 1 only unless ``all_repeats`` (then
+        every round of each cell: its base rounds, and those top-up added, :meth:`rounds`)."""
         g = self.grid(run)
-        return self._files(run, name, kind, g.shapes, g.variants, range(1, g.repeats + 1) if all_repeats else [1])
+        if not all_repeats:
+            return self._files(run, name, kind, g.shapes, g.variants, [1])
+        rounds = self.rounds(run)
+        return [f for s in g.shapes for v in g.variants
+                for f in self._files(run, name, kind, [s], [v], range(1, rounds.get((s, v), g.repeats) + 1))]
+
+    def base_rounds(self, run: str, name: str, kind: str = "table") -> list[str]:
+        """File or table ``name`` of every capture of ``run``'s base rounds (config repeats), top-up's none."""
+        g = self.grid(run)
+        return self._files(run, name, kind, g.shapes, g.variants, range(1, g.repeats + 1))
+
+    def top_up_inputs(self) -> dict:
+        """Checkpoint top_up's inputs: the base rounds' status records and forward tables of every A/B result set
+        whose rows may get rounds added (keys '<run>/status', '<run>/forwards')."""
+        return {f"{run}/{name}": self.base_rounds(run, name, kind) for run in self.plan.top_up_runs()
+                for name, kind in (("status", "capture"), ("forwards", "table"))}
+
+    def rounds(self, run: str) -> dict:
+        """{(shape, variant): rounds in all} of the cells of ``run`` that got rounds added (attnprof.analysis.top_up);
+        every other cell has the grid's repeats."""
+        from attnprof.model.plan import rounds_of
+
+        return rounds_of(self.top_up_record(run), self.grid(run).repeats)
+
+    def _recorded_top_up(self, run: str) -> dict | None:
+        from attnprof.model.plan import load_top_up
+
+        try:
+            return load_top_up(self.layout.run_file("top_up", run))
+        except ValueError as exc:
+            refuse(str(exc))
 
     def control_capture(self, run: str, name: str, kind: str = "table") -> list[str]:
         from attnprof.model.variants import CONTROL

@@ -5,7 +5,8 @@ backend's time goes, and the fidelity of the trace against independent timings.
 Times in ms per forward (summary.csv): the trace's device time on a GPU (sum of the forward's
 kernel, memcpy and memset durations), the forward range's host time on a CPU run; the
 independent timings are CUDA events around single calls (perf_counter on a CPU) and CUDA-graph
-replays. Spreads are min-max over the profiled forwards.
+replays. Spreads are the rerun intervals with repeats (a host time: its range over the captures),
+else min-max over the profiled forwards, named by attnprof.findings.ranking.spread_words.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from attnprof.findings.data import FUSED, NAIVE_INPLACE, SDPA_MATH, RunData
 from attnprof.findings.kernel_names import kernel_group
 from attnprof.findings.ranking import PASSES, rank
-from attnprof.findings.refs import clean, fmt_ref, derived, finding, ref_kernel, ref_launch, ref_summary
+from attnprof.findings.refs import clean, fmt_ref, fmt_ref_range, derived, finding, ref_kernel, ref_launch, ref_summary
 
 #: Two timings of one comparison disagree when their ratios differ by more than this factor.
 TIMING_DISAGREEMENT = 1.25
@@ -56,12 +57,12 @@ _LAUNCH_API = re.compile("Launch|Memcpy|Memset")
 
 
 def _bound_verdict(d: RunData, nums: dict, side: str | None) -> str:
-    """:func:`bound`'s verdict in words, with the ranges it was judged on."""
-    between = d.between_run("cpu_ms")
-    ranges = (f"host {fmt_ref(nums['cpu_ms_min'])}-{fmt_ref(nums['cpu_ms_max'])}, "
-              f"device {fmt_ref(nums['device_ms_min'])}-{fmt_ref(nums['device_ms_max'])} per forward"
-              + (", between-run intervals" if between else ""))
-    every = "in every repeat's interval" if between else "in every profiled forward"
+    """:func:`bound`'s verdict in words, with the ranges it was judged on, each named for what it is (the host time's
+    range over the captures, the device time's rerun interval; with one repeat, both the range of the forwards)."""
+    host, device = d.spread_words("cpu_ms"), d.spread_words("device_ms")
+    ranges = (f"per forward: the host's {host['one']} {fmt_ref_range(nums['cpu_ms_min'], nums['cpu_ms_max'])}, "
+              f"the device's {device['one']} {fmt_ref_range(nums['device_ms_min'], nums['device_ms_max'])}")
+    every = "in every repeat's interval" if d.between_run("cpu_ms") else "in every profiled forward"
     return _BOUND_WORDS[side].format(every=every, ranges=ranges)
 
 
@@ -106,8 +107,9 @@ def _math_ratio(d: RunData) -> list[dict]:
     nums = {"ratio": r, "math": a, "inplace": b, "timed_ratio": rt,
             "math_min": ref_summary(d, SDPA_MATH, lo, "ms"), "math_max": ref_summary(d, SDPA_MATH, hi, "ms"),
             "inplace_min": ref_summary(d, NAIVE_INPLACE, lo, "ms"), "inplace_max": ref_summary(d, NAIVE_INPLACE, hi, "ms")}
-    text = (f"{SDPA_MATH} takes {fmt_ref(r, 3)}x the time of {NAIVE_INPLACE} ({fmt_ref(a)} vs {fmt_ref(b)}, {timing}, median; "
-            f"ranges {fmt_ref(nums['math_min'])}-{fmt_ref(nums['math_max'])} and {fmt_ref(nums['inplace_min'])}-{fmt_ref(nums['inplace_max'])}); "
+    text = (f"{SDPA_MATH} takes {fmt_ref(r, 3)}x the time of {NAIVE_INPLACE} ({fmt_ref(a)} vs {fmt_ref(b)}, {timing}; "
+            f"{d.spread_words()['ranges']} {fmt_ref_range(nums['math_min'], nums['math_max'])} and "
+            f"{fmt_ref_range(nums['inplace_min'], nums['inplace_max'])}); "
             f"independent timing gives {fmt_ref(rt, 3)}x ({fmt_ref(ta)} vs {fmt_ref(tb)}, median)")
     doubts = _ratio_doubts(d, nums)
     if doubts:
@@ -189,7 +191,7 @@ def _ranking_words(d: RunData, r: dict, nums: dict) -> tuple[str, str]:
     """(statement, headline) of a ranking: the fastest, or who ties with the first, with the numbers it rests on."""
     best, w = r["order"][0], d.spread_words()
     timing = d.time_columns()[3].replace("forward", r["pass"])
-    text = f"fastest variant: {best} ({fmt_ref(nums['fastest'])}, {timing}, median)"
+    text = f"fastest variant: {best} ({fmt_ref(nums['fastest'])}, {timing})"
     if len(r["order"]) == 1:
         return text, "fastest variant"
     second = r["order"][1]
@@ -253,7 +255,7 @@ def _fidelity_of(d: RunData, variant: str) -> dict:
     nums = {"trace_ms": trace, "timed_ms": timed, "timed_over_trace": derived("ratio", [timed, trace]),
             "timed_min_ms": lo_, "timed_max_ms": hi_}
     graph = ref_summary(d, variant, "graph_ms_median", "ms")
-    text = f"{variant}: trace {fmt_ref(trace)}, {method} {fmt_ref(timed)} (min {fmt_ref(lo_)}, max {fmt_ref(hi_)})"
+    text = f"{variant}: trace {fmt_ref(trace)}, {method} {fmt_ref(timed)} (min\u2013max {fmt_ref_range(lo_, hi_)})"
     if graph["value"] is not None:
         nums["graph_ms"], nums["graph_over_trace"] = graph, derived("ratio", [graph, trace])
         text += f", CUDA graph {fmt_ref(graph)}"
