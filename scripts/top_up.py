@@ -17,7 +17,7 @@ with script_log(sm.log[0]) as log:
 
     from attnprof.analysis.records import load_status
     from attnprof.analysis.tables import summary_row
-    from attnprof.analysis.top_up import Design, paired_verdicts, plan_top_up
+    from attnprof.analysis.top_up import ROUND_START_S, Design, paired_verdicts, plan_top_up
     from attnprof.model.names import CAPTURE_FILES
     from attnprof.model.plan import Layout
 
@@ -41,7 +41,7 @@ with script_log(sm.log[0]) as log:
     chosen, left, estimate = {}, {}, 0.0
     for other in others:
         first = paired_verdicts(frames[baseline], frames[other], keys, col, threshold, p.confidence, Design(p.base, 2))
-        plan = plan_top_up(first, p.base, p.rounds, p.time_s / len(others), cost)
+        plan = plan_top_up(first, p.base, p.rounds, p.time_s / len(others), cost, ROUND_START_S * len(p.runs))
         estimate += plan["estimate_s"]
         for r in plan["rows"]:
             key = (r["variant"], r["shape_key"])

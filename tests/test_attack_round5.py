@@ -238,20 +238,26 @@ def test_an_empty_control_csv_is_damage_not_a_set_from_before_the_self_check(cpu
     refused(cpu_set, str(path), "damaged")
 
 
+def _predating_control(folder):
+    """``folder`` as a version before the control wrote it: no ``environments`` in its env.json's config, no control."""
+    env = json.loads((folder / "env.json").read_text())
+    env["config"].pop("environments", None)
+    (folder / "env.json").write_text(json.dumps(env))
+    for control in folder.glob("captures/*/control"):
+        shutil.rmtree(control)
+    (folder / "control.csv").unlink(missing_ok=True)
+    return folder
+
+
 def test_a_result_set_from_before_the_control_is_still_said_to_be_so(tmp_path, cpu_set):
-    """examples/h200_unsupported_backends predates the control (its env.json's config has no environments): without
-    control.csv it compares, its self-check 'captured before'. Of my own: the CPU example's env.json made to predate it,
-    its control gone."""
-    old = _copy(OLD, tmp_path / "results" / OLD)
-    (old / "control.csv").unlink()
-    check = compare_runs([load(old), load(_copy(OLD, tmp_path / "results" / "old2"))])["pairs"][0]["accounting"]["a"]
+    """A result set made before the control (its env.json's config has no environments): without control.csv it
+    compares, its self-check 'captured before'. The H200 example made to predate it (environments gone from its
+    env.json, its control's captures and control.csv gone), and the CPU example's the same way."""
+    old = _predating_control(_copy(OLD, tmp_path / "results" / OLD))
+    other = _predating_control(_copy(OLD, tmp_path / "results" / "old2"))
+    check = compare_runs([load(old), load(other)])["pairs"][0]["accounting"]["a"]
     assert check["observed"] is None and NO_CONTROL in check["why"]
-    env = json.loads((cpu_set / "env.json").read_text())
-    del env["config"]["environments"]
-    (cpu_set / "env.json").write_text(json.dumps(env))
-    shutil.rmtree(cpu_set / "captures" / SHAPE / "control")
-    (cpu_set / "control.csv").unlink()
-    assert "control_check" not in load(cpu_set)
+    assert "control_check" not in load(_predating_control(cpu_set))
 
 
 def test_a_cpu_set_against_a_gpu_set_is_refused_as_different_devices(tmp_path, cpu_set):

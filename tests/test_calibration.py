@@ -4,6 +4,7 @@ run's rerun intervals about as often as stated; the A/B pair finds exactly the v
 spin kernel, with the known change, measured from the spin kernel's durations in the per-repeat tables, inside
 its interval."""
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +64,11 @@ def test_a_a_across_sittings_calls_nothing_changed_and_its_intervals_hold_1():
 
 def test_interleaved_a_a_on_the_h200_calls_nothing_changed_and_the_fused_rows_the_same():
     """Known answer, no change, paired: examples/make-h200-aa.sh on a fresh H200 (2026-12-02): two environments of one
-    Python that differ in a variable no code reads, 3 ABBA rounds, 7 of the default sweep's 9 shapes
-    (benchmarks/calibration/results/h200-aa-{a,b}). compare pairs the rounds: no row changed, at least 90 % of the
-    fused-kernel rows (efficient, flash, cuDNN, auto) the same within the 2 % threshold, the 95 % intervals hold
-    1.0 in about 95 % of the rows, and the pair states its expected false "changed" rows."""
+    Python that differ in a variable no code reads, 3 ABBA rounds plus the rounds top-up added where look 1 left a
+    row undetermined, 7 of the default sweep's 9 shapes (benchmarks/calibration/results/h200-aa-{a,b}). compare pairs
+    the rounds: no row changed, at least 90 % of the fused-kernel rows (efficient, flash, cuDNN, auto) the same within
+    the 2 % threshold, the intervals hold 1.0 in at least 90 % of the rows, the pair states its expected false
+    "changed" rows, and exactly the rows top_up.json names were judged twice, on the rounds it gave them."""
     pair = compare_runs([calibrate.load("h200-aa-a"), calibrate.load("h200-aa-b")])["pairs"][0]
     assert pair["paired"] and pair["counts"]["slower"] == pair["counts"]["faster"] == 0
     rows = [r for r in pair["rows"] if r["ratio_lo"] is not None]
@@ -75,6 +77,14 @@ def test_interleaved_a_a_on_the_h200_calls_nothing_changed_and_the_fused_rows_th
     assert len(fused) == 28 and sum(r["verdict"] == "same" for r in fused) >= 0.9 * 28
     assert sum(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in rows) >= 0.9 * 49
     assert pair["joint"]["rows"] == 49 and 0 <= pair["joint"]["expected_false"] < 0.5
+    # top-up: the rows its record names (the same in both result sets) were judged again on all their rounds
+    record = json.loads((calibrate.RESULTS / "h200-aa-a" / "top_up.json").read_text())
+    assert record == json.loads((calibrate.RESULTS / "h200-aa-b" / "top_up.json").read_text())
+    topped = {(r["variant"], r["shape_key"]): r["rounds"] for r in record["rows"]}
+    assert pair["design"] == {"base": 3, "looks": 2} and topped
+    for r in rows:
+        rounds = topped.get((r["variant"], r["shape_key"]), 3)
+        assert (r["repeats_a"], r["look"]) == (rounds, 2 if rounds > 3 else 1), r
     # every paired row's ratio is the geometric mean of its rounds' B/A ratios (an independent path: repeats.csv)
     rep = {s: calibrate.load(f"h200-aa-{s}")["repeats"] for s in "ab"}
     for r in rows[:5]:

@@ -138,6 +138,11 @@ def test_plan_top_up_takes_the_cheapest_rows_first_within_the_time_bound():
     assert [r["shape_key"] for r in plan["left"]] == ["c"] and "top_up.time_s (100 s)" in plan["left"][0]["why"]
     assert rounds_of(plan, 3) == {("b", "v"): 4, ("d", "v"): 6}
     assert plan_top_up(first, 3, 0, 100.0, cost)["rows"] == []  # top_up.rounds 0: top-up off
+    # each added round also starts fresh capture processes (10 s here), charged once per round added to any row:
+    # b alone 30 + 1 x 10 = 40 s; b and d 60 + 3 x 10 = 90 s; c would make 150 s
+    started = plan_top_up(first, 3, 3, 100.0, cost, round_s=10.0)
+    assert [r["shape_key"] for r in started["rows"]] == ["b", "d"] and started["estimate_s"] == 90.0
+    assert [r["shape_key"] for r in plan_top_up(first, 3, 3, 80.0, cost, round_s=10.0)["rows"]] == ["b"]
 
 
 def test_design_of_reads_the_config_both_sides_were_captured_with():

@@ -7,6 +7,8 @@
 #
 #   tools/stage-example.sh /path/to/sweep.tgz [snakemake.log.gz]
 #   tools/stage-example.sh examples/<run>        # re-render a committed example with the current code
+#
+# A tarball of an A/B run holds several result sets (and results/compare/, which is left out): each is staged.
 set -euo pipefail
 src=$1
 log=${2:-}
@@ -18,20 +20,25 @@ if [ -d "$src" ]; then  # a committed example: its traces, status records, count
 else
   tar xzf "$src" -C "$tmp"
 fi
-run=$(basename "$(ls -d "$tmp"/results/*)")
-rm -rf "results/$run"
-mkdir -p results
-cp -r "$tmp/results/$run" results/
-snakemake --profile workflow/profiles/render "results/$run/report.pdf" --forcerun extract --quiet rules
-dest="examples/$run"
-rm -rf "$dest"
-mkdir -p "$dest"
-(cd "results/$run" && find captures -name trace.json.gz -o -name status.json; [ -d counters ] && find counters -type f || true) |
-  while read -r f; do mkdir -p "$dest/$(dirname "$f")"; cp "results/$run/$f" "$dest/$f"; done
-for f in calibration.json capture_worker.log env.json findings.json kernels.csv summary.csv repeats.csv control.csv report.html report.pdf; do
-  if [ -f "results/$run/$f" ]; then cp "results/$run/$f" "$dest/"; fi
+stage() {
+  local run=$1 dest
+  rm -rf "results/$run"
+  mkdir -p results
+  cp -r "$tmp/results/$run" results/
+  snakemake --profile workflow/profiles/render "results/$run/report.pdf" --forcerun extract --quiet rules
+  dest="examples/$run"
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  (cd "results/$run" && find captures -name trace.json.gz -o -name status.json; [ -d counters ] && find counters -type f || true) |
+    while read -r f; do mkdir -p "$dest/$(dirname "$f")"; cp "results/$run/$f" "$dest/$f"; done
+  for f in calibration.json capture_worker.log env.json findings.json kernels.csv summary.csv repeats.csv control.csv top_up.json report.html report.pdf; do
+    if [ -f "results/$run/$f" ]; then cp "results/$run/$f" "$dest/"; fi
+  done
+  cp -r "results/$run/plots" "$dest/"
+  if [ -n "$log" ]; then cp "$log" "$dest/snakemake.log.gz"; fi
+  echo "staged $dest ($(du -sh "$dest" | cut -f1))"
+}
+for run in $(ls "$tmp/results"); do
+  if [ "$run" != compare ]; then stage "$run"; fi
 done
-cp -r "results/$run/plots" "$dest/"
-if [ -n "$log" ]; then cp "$log" "$dest/snakemake.log.gz"; fi
 rm -rf "$tmp"
-echo "staged $dest ($(du -sh "$dest" | cut -f1))"

@@ -31,6 +31,11 @@ from attnprof.analysis.stats import MAX_REPEATS_SUGGESTED, compare_paired, paire
 #: (seconds, both environments) the added rounds of one A/B run may take.
 TOP_UP_ROUNDS = 3
 TOP_UP_TIME_S = 240.0
+#: Seconds an added round costs each environment beyond its captures' own ``capture_wall_s``: a fresh capture
+#: process (torch import, CUDA context, the profiler's start-up at its first capture). Measured on an H200
+#: (2026-12-02, benchmarks/calibration/results/h200-aa-top_up.log): 3 added rounds in 2 environments took about 24 s
+#: of wall time more than the base rounds' run, for about 4 s of the added captures' own wall time.
+ROUND_START_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -115,27 +120,29 @@ def _extra_rounds(verdict: Mapping, base: int, most: int) -> int:
     return max(1, min(most, int(needed) - base))
 
 
-def plan_top_up(first: Mapping, base: int, rounds: int, time_s: float, capture_s: Mapping) -> dict:
+def plan_top_up(first: Mapping, base: int, rounds: int, time_s: float, capture_s: Mapping, round_s: float = 0.0) -> dict:
     """Which rows get extra rounds after look 1 (module docstring).
 
     first: {(variant, shape_key): look 1's verdict (:func:`paired_verdicts`)}; base: the base rounds; rounds:
     config ``top_up.rounds`` (the most added to a row); time_s: ``top_up.time_s``, the estimated capture time the
     added rounds may take (seconds); capture_s: {key: seconds one round of that row takes, both environments}
-    (a missing key counts as 0). Rows are taken cheapest first (fewest added rounds, then time, then name) while
-    the running estimate stays within ``time_s``. Returns ``{"base", "rows": [{"variant", "shape_key", "rounds"
-    (in all), "added", "estimate_s", "why"}], "left": [{"variant", "shape_key", "why"}], "estimate_s"}``; a row
-    with no ratio (no paired round) is left, and so is every row once the bound is reached."""
+    (a missing key counts as 0); round_s: seconds each added round costs beyond its captures (all environments'
+    fresh capture processes: :data:`ROUND_START_S` each), charged once per round added to any row. Rows are
+    taken cheapest first (fewest added rounds, then time, then name) while the estimate stays within ``time_s``.
+    Returns ``{"base", "rows": [{"variant", "shape_key", "rounds" (in all), "added", "estimate_s", "why"}],
+    "left": [{"variant", "shape_key", "why"}], "estimate_s"}``; a row with no ratio (no paired round) is left, and
+    so is every row once the bound is reached."""
     wanting = [(k, _extra_rounds(v, base, rounds)) for k, v in first.items()
                if v["verdict"] == "inconclusive" and v.get("ratio") is not None and rounds > 0]
     wanting.sort(key=lambda kv: (kv[1], kv[1] * float(capture_s.get(kv[0], 0.0)), kv[0]))
-    rows, left, spent = [], [], 0.0
+    rows, left, captures, most = [], [], 0.0, 0
     for key, extra in wanting:
         cost = extra * float(capture_s.get(key, 0.0))
-        if spent + cost > time_s:
+        if captures + cost + max(most, extra) * round_s > time_s:
             left.append({"variant": key[0], "shape_key": key[1],
                          "why": f"undetermined after {base} rounds; {extra} more would pass top_up.time_s ({time_s:g} s)"})
             continue
-        spent += cost
+        captures, most = captures + cost, max(most, extra)
         rows.append({"variant": key[0], "shape_key": key[1], "rounds": base + extra, "added": extra,
                      "estimate_s": round(cost, 1), "why": first[key]["why"]})
-    return {"base": base, "rows": rows, "left": left, "estimate_s": round(spent, 1)}
+    return {"base": base, "rows": rows, "left": left, "estimate_s": round(captures + most * round_s, 1)}
