@@ -22,7 +22,11 @@ with script_log(sm.log[0]) as log:
         recorded = call_where_captures_run(capture_environment, [], p.mode, p.device, sm.resources.worker_idle_s,
                                            Path(sm.log[0]).parent / "capture_worker.log", interp.get("python"),
                                            env_vars)
-    env = {"run": p.run, "device": p.device, **recorded, "config": p.config}
+    from attnprof.model.names import FORMAT_KEY, FORMATS
+
+    # in the current format (attnprof.model.formats): every version that writes it captures the profiler's control
+    env = {FORMAT_KEY: FORMATS["env"], "run": p.run, "device": p.device, **recorded, "config": p.config,
+           "captures_control": True}
     # the GPUs the run's captures may take (attnprof.measure.gpus), as nvidia-smi lists them; not under a cluster
     # executor, where each capture job has an allocation of its own (its record names its GPU)
     if p.device == "cuda" and not per_job_allocation(sm.resources):

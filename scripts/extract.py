@@ -14,10 +14,10 @@ with script_log(sm.log[0]) as log:
     import pandas as pd
     from attnprof.analysis.recipe import RECIPE_COLUMNS, recipe_table, write_recipe
     from attnprof.analysis.backward import analyse_passes, backward_tables, empty_backward_tables
-    from attnprof.analysis.records import STATUS_KEYS, check_capture_record, devices_used, load_record, trace_schema_problem
+    from attnprof.analysis.records import check_capture_record, devices_used, load_status, trace_schema_problem
 
     variant, shape = sm.wildcards.variant, sm.wildcards.shape
-    status = load_record(sm.input.status, STATUS_KEYS)
+    status = load_status(sm.input.status)  # in the current format (attnprof.model.formats)
     trace = load_trace(sm.input.trace)
     # which capture this is: the record against its folder and its trace (GPU, CUDA build, GPU or CPU trace)
     events = events_frame(trace)

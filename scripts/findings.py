@@ -8,7 +8,7 @@ with script_log(sm.log[0]) as log:
     import jsonschema
     import pandas as pd
     from attnprof.findings import compute, load_expectations, load_run_data
-    from attnprof.analysis.records import STATUS_KEYS, load_record
+    from attnprof.analysis.records import load_status
 
     summary = pd.read_csv(sm.input.summary)
     kernels = pd.read_csv(sm.input.kernels)
@@ -19,7 +19,7 @@ with script_log(sm.log[0]) as log:
         missing = [c for c in ("variant", "shape_key", "kernel", "category", "share_pct") if c not in table.columns]
         if missing:
             raise ValueError(f"{path}: no column {missing} (rule extract writes them; re-run it: --forcerun extract)")
-    statuses = [load_record(p, STATUS_KEYS) for p in sm.input.status]  # a truncated one names its file
+    statuses = [load_status(p) for p in sm.input.status]  # a truncated one names its file
     # every GPU the traces saw, by deviceProperties id (a kernel's numbers use its own device's entry)
     devices = list({p["id"]: p for f in sm.input.device for p in json.loads(Path(f).read_text()) or [] if "id" in p}.values())
     expectations = load_expectations(sm.input.expectations, variants=summary["variant"])

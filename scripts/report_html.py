@@ -7,7 +7,7 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.findings import load_expectations
-    from attnprof.analysis.records import load_calibration, load_env
+    from attnprof.analysis.records import load_calibration, load_env, load_repeats
     from attnprof.render.report import build_context, render_html
     from attnprof.analysis.tables import concat_tables
 
@@ -43,7 +43,7 @@ with script_log(sm.log[0]) as log:
         run_plots=run_plots,
         calibration=load_calibration(sm.input.calibration),
         css=Path(sm.input.css).read_text(),
-        repeats=pd.read_csv(sm.input.repeats),  # the GPU each capture ran on (a run on several GPUs)
+        repeats=load_repeats(sm.input.repeats),  # the GPU each capture ran on (a run on several GPUs), current format
     )
     # the interactive timeline of part 1's shape, beside its static figure (attnprof.render.timeline_html)
     from attnprof.render.timeline_html import load_captures, timeline_html

@@ -5,9 +5,15 @@ Every capture (each repeat of each variant and shape) gives one row of repeats.c
 their between-run interval). kernels.csv holds the kernel tables of repeat 1. The profiler's control (attnprof.analysis.control) is not an
 attention variant: its captures give control.csv (one row per repeat, its counts per forward), never a row of the others.
 
-Every record is read through attnprof.analysis.records (a truncated or incomplete one names its file and key) and
-checked against its folder and against the run's env.json (device, GPU, torch build): a capture from
-another machine or environment is refused, naming both files and the field."""
+Every record is read through attnprof.analysis.records (a truncated or incomplete one names its file and key), in
+the current format (attnprof.model.formats: an older record reads as the current one), and checked against its
+folder and against the run's env.json (device, GPU, torch build): a capture from another machine or environment is
+refused, naming both files and the field.
+
+repeats.csv carries its format version as a column, ``format``, the same number in every row (attnprof.model.names
+FORMATS["repeats"]), rather than a comment line or a second header: a constant column keeps the file a plain table
+that pandas.read_csv and csv.DictReader read as before, and a reader that does not know the column passes it by;
+attnprof.analysis.records.load_repeats reads a file without it as version 1."""
 from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
@@ -15,19 +21,18 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.analysis.backward import backward_summary
-    from attnprof.model.names import CAPTURE_FILES
+    from attnprof.model.names import CAPTURE_FILES, FORMAT_KEY, FORMATS
     from attnprof.model.plan import Layout
-    from attnprof.analysis.records import ENV_CHECK_KEYS, STATUS_KEYS, check_capture_record, load_env, load_record
+    from attnprof.analysis.records import ENV_CHECK_KEYS, check_capture_record, load_env, load_status
     from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, repeat_noise, summary_row
 
     # the run's env.json, a declared input
     env_path = sm.input.env
-    env = load_env(env_path, ENV_CHECK_KEYS)
+    env = load_env(env_path, (*ENV_CHECK_KEYS, "config.repeats"))
     def capture_row(status_path, forwards_path) -> tuple[dict, dict]:
         """(record, summary row with its repeat) of one capture: the record read and checked against its folder
-        and env.json; the repeat is the capture's folder (r<k>; its record says it too, 1 for one made before
-        repeats)."""
-        status = load_record(status_path, STATUS_KEYS)
+        and env.json; the repeat is the capture's folder (r<k>; its record says it too)."""
+        status = load_status(status_path)
         check_capture_record(status, status_path, None, env, env_path=env_path)
         row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
         row["repeat"] = Layout().repeat_of(Path(status_path).parent.name)
@@ -41,15 +46,17 @@ with script_log(sm.log[0]) as log:
         row.update(backward_summary(status, pd.read_csv(backwards_path)))
         per_pair.setdefault((row["variant"], row["shape_key"]), []).append(row)
         # when the capture began (Unix s): what tells an A/B run's rounds were captured interleaved (compare)
-        started[(row["variant"], row["shape_key"], row["repeat"])] = status.get("capture_started_at") or status.get("started_at")
+        started[(row["variant"], row["shape_key"], row["repeat"])] = status["capture_started_at"]
     for rows in per_pair.values():
         for r in rows:
             r["started_at"] = started[(r["variant"], r["shape_key"], r["repeat"])]
     repeats = [r for rows in per_pair.values() for r in rows]
-    pd.DataFrame(repeats, columns=REPEAT_COLUMNS).to_csv(sm.output.repeats, index=False)
+    # in the current format: its version in a constant column (this docstring)
+    repeats_csv = pd.DataFrame(repeats, columns=REPEAT_COLUMNS).assign(**{FORMAT_KEY: FORMATS["repeats"]})
+    repeats_csv.to_csv(sm.output.repeats, index=False)
     # the between-process noise pooled over each variant's shapes (attnprof.analysis.stats.pool_noise)
     noise = repeat_noise(per_pair)
-    expected = int((env or {}).get("config", {}).get("repeats") or 0) or None
+    expected = int(env["config"]["repeats"])
     summary = [combine_repeats(rows, sm.params.confidence, noise[key], expected) for key, rows in per_pair.items()]
     derive_columns(pd.DataFrame(summary)).to_csv(sm.output.summary, index=False)  # and the declared formulas (GB/s)
     frames = [pd.read_csv(p) for p in sm.input.kernels]

@@ -5,13 +5,13 @@ from attnprof.runtime.logs import script_log
 
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
-    from attnprof.analysis.records import load_record
+    from attnprof.analysis.records import load_status
     from attnprof.render.plots import timeline
     from attnprof.render.timeline_html import lane, load_captures
 
     rows, gpu = [], False
     for status_path in sm.input.status:
-        status = load_record(status_path, ("variant", "status", "shape_key"))  # a clear error naming file and key
+        status = load_status(status_path, ("variant", "status", "shape_key"))  # a clear error naming file and key
         rows.append({"variant": status["variant"], "status": status["status"]})
         gpu = gpu or status.get("device") == "cuda"
         print(f"{status['variant']}: {status['status']}", file=log)

@@ -15,7 +15,7 @@ with script_log(sm.log[0]) as log:
 
     import pandas as pd
 
-    from attnprof.analysis.records import STATUS_KEYS, load_record
+    from attnprof.analysis.records import load_status
     from attnprof.analysis.tables import summary_row
     from attnprof.analysis.top_up import ROUND_START_S, Design, paired_verdicts, plan_top_up
     from attnprof.model.names import CAPTURE_FILES
@@ -26,7 +26,7 @@ with script_log(sm.log[0]) as log:
     for run in p.runs:
         rows = []
         for status_path, forwards_path in zip(sm.input[f"{run}/status"], sm.input[f"{run}/forwards"], strict=True):
-            status = load_record(status_path, STATUS_KEYS)
+            status = load_status(status_path)  # in the current format (attnprof.model.formats)
             row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
             row["repeat"] = Layout().repeat_of(Path(status_path).parent.name)
             rows.append(row)

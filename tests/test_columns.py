@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from attnprof.model.formats import current_record
 from attnprof.model import columns as registry
 from attnprof.model.columns import TABLES, columns_of, declare, results_markdown
 
@@ -37,8 +38,10 @@ def test_every_column_a_committed_result_set_holds_is_declared(run_dir):
 def test_the_declared_run_tables_are_those_the_code_writes():
     """Both ways: a column the code writes and the registry lacks, and a declared column the code no longer writes."""
     from attnprof.analysis.tables import REPEAT_COLUMNS, SUMMARY_COLUMNS
+    from attnprof.model.names import FORMAT_KEY
 
-    for table, written in (("summary", SUMMARY_COLUMNS), ("repeats", REPEAT_COLUMNS)):
+    # repeats.csv: its columns and the format version (scripts/summarize.py)
+    for table, written in (("summary", SUMMARY_COLUMNS), ("repeats", [*REPEAT_COLUMNS, FORMAT_KEY])):
         assert sorted(columns_of(table)) == sorted(written), table
         assert len(written) == len(set(written))
 
@@ -126,6 +129,7 @@ def _context(h200, gpu_name):
            "cuda_build": "13.0", "cudnn": 91900, "cpu": "x86_64",
            "config": {"profiler": {"warmup_calls": 3, "range_name": "attn_fwd", "schedule": {"wait": 1, "warmup": 2, "active": 10}},
                       "timing": {"repeats": 50, "input_sets": 4}}}
+    env = current_record("env", env, "env.json")  # as attnprof.analysis.records.load_env reads it
     return build_context("test-run", h200["summary"], h200["kernels"], concat_tables(h200["launches"]), {"shapes": []},
                          env, {"expectations": []}, {}, css="body{}")
 

@@ -9,6 +9,7 @@ import json
 import pandas as pd
 import pytest
 
+from attnprof.model.formats import current_record
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, compare_controls, control_counts
 from attnprof.analysis.tables import analyse_trace, op_table
 
@@ -130,6 +131,7 @@ def report_of(h200, h200_data):
     env = {"gpu_name": "NVIDIA H200", "torch": "2.11.0", "python": "3.12", "snakemake": "9", "driver": "580", "cuda_build": "13.0",
            "cudnn": 91900, "cpu": "x86_64", "config": {"profiler": {"warmup_calls": 3, "range_name": "attn_fwd",
            "schedule": {"wait": 1, "warmup": 2, "active": 10}}, "timing": {"repeats": 50, "input_sets": 4}}}
+    env = current_record("env", env, "env.json")  # as attnprof.analysis.records.load_env reads it
 
     def render(control):
         from attnprof.analysis.tables import concat_tables

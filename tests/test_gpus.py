@@ -251,6 +251,7 @@ def test_page_one_says_on_how_many_gpus_and_whether_they_are_alike():
     """The GPUs come from the capture records (repeats.csv), not env.json: a later run may have rewritten that."""
     import pandas as pd
 
+    from attnprof.model.formats import current_table
     from attnprof.render.report import brief_notes, gpu_note, gpus_used
 
     def repeats(*gpus):
@@ -269,7 +270,9 @@ def test_page_one_says_on_how_many_gpus_and_whether_they_are_alike():
     unknown = gpu_note(gpus_used(repeats(NODE[0], m.Gpu(-1, "MIG-x", ""))))
     assert "do not say what some of them are" in unknown
     assert gpu_note(gpus_used(repeats(NODE[0], NODE[0]))) is None  # one GPU: nothing to say
-    assert gpus_used(pd.DataFrame({"variant": ["v"]})) == [] and gpus_used(None) == []  # a CPU run, an older set
+    # a repeats.csv of format 1 without the GPU columns (read as the current format: empty), and none at all
+    older = current_table("repeats", pd.DataFrame({"variant": ["v"]}), "repeats.csv")
+    assert gpus_used(older) == [] and gpus_used(None) == []
     # alike: page 1's small print leads with them; of different kinds: a finding of page 1, not small print
     summary = pd.DataFrame({"variant": ["v"], "shape_key": ["s"]})
     assert brief_notes(None, [], summary, gpus_used(repeats(NODE[0], NODE[1])))[0] == alike

@@ -15,6 +15,7 @@ import jsonschema
 import pandas as pd
 import pytest
 
+from attnprof.analysis.records import load_env
 from attnprof.analysis.tables import SUMMARY_COLUMNS, result_note
 from attnprof.findings import compute, load_expectations, load_run_data
 from attnprof.findings.ranking import wrong_result_warnings
@@ -49,7 +50,7 @@ def _render(folder: Path, summary: pd.DataFrame | None = None, findings: dict | 
     kernels = pd.read_csv(folder / "kernels.csv")
     kernels = kernels[kernels["variant"].isin(summary["variant"])]
     findings = json.loads((folder / "findings.json").read_text()) if findings is None else findings
-    ctx = build_context(folder.name, summary, kernels, pd.DataFrame(), findings, json.loads((folder / "env.json").read_text()),
+    ctx = build_context(folder.name, summary, kernels, pd.DataFrame(), findings, load_env(folder / "env.json", ()),
                         load_expectations(ROOT / "config" / "expectations.yaml", variants=summary["variant"]), {}, css="")
     return ctx, render_html(ctx, ROOT / "report")
 

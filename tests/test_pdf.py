@@ -9,6 +9,8 @@ from pathlib import Path
 import pdfplumber
 import pytest
 
+from attnprof.analysis.records import load_env
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
 PAGE_NUMBER = re.compile(r"^\d+ / \d+$")
 
@@ -154,7 +156,7 @@ def render_example(example: Path, out: Path) -> Path:
         calibration = example / "calibration.json"
         ctx = build_context(example.name, summary, pd.read_csv(example / "kernels.csv"), pd.DataFrame(),
                             json.loads((example / "findings.json").read_text()),
-                            json.loads((example / "env.json").read_text()),
+                            load_env(example / "env.json", ()),
                             load_expectations(root / "config" / "expectations.yaml", variants=summary["variant"]), plots,
                             css=css, run_plots=run_plots,
                             calibration=json.loads(calibration.read_text()) if calibration.exists() else None)
@@ -246,7 +248,7 @@ def test_rendered_cpu_pdf_is_a_document_of_at_most_4_pages(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     summary = pd.read_csv(CPU_RUN / "summary.csv")
-    env = json.loads((CPU_RUN / "env.json").read_text())
+    env = load_env(CPU_RUN / "env.json", ())
     assert not env.get("gpu_name")
     ctx = build_context(CPU_RUN.name, summary, pd.read_csv(CPU_RUN / "kernels.csv"), pd.DataFrame(),
                         json.loads((CPU_RUN / "findings.json").read_text()), env,

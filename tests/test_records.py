@@ -26,6 +26,7 @@ from attnprof.analysis.records import (
     load_calibration,
     load_env,
     load_record,
+    load_status,
     trace_schema_problem,
 )
 from attnprof.analysis.trace import TraceError, device_properties, events_frame, load_trace
@@ -150,8 +151,11 @@ def test_a_record_naming_another_repeat_is_refused(tmp_path):
     status = place(tmp_path, "naive", {**record, "repeat": 2}, repeat=3)
     with pytest.raises(RecordError, match=r"r3/status.json says repeat 2 but lies in the folder of repeat 3"):
         check_capture_record({**record, "repeat": 2}, status, None)
-    check_capture_record(record, status, None)  # a record made before repeats: no repeat key, nothing to compare
     check_capture_record({**record, "repeat": 3}, status, None)
+    # a record made before repeats (format 1, no repeat key) is read with its folder's repeat: nothing to refuse
+    status = place(tmp_path, "naive", record, repeat=3)
+    assert "repeat" not in record and load_status(status)["repeat"] == 3
+    check_capture_record(load_status(status), status, None)
 
 
 def test_capture_folder_reads_the_layout_and_nothing_else():
@@ -190,7 +194,7 @@ def test_cuda_versions_are_read_as_torch_and_cuda_write_them():
 
 
 def test_a_gpu_trace_under_a_cpu_record_and_a_cpu_trace_under_a_gpu_record_are_refused(tmp_path):
-    gpu_record = gunzip_json(H200 / "naive" / "status.json.gz")
+    gpu_record = {**gunzip_json(H200 / "naive" / "status.json.gz"), "repeat": 1}  # in the current format, r1's
     cpu_record = {**gpu_record, "device": "cpu", "device_name": "x86_64", "torch_version": "2.11.0+cu130"}
     status = place(tmp_path, "naive", cpu_record)
     with pytest.raises(RecordError, match=r"says device 'cpu' but its trace \S+ holds 70 GPU events"):
@@ -274,7 +278,8 @@ def test_summarize_refuses_a_capture_from_another_torch_build_or_gpu(in_tmp):
 
 def test_the_environment_check_compares_only_what_both_sides_recorded():
     record = gunzip_json(H200 / "naive" / "status.json.gz")
-    dead = {k: record[k] for k in ("variant", "shape_key", "device", "status")}  # a capture process that died
+    # a capture process that died (attnprof.runtime.isolation.crash_record: the current format names its repeat)
+    dead = {**{k: record[k] for k in ("variant", "shape_key", "device", "status")}, "repeat": 1}
     check_capture_record(dead, f"results/x/captures/{STUDY}/naive/r1/status.json", None, H200_ENV)
     cpu = {**record, "device": "cpu", "device_name": "x86_64", "torch_version": "2.13.0+cpu"}
     check_capture_record(cpu, "status.json", None, {"device": "cpu", "gpu_name": None, "torch": "2.13.0+cpu"})

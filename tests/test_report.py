@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from attnprof.model.formats import current_record
 from attnprof.findings import compute
 from attnprof.render.report import RenderError, build_context, render_html, render_pdf
 from attnprof.analysis.tables import concat_tables
@@ -23,6 +24,7 @@ def html(h200, h200_data):
     env = {"gpu_name": "NVIDIA H200", "torch": "2.11.0", "python": "3.12", "snakemake": "9", "driver": "580", "cuda_build": "13.0",
            "cudnn": 91900, "cpu": "x86_64", "config": {"profiler": {"warmup_calls": 3, "range_name": "attn_fwd",
            "schedule": {"wait": 1, "warmup": 2, "active": 10}}, "timing": {"repeats": 50, "input_sets": 4}}}
+    env = current_record("env", env, "env.json")  # as attnprof.analysis.records.load_env reads it
     ctx = build_context("test-run", h200["summary"], kernels, launches, findings, env, expectations, {}, css="body{}")
     return render_html(ctx, ROOT / "report")
 

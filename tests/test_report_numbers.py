@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from attnprof.model.formats import current_record
 from attnprof.findings import compute
 from attnprof.render.report import build_context, calibration_numbers, compare_context
 from attnprof.analysis.tables import concat_tables
@@ -33,6 +34,7 @@ def context(h200, h200_data):
     expectations = yaml.safe_load((ROOT / "config" / "expectations.yaml").read_text())
     findings = {"shapes": [compute(h200_data, expectations)]}
     env = {"gpu_name": "NVIDIA H200", "config": {}}
+    env = current_record("env", env, "env.json")  # as attnprof.analysis.records.load_env reads it
     return build_context("t", h200["summary"], h200["kernels"], concat_tables(h200["launches"]), findings, env, expectations, {},
                          css="", calibration={"gemm_tflops_bf16": 729.0, "datasheet_tflops_bf16": 989.0, "copy_tb_per_s": 4.07,
                                               "datasheet_tb_per_s": 4.8, "copy_bytes": 2**31})

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from attnprof.model.formats import current_record
 from attnprof.render.timeline_html import load_captures, timeline_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,6 +174,7 @@ def test_the_report_shows_the_block_beside_the_static_figure(tmp_path, h200):
     env = {"gpu_name": "NVIDIA H200", "torch": "2.11.0", "python": "3.12", "snakemake": "9", "driver": "580",
            "cuda_build": "13.0", "cudnn": 91900, "cpu": "x86_64", "config": {"profiler": {"warmup_calls": 3,
            "range_name": "attn_fwd", "schedule": {"wait": 1, "warmup": 2, "active": 10}}, "timing": {"repeats": 50, "input_sets": 4}}}
+    env = current_record("env", env, "env.json")  # as attnprof.analysis.records.load_env reads it
     ctx = build_context("r", h200["summary"], h200["kernels"], concat_tables(h200["launches"]), {"shapes": []}, env,
                         expectations, {shape: {TIMELINE: png}}, css="body{}")
     ctx["live_timeline"] = timeline_html([{"variant": "a", "status": "ok", "recipe": pd.DataFrame(_gpu_recipe(0, 0)),

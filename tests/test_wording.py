@@ -126,6 +126,7 @@ def test_an_interval_and_its_unit_print_whole():
 
 def _rendered(name: str) -> tuple[pd.DataFrame, str]:
     """(summary.csv, report HTML) of a committed example, rendered by this checkout from its tables (no plots)."""
+    from attnprof.analysis.records import load_env
     from attnprof.findings import load_expectations
     from attnprof.render.report import build_context, render_html
 
@@ -133,7 +134,7 @@ def _rendered(name: str) -> tuple[pd.DataFrame, str]:
     summary = pd.read_csv(folder / "summary.csv")
     calibration = folder / "calibration.json"
     ctx = build_context(name, summary, pd.read_csv(folder / "kernels.csv"), pd.DataFrame(),
-                        json.loads((folder / "findings.json").read_text()), json.loads((folder / "env.json").read_text()),
+                        json.loads((folder / "findings.json").read_text()), load_env(folder / "env.json", ()),
                         load_expectations(ROOT / "config" / "expectations.yaml", variants=summary["variant"]), {}, css="",
                         calibration=json.loads(calibration.read_text()) if calibration.exists() else None)
     return summary, render_html(ctx, ROOT / "report")

@@ -35,7 +35,8 @@ from attnprof.analysis.stats import CONFIDENCE, SITTING_SD, compare_ratio, joint
 from attnprof.analysis.tables import HOST_TIMES, concat_tables
 from attnprof.analysis.top_up import design_of, paired_verdicts
 from attnprof.analysis.trace import short_kernel_name
-from attnprof.model.names import REPEAT_PREFIX, RUN_FILES
+from attnprof.model.formats import FormatError, current_table
+from attnprof.model.names import FORMATS, REPEAT_PREFIX, RUN_FILES
 from attnprof.model.variants import CONTROL
 
 #: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
@@ -565,26 +566,20 @@ def rerender_fix(run_dir) -> str:
     return f"Fix: re-render the result set from its traces ({RERENDER.format(run_dir=run_dir)}), then compare again"
 
 
-def predates_control(env: dict) -> bool:
-    """Whether env.json ``env`` is a result set's captured by a version without the profiler's control
-    (attnprof.analysis.control): its config lacks ``environments``, which came with the control (issue 20; every later
-    env.json records it, ``{}`` for a run without A/B). An env.json without a config cannot say so: False."""
-    config = env.get("config")
-    return isinstance(config, dict) and "environments" not in config
-
-
 def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], str | None]) -> dict:
     """Result set ``name`` as :func:`compare_pair` reads it, from ``files`` ({kind: path, or [paths] for the per-capture
     tables}: summary, kernels, env, findings, repeats, ops (repeat 1's), and, where its captures are here, recipe and
     recipe_backward (every repeat's)); its folder is summary.csv's. Each file but env.json must be what its writer wrote:
     ``file_problem(run_dir, path)`` says why not, or None (attnprof.runtime.integrity.file_problem: its SHA-256 sidecar;
-    given by the caller, as analysis reaches no runtime module), and control.csv is read from the folder unless env.json predates the control
-    (:func:`predates_control`). Raises :class:`ResultSetError` naming every file that is missing, unchecked or damaged,
-    or the first column or value compare cannot use, each with the fix."""
+    given by the caller, as analysis reaches no runtime module), and control.csv is read from the folder unless env.json
+    says the result set was captured by a version without the control (``captures_control``). env.json and repeats.csv
+    are read in the current format (attnprof.model.formats). Raises :class:`ResultSetError` naming every file that is
+    missing, unchecked or damaged, or in a format version this code cannot read, or the first column or value compare
+    cannot use, each with the fix."""
     run_dir = Path(files["summary"]).parent
     fix = rerender_fix(run_dir)
     env = _record(files["env"], (), f"Fix: restore {files['env']} from the result set's original copy (a re-render "
-                  "keeps env.json as captured)")
+                  "keeps env.json as captured)", "env")
     control = _control_path(run_dir, env)
     problems = [f"{p}: {why}" for p in _checked_files(files, control) if (why := file_problem(run_dir, p))]
     if problems:
@@ -601,9 +596,9 @@ def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], 
 
 def _control_path(run_dir: Path, env: dict) -> Path | None:
     """The result set's control.csv, which compare reads whatever its inputs say; None for a result set captured before
-    the control (:func:`predates_control`) that has none."""
+    the control (env.json ``captures_control`` false) that has none."""
     path = run_dir / RUN_FILES["control"]
-    return None if predates_control(env) and not path.exists() else path
+    return None if not env["captures_control"] and not path.exists() else path
 
 
 def _checked_files(files: dict, control: Path | None) -> list:
@@ -614,11 +609,16 @@ def _checked_files(files: dict, control: Path | None) -> list:
     return out + ([control] if control else [])
 
 
-def _record(path, keys, fix: str) -> dict:
+def _record(path, keys, fix: str, kind: str | None = None) -> dict:
+    """The record at ``path`` (attnprof.analysis.records.load_record: with ``keys``; ``kind``: in the current format);
+    ResultSetError with ``fix`` when it cannot be read, or with the format's own fix (attnprof.model.formats) when
+    its format version cannot."""
     try:
-        return load_record(path, keys)
+        return load_record(path, keys, kind)
     except RecordError as exc:
         raise ResultSetError(f"{exc}. {fix}") from None
+    except FormatError as exc:
+        raise ResultSetError(str(exc)) from None
 
 
 def _read_csv(path, fix: str) -> pd.DataFrame:
@@ -633,8 +633,14 @@ def _read_csv(path, fix: str) -> pd.DataFrame:
 
 
 def _table(path, kind: str, fix: str) -> pd.DataFrame:
-    """Table ``kind`` (REQUIRED_COLUMNS' keys) of a result set, read and checked: its columns, and its times."""
+    """Table ``kind`` (REQUIRED_COLUMNS' keys) of a result set, read (repeats.csv: in the current format,
+    attnprof.model.formats) and checked: its columns, and its times."""
     frame = _read_csv(path, fix)
+    if kind in FORMATS:
+        try:
+            frame = current_table(kind, frame, path)
+        except FormatError as exc:
+            raise ResultSetError(str(exc)) from None
     missing = [c for c in REQUIRED_COLUMNS[kind] if c not in frame.columns]
     if missing:
         raise ResultSetError(f"{path}: damaged: column{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing "
@@ -689,14 +695,14 @@ def _recipes(files: dict, fix: str) -> dict:
 def _control_check(path: Path, run_dir: Path, device: str, env: dict) -> dict:
     """The self-check (attnprof.analysis.control.check_control_table) of control.csv at ``path``. Raises
     ResultSetError when the table cannot be read, or when a result set captured with the control
-    (:func:`predates_control` False) lists no capture of it, or holds captures but not the control's: its control
+    (env.json ``captures_control``) lists no capture of it, or holds captures but not the control's: its control
     was lost, which is damage, never a result set from before the self-check."""
     table = _read_csv(path, rerender_fix(run_dir))
     try:
         check = check_control_table(table, device)
     except ValueError as exc:
         raise ResultSetError(f"{path}: damaged: {exc}. {rerender_fix(run_dir)}") from None
-    if not predates_control(env) and (why := _control_lost(path, table, run_dir)):
+    if env["captures_control"] and (why := _control_lost(path, table, run_dir)):
         raise ResultSetError(why)
     return check
 

@@ -7,7 +7,7 @@ a variant and deletes another, one naming another shape publishes numbers under 
 another GPU or torch build publishes them under the run's GPU. :func:`check_capture_record` compares the record
 
 * with its folder, ``captures/<shape>/<variant>/r<k>/``: ``variant``, ``shape_key`` (and the shape fields the key
-  is made of) and ``repeat`` where the record has one;
+  is made of) and ``repeat``;
 * with its trace: the GPU the trace was recorded on (Kineto's ``deviceProperties`` names), the CUDA runtime
   (``cuda_runtime_version``, against the CUDA build in ``torch_version``, e.g. ``+cu130``), and whether the trace
   is a GPU trace at all (GPU events, ``deviceProperties``) -- what a Chrome trace from torch.profiler says about
@@ -16,7 +16,9 @@ another GPU or torch build publishes them under the run's GPU. :func:`check_capt
   (``torch_version`` against ``torch``).
 
 A disagreement raises :class:`RecordError` naming the record, the other file and the field. Every function here
-is pure: parsed dicts and paths in, None or an exception out (:func:`load_record` alone reads a file).
+is pure: parsed dicts and paths in, None or an exception out (:func:`load_record` and the readers of each kind,
+:func:`load_status`, :func:`load_env`, :func:`load_repeats`, read files: status.json, env.json and repeats.csv in
+the current format, attnprof.model.formats, so that what follows reads one format).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from attnprof.model.formats import current_record, current_table
 from attnprof.model.names import REPEAT_PREFIX
 
 
@@ -108,12 +111,26 @@ def _text(path: Path) -> str:
         raise RecordError(f"{path}: not JSON (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
 
 
-def load_record(path: str | Path, required_keys: Iterable[str] = ()) -> dict:
+def load_record(path: str | Path, required_keys: Iterable[str] = (), kind: str | None = None) -> dict:
     """The JSON object in ``path`` (gzipped when it ends in ``.gz``), which must hold every key of
-    ``required_keys`` (dotted for nested keys). Raises :class:`RecordError` whose message starts with the path and
-    says the cause: no such file, unreadable, empty, truncated (the JSON ends early: an interrupted write), not
-    JSON, not a JSON object, or the key(s) missing -- never a bare JSONDecodeError or KeyError."""
+    ``required_keys`` (dotted for nested keys); with ``kind`` (status, env: a file with a format version), in the
+    current format (attnprof.model.formats.current_record, before the keys are checked). Raises :class:`RecordError`
+    whose message starts with the path and says the cause: no such file, unreadable, empty, truncated (the JSON ends
+    early: an interrupted write), not JSON, not a JSON object, or the key(s) missing -- never a bare JSONDecodeError
+    or KeyError; and attnprof.model.formats.FormatError (a ValueError) for a format version it cannot read."""
     path = Path(path)
+    record = _parsed(path)
+    if kind is not None:
+        record = current_record(kind, record, path)
+    missing = missing_keys(record, required_keys)
+    if missing:
+        keys = ", ".join(f"'{k}'" for k in missing)
+        raise RecordError(f"{path}: no key {keys}" if len(missing) == 1 else f"{path}: no keys {keys}")
+    return record
+
+
+def _parsed(path: Path) -> dict:
+    """The JSON object in ``path`` (:func:`load_record`), or RecordError naming the cause."""
     text = _text(path)
     if not text.strip():
         raise RecordError(f"{path}: empty file (an interrupted write?)")
@@ -129,10 +146,6 @@ def load_record(path: str | Path, required_keys: Iterable[str] = ()) -> dict:
         raise RecordError(f"{path}: not a record (JSON nested too deeply)") from None
     if not isinstance(record, dict):
         raise RecordError(f"{path}: not a record (a JSON {type(record).__name__}, not an object)")
-    missing = missing_keys(record, required_keys)
-    if missing:
-        keys = ", ".join(f"'{k}'" for k in missing)
-        raise RecordError(f"{path}: no key {keys}" if len(missing) == 1 else f"{path}: no keys {keys}")
     return record
 
 
@@ -142,12 +155,25 @@ def env_keys(env: Mapping) -> tuple[str, ...]:
     return ENV_KEYS + (("driver", "cuda_build", "cudnn") if env.get("gpu_name") else ("cpu",))
 
 
+def load_status(path: str | Path, required_keys: Iterable[str] = STATUS_KEYS) -> dict:
+    """A capture's status.json through :func:`load_record`, in the current format, with ``required_keys``."""
+    return load_record(path, required_keys, "status")
+
+
 def load_env(path: str | Path, required_keys: Iterable[str] | None = None) -> dict:
-    """env.json through :func:`load_record`, with ``required_keys`` (default: what the report states, :func:`env_keys`)."""
+    """env.json through :func:`load_record`, in the current format, with ``required_keys`` (default: what the report
+    states, :func:`env_keys`)."""
     if required_keys is not None:
-        return load_record(path, required_keys)
-    env = load_record(path, ENV_KEYS)
-    return load_record(path, env_keys(env)) if missing_keys(env, env_keys(env)) else env
+        return load_record(path, required_keys, "env")
+    env = load_record(path, ENV_KEYS, "env")
+    return load_record(path, env_keys(env), "env") if missing_keys(env, env_keys(env)) else env
+
+
+def load_repeats(path: str | Path):
+    """repeats.csv (a pandas DataFrame) in the current format (attnprof.model.formats.current_table)."""
+    import pandas as pd
+
+    return current_table("repeats", pd.read_csv(path), path)
 
 
 def load_calibration(path: str | Path) -> dict:
@@ -217,8 +243,8 @@ def check_capture_record(status: Mapping, status_path: str | Path, trace_device_
                          trace_categories: Mapping[str, int] | None = None) -> None:
     """Raise :class:`RecordError` unless the capture record ``status`` (read from ``status_path``) agrees with
 
-    * its folder (:func:`capture_folder`): ``variant``, ``shape_key``, ``repeat`` when the record has one; and its
-      shape fields make its ``shape_key`` (:func:`shape_key_of`);
+    * its folder (:func:`capture_folder`): ``variant``, ``shape_key``, ``repeat`` (a record in the current format,
+      :func:`load_status`, has one); and its shape fields make its ``shape_key`` (:func:`shape_key_of`);
     * its trace (``trace_path``), when given: ``trace_device_properties`` (Kineto's ``deviceProperties``, a list;
       None: not checked) must name the record's ``device_name`` on a GPU capture; ``trace_meta`` (the trace's
       top-level keys other than ``traceEvents``) its ``cuda_runtime_version`` must have the CUDA major version that
@@ -257,8 +283,8 @@ def _check_folder(status: Mapping, where: str, folder: dict | None) -> None:
     if status.get("shape_key") != folder["shape_key"]:
         raise RecordError(f"{where} says shape_key {status.get('shape_key')!r} but lies in the folder of shape "
                           f"{folder['shape_key']!r}; {_FIX_CAPTURE}")
-    if "repeat" in status and str(status["repeat"]) != str(folder["repeat"]):
-        raise RecordError(f"{where} says repeat {status['repeat']!r} but lies in the folder of repeat "
+    if str(status.get("repeat")) != str(folder["repeat"]):
+        raise RecordError(f"{where} says repeat {status.get('repeat')!r} but lies in the folder of repeat "
                           f"{folder['repeat']} ({REPEAT_PREFIX}{folder['repeat']}); {_FIX_CAPTURE}")
 
 

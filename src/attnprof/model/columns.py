@@ -292,6 +292,9 @@ declare("repeats", "kernels_per_forward memcpy_per_forward memset_per_forward", 
         "this capture's own counts per complete forward (as in summary.csv)")
 declare("repeats", "device_ms_per_forward cpu_ms_per_forward", "ms",
         "this capture's own medians per forward (as in summary.csv, of this repeat alone)")
+declare("repeats", "format", "",
+        "the table's format version, the same in every row (2; a repeats.csv without the column is version 1: see "
+        "Format versions below)")
 
 # --- kernels.csv and the per-capture tables ------------------------------------------------------------------
 _K = ("kernels", "kernels_backward")

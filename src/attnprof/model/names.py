@@ -52,3 +52,8 @@ CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launche
 RUN_FILES = {"summary": "summary.csv", "repeats": "repeats.csv", "kernels": "kernels.csv", "findings": "findings.json", "env": "env.json",
              "calibration": "calibration.json", "html": "report.html", "pdf": "report.pdf", "control": "control.csv",
              "top_up": "top_up.json"}
+#: The format version each versioned file is written in (status.json, env.json: the top-level key ``FORMAT_KEY``;
+#: repeats.csv: a column of that name holding it in every row). Readers get older versions in the current one through
+#: attnprof.model.formats, which holds the migrations; a writer's new field that readers need raises the version here.
+FORMAT_KEY = "format"
+FORMATS = {"status": 2, "env": 2, "repeats": 2}

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnprof.model.config import ab_compare_name, ab_run_name, capture_rank
+from attnprof.model.formats import current_record
 from attnprof.model.gpus import mixed_models, select_gpus
 from attnprof.model.names import (CAPTURE_FILES, CAPTURE_TABLES, REPEAT_PREFIX, RUN_FILES, SCALING_PLOTS, SHAPE_PLOTS,
                                   TIMELINE, repeat_dir)
@@ -241,6 +242,8 @@ def _recorded(layout: Layout, run: str) -> dict:
     except (OSError, ValueError) as exc:
         raise ValueError(f"{env_path} cannot be read ({exc}): copy the result set again from where it was captured "
                          f"(its env.json is written there)") from None
+    if isinstance(recorded, dict):  # in the current format (attnprof.model.formats; FormatError: a ValueError)
+        recorded = current_record("env", recorded, env_path)
     if missing := _missing_keys(recorded):
         raise ValueError(f"{env_path} has no {' or '.join(repr(k) for k in missing)}: it is not an env.json that "
                          f"attnprof wrote (or it was cut short or edited), so the shapes and variants of result set "
@@ -275,8 +278,10 @@ def _render_fix(layout: Layout, run: str) -> str:
 
 
 def recorded_grid(layout: Layout, run: str) -> Grid:
-    """The grid recorded in result set ``run``'s env.json. Raises ValueError naming the file and the fix when
-    that file is missing, unreadable or lacks ``config``/``device``, and for a result set made before repeats."""
+    """The grid recorded in result set ``run``'s env.json (in the current format: attnprof.model.formats). Raises
+    ValueError naming the file and the fix when that file is missing, unreadable, in a format version this code
+    cannot read or lacks ``config``/``device``, and for a result set whose captures are in the layout from before
+    repeats."""
     recorded = _recorded(layout, run)
     cfg = recorded["config"]
     try:
@@ -288,7 +293,7 @@ def recorded_grid(layout: Layout, run: str) -> Grid:
         raise ValueError(f"{layout.run_dir(run)} was made before repeats ({legacy[0]} is not in a {REPEAT_PREFIX}<k>/ "
                          f"folder): move its captures with: python tools/migrate_repeats.py {layout.run_dir(run)}")
     control = shapes[:1] if shapes and layout.has_control(run, shapes[0]) else ()
-    return Grid(shapes, tuple(cfg["variants"]), int(cfg.get("repeats", 1)), control)
+    return Grid(shapes, tuple(cfg["variants"]), int(cfg["repeats"]), control)
 
 
 def _build_text(build: Mapping) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from attnprof.analysis.compare import NOISE_FLOOR, NOISE_FLOOR_HOST, VERDICTS
+from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
 from attnprof.analysis.stats import CONFIDENCE, SAME_SITTING, SITTING_SD, detectable_at, detectable_change, look_levels
 from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_run_interval
@@ -100,7 +100,7 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     """The methods' sentence on repeats: how many, what a repeat re-draws, what the rerun interval means and for which
     rerun (attnprof.analysis.stats: same machine, same sitting), how host times are stated, the largest between-run
     spread of the run and what compare can find against it."""
-    n = int(cfg.get("repeats", 1))
+    n = int(cfg["repeats"])
     if n < 2:
         return ("this result set has one repeat (config <code>repeats</code> 1): its times have no between-run spread, "
                 "and the IQR below them (first to third quartile over the forwards) says nothing about a rerun.")
@@ -113,8 +113,7 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
                if parts else "")
     if len(dev):
-        largest += detection_text(n, (cfg.get("compare") or {}).get("noise_floor", NOISE_FLOOR), dev,
-                                  col("device_ms_run_df"))
+        largest += detection_text(n, cfg["compare"]["noise_floor"], dev, col("device_ms_run_df"))
     coverage = 100 * (n - 1) / (n + 1)
     return (f"each (variant, shape) was captured {n} times (repeats), in rounds over the whole grid, each round in a fresh "
             "capture process: a repeat re-draws the process, the CUDA context, the allocations and the libraries' plan "
@@ -148,7 +147,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
     shapes = [_shape_context(shape_key, summary, kernels, launches, findings, env, expectations, plots, counters)
               for shape_key in dict.fromkeys(summary["shape_key"])]
     study = _part1(shapes, gpu)
-    cfg = env.get("config", {})
+    cfg = env["config"]
     control = control or check_control(None, "cuda" if gpu else "cpu")
     bound = memory_bound(summary, calibration)
     used = gpus_used(repeats)
@@ -163,11 +162,10 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
 
 
 def noise_floors(cfg: dict) -> dict:
-    """compare's noise floors in % (``noise_floor_pct``, ``noise_floor_host_pct``) from the run's config (a result
-    set recorded before the compare config had none: the defaults)."""
-    compare = cfg.get("compare") or {}
-    return {"noise_floor_pct": 100 * compare.get("noise_floor", NOISE_FLOOR),
-            "noise_floor_host_pct": 100 * compare.get("noise_floor_host", NOISE_FLOOR_HOST)}
+    """compare's noise floors in % (``noise_floor_pct``, ``noise_floor_host_pct``) from the run's config (env.json in
+    the current format: attnprof.model.formats gives one recorded before them the defaults)."""
+    return {"noise_floor_pct": 100 * cfg["compare"]["noise_floor"],
+            "noise_floor_host_pct": 100 * cfg["compare"]["noise_floor_host"]}
 
 
 def _part1(shapes: list[dict], gpu: bool) -> dict | None:
@@ -537,9 +535,9 @@ def detection_limit(rows: list[dict], threshold: float) -> dict | None:
 
 
 def _load_range(summary: pd.DataFrame, repeats: pd.DataFrame | None = None) -> str:
-    """'min–max' (or one value) of the captures' 1-minute host load average, over every capture (repeats.csv; a
-    result set without it: summary.csv, repeat 1's only); '' when not recorded."""
-    table = repeats if repeats is not None and "host_load_1m" in repeats else summary
+    """'min–max' (or one value) of the captures' 1-minute host load average, over every capture (repeats.csv; without
+    it: summary.csv, repeat 1's only); '' when not recorded."""
+    table = repeats if repeats is not None else summary
     load = pd.to_numeric(table.get("host_load_1m", pd.Series(dtype=float)), errors="coerce").dropna()
     if load.empty:
         return ""
@@ -1092,8 +1090,9 @@ def gpus_used(repeats: pd.DataFrame | None) -> list[dict]:
     """The GPUs the run's captures ran on, from repeats.csv (each capture's ``gpu_uuid``, ``gpu_name``,
     ``gpu_power_limit_w``, ``gpu_max_sm_clock_mhz``: what its own record says, not env.json, which a later run may
     have rewritten): one dict per UUID (uuid, name, power_limit_w, max_sm_clock_mhz; None where not recorded), in UUID
-    order; [] for a CPU run or a result set made before GPUs were recorded."""
-    if repeats is None or "gpu_uuid" not in repeats:
+    order (repeats.csv in the current format: attnprof.analysis.records.load_repeats); [] for a CPU run, a result set
+    captured before GPUs were recorded (their cells empty) or without repeats.csv (None)."""
+    if repeats is None:
         return []
     out = {}
     for _, r in repeats.dropna(subset=["gpu_uuid"]).iterrows():

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from attnprof.measure.capture import capture, log
+from attnprof.model.names import FORMAT_KEY, FORMATS
 from attnprof.model.variants import Shape
 
 #: Signals that end a capture from outside (a user, Snakemake, a scheduler, the host OOM
@@ -193,17 +194,23 @@ def crash_record(spec: dict, returncode: int | None, timeout_s: float, stderr_ta
         why = f"capture process exited with code {returncode}"
     else:
         why = "capture process exited with code 0 but wrote no status"
-    return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, **spec["shape"], "device": spec["device"],
-            "status": "failed", "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
+    # the repeat it was to capture, as every record names it (attnprof.model.formats: status.json's format 2)
+    return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, "repeat": int(spec.get("repeat", 1)),
+            **spec["shape"], "device": spec["device"], "status": "failed",
+            "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
             "stderr_tail": stderr_tail}
 
 
 def finish_capture(record: dict, trace_path: Path, status_path: Path, started: float) -> dict:
     """Write a finished capture's outputs: ``status_path`` (the record, with ``started_at`` and
-    ``finished_at``, epoch seconds) and, when the capture left no usable trace, a placeholder
-    trace naming the status (:func:`write_placeholder_trace`). Returns the record."""
+    ``finished_at``, epoch seconds, and its format version, attnprof.model.names ``FORMATS``; a record of a process
+    that died, which could not say when it began the capture, has ``started_at`` as its ``capture_started_at``) and,
+    when the capture left no usable trace, a placeholder trace naming the status (:func:`write_placeholder_trace`).
+    Returns the record."""
     trace_path, status_path = Path(trace_path), Path(status_path)
     record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
+    record.setdefault("capture_started_at", record["started_at"])
+    record[FORMAT_KEY] = FORMATS["status"]
     if record["status"] not in ("ok", "incomplete_trace") or not trace_path.exists():
         if record["status"] in ("ok", "incomplete_trace"):
             record.update(status="failed", reason="profiler wrote no trace")
