@@ -77,14 +77,15 @@ GRID = {"cpu": {"batch": [1], "heads": [2], "seq_len": [64], "head_dim": [32], "
 
 
 def test_a_version_1_env_reads_as_the_version_2_record_of_the_same_run(tmp_path):
-    # made before repeats, the host threshold and the control: none of config.repeats, noise_floor_host, environments
+    # made before repeats, the host threshold, the control and top-up: none of config.repeats, noise_floor_host,
+    # environments, top_up
     old = {"run": "x", "device": "cpu", "torch": "2.13.0+cpu",
            "config": {"shapes": GRID, "variants": ["naive"], "compare": {"name": "auto", "noise_floor": 0.05, "runs": []}}}
     new = {"format": 2, "run": "x", "device": "cpu", "torch": "2.13.0+cpu", "captures_control": False,
-           "config": {"shapes": GRID, "variants": ["naive"], "repeats": 1,
+           "config": {"shapes": GRID, "variants": ["naive"], "repeats": 1, "top_up": {"rounds": 0, "time_s": 0.0},
                       "compare": {"name": "auto", "noise_floor": 0.05, "noise_floor_host": 0.2, "runs": []}}}
     expected = {"format": 2, "run": "x", "device": "cpu", "torch": "2.13.0+cpu", "captures_control": False,
-                "config": {"shapes": GRID, "variants": ["naive"], "repeats": 1,
+                "config": {"shapes": GRID, "variants": ["naive"], "repeats": 1, "top_up": {"rounds": 0, "time_s": 0.0},
                            "compare": {"name": "auto", "noise_floor": 0.05, "noise_floor_host": 0.2, "runs": []}}}
     for i, doc in enumerate((old, new)):
         assert load_env(write(tmp_path / str(i) / "env.json", json.dumps(doc)), ()) == expected
@@ -94,7 +95,8 @@ def test_a_version_1_env_with_environments_was_captured_with_the_control_and_its
     old = {"device": "cpu", "config": {"repeats": 4, "environments": {}, "compare": {"noise_floor": 0.03, "noise_floor_host": 0.1}}}
     assert current_record("env", old, "env.json") == {
         "device": "cpu", "format": 2, "captures_control": True,
-        "config": {"repeats": 4, "environments": {}, "compare": {"noise_floor": 0.03, "noise_floor_host": 0.1}}}
+        "config": {"repeats": 4, "environments": {}, "top_up": {"rounds": 0, "time_s": 0.0},
+                   "compare": {"noise_floor": 0.03, "noise_floor_host": 0.1}}}
     # made before the compare config: both thresholds the defaults
     assert current_record("env", {"config": {}}, "env.json")["config"]["compare"] == {"noise_floor": 0.02,
                                                                                       "noise_floor_host": 0.2}

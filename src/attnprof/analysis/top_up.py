@@ -48,12 +48,11 @@ class Design:
 
 
 def design_of(env_a: Mapping, env_b: Mapping) -> Design:
-    """The :class:`Design` two result sets of one A/B run were captured with, from their env.json (``config.repeats``,
-    ``config.top_up.rounds``; a result set made before top-up has none: one look, over every round). Both sides
-    share one config; the smaller value is taken where a hand-edited one differs."""
+    """The :class:`Design` two result sets of one A/B run were captured with, from their env.json as the loader
+    gives it (attnprof.model.formats: ``config.repeats`` and ``config.top_up.rounds``, top-up off for one made
+    before it). Both sides share one config; the smaller value is taken where a hand-edited one differs."""
     cfgs = [(e.get("config") or {}) for e in (env_a, env_b)]
-    rounds = min(int((c.get("top_up") or {}).get("rounds") or 0) for c in cfgs)
-    if rounds <= 0 or not all(c.get("repeats") for c in cfgs):
+    if min(int((c.get("top_up") or {}).get("rounds") or 0) for c in cfgs) <= 0:
         return Design(None, 1)
     return Design(min(int(c["repeats"]) for c in cfgs), 2)
 

@@ -127,13 +127,14 @@ def _status_1_to_2(record: dict, path) -> dict:
 
 
 def _env_1_to_2(record: dict, path) -> dict:
-    """env.json 1 -> 2: ``config.repeats``, the compare defaults and ``captures_control`` (a config that is not an
-    object is left to the readers' own check of it)."""
+    """env.json 1 -> 2: ``config.repeats``, the compare defaults, ``config.top_up`` (off: a result set made before
+    top-up added no rounds; attnprof.analysis.top_up) and ``captures_control`` (a config that is not an object is
+    left to the readers' own check of it)."""
     config = record.get("config")
     if not isinstance(config, dict):
         return {**record, FORMAT_KEY: 2, "captures_control": False}
     compare = config.get("compare") if isinstance(config.get("compare"), dict) else {}
-    config = {"repeats": 1, **config, "compare": {**COMPARE_DEFAULTS, **compare}}
+    config = {"repeats": 1, "top_up": {"rounds": 0, "time_s": 0.0}, **config, "compare": {**COMPARE_DEFAULTS, **compare}}
     return {**record, FORMAT_KEY: 2, "config": config, "captures_control": "environments" in config}
 
 
