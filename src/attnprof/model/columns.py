@@ -154,7 +154,7 @@ declare(_S, "device_ms_min device_ms_max device_ms_q1 device_ms_q3", "ms",
 declare(_S, "cpu_ms_per_forward", "ms",
         "duration of the forward's CPU range (host time to issue it) over the complete forwards: the median of the "
         "repeats' medians",
-        ReportHeader("CPU ms / fwd", "median of repeats; rerun; IQR", cpu_header="host ms / fwd"))
+        ReportHeader("CPU ms / fwd", "median of repeats; captures; IQR", cpu_header="host ms / fwd"))
 declare(_S, "cpu_ms_min cpu_ms_max cpu_ms_q1 cpu_ms_q3", "ms",
         "the middle repeat's min, max and quartiles of the forward's CPU range")
 declare(_S, "gpus", "",
