@@ -238,7 +238,10 @@ def test_the_committed_examples_are_version_1_and_read_as_the_current_one(exampl
     assert env["config"]["compare"]["noise_floor"] == raw["config"]["compare"]["noise_floor"]
     repeats = load_repeats(example / "repeats.csv")
     raw_repeats = pd.read_csv(example / "repeats.csv")
-    pd.testing.assert_frame_equal(repeats.drop(columns="format"), raw_repeats)  # every number as written
+    # every number as written; a re-rendered example's repeats.csv is of the current format already (summarize
+    # writes it anew), its env.json and status.json stay as captured
+    assert (repeats["format"] == 2).all()
+    pd.testing.assert_frame_equal(repeats.drop(columns="format"), raw_repeats.drop(columns="format", errors="ignore"))
     for path in sorted(example.glob("captures/*/*/r*/status.json"))[:8]:
         raw, status = json.loads(path.read_text()), load_status(path)
         assert status == {**raw, "format": 2, "repeat": raw.get("repeat", int(path.parent.name[1:])),

@@ -99,6 +99,10 @@ def test_top_up_is_off_without_environments_or_with_rounds_0():
     off = build_plan(config_of("tiny.yaml", "ab-envs.yaml", top_up={"rounds": 0, "time_s": 10}),
                      Machine(env_builds={"base": {}, "next": {}}), name_run, slug)
     assert off.top_up_runs() == ()
+    # no time for any round: off too (a second look that adds nothing would only split the error rate)
+    no_time = build_plan(config_of("tiny.yaml", "ab-envs.yaml", top_up={"rounds": 3, "time_s": 0}),
+                         Machine(env_builds={"base": {}, "next": {}}), name_run, slug)
+    assert no_time.top_up_runs() == () and no_time.top_up["rounds"] == 0
 
 
 def test_a_cells_rounds_follow_its_top_up_record():

@@ -146,10 +146,13 @@ def test_plan_top_up_takes_the_cheapest_rows_first_within_the_time_bound():
 
 
 def test_design_of_reads_the_config_both_sides_were_captured_with():
-    on = {"config": {"repeats": 3, "top_up": {"rounds": 2}}}
+    on = {"config": {"repeats": 3, "top_up": {"rounds": 2, "time_s": 60}}}
     assert design_of(on, on) == Design(3, 2)
     assert design_of(on, {"config": {"repeats": 3, "top_up": {"rounds": 0}}}) == Design(None, 1)
     assert design_of({"config": {}}, {"config": {}}) == Design(None, 1)  # made before top-up: one look, every round
+    # time_s 0: no round could be added, so top-up was off (attnprof.model.plan.top_up_on): one look
+    no_time = {"config": {"repeats": 3, "top_up": {"rounds": 2, "time_s": 0}}}
+    assert design_of(no_time, no_time) == Design(None, 1)
 
 
 def test_a_row_judged_twice_says_so_and_keeps_look_1_rows_as_they_were():

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from attnprof.analysis.stats import MAX_REPEATS_SUGGESTED, compare_paired, paired_ratios, pool_noise
+from attnprof.model.plan import top_up_on
 
 #: config ``top_up``'s defaults: the most rounds added to an undetermined row, and the estimated capture time
 #: (seconds, both environments) the added rounds of one A/B run may take.
@@ -49,10 +50,10 @@ class Design:
 
 def design_of(env_a: Mapping, env_b: Mapping) -> Design:
     """The :class:`Design` two result sets of one A/B run were captured with, from their env.json as the loader
-    gives it (attnprof.model.formats: ``config.repeats`` and ``config.top_up.rounds``, top-up off for one made
-    before it). Both sides share one config; the smaller value is taken where a hand-edited one differs."""
+    gives it (attnprof.model.formats: ``config.repeats`` and ``config.top_up``, off for one made before it; on:
+    attnprof.model.plan.top_up_on). Both sides share one config; the smaller value is taken where a hand-edited one differs."""
     cfgs = [(e.get("config") or {}) for e in (env_a, env_b)]
-    if min(int((c.get("top_up") or {}).get("rounds") or 0) for c in cfgs) <= 0:
+    if not all(top_up_on(c.get("top_up")) for c in cfgs):
         return Design(None, 1)
     return Design(min(int(c["repeats"]) for c in cfgs), 2)
 

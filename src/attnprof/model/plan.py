@@ -251,13 +251,24 @@ def _recorded(layout: Layout, run: str) -> dict:
     return recorded
 
 
-def recorded_top_up_rounds(layout: Layout, run: str) -> int:
-    """config ``top_up.rounds`` recorded in result set ``run``'s env.json (0: top-up off, or not recorded)."""
+def top_up_on(top_up) -> bool:
+    """Whether config ``top_up`` ({rounds, time_s}) adds rounds at all: both above 0. Off, an A/B run looks once
+    (attnprof.analysis.top_up.design_of); with ``time_s`` 0 no round could be added, and a second look would only
+    split the error rate."""
+    top_up = top_up if isinstance(top_up, Mapping) else {}
     try:
-        top_up = (_recorded(layout, run)["config"].get("top_up") or {})
-        return int(top_up.get("rounds") or 0)
+        return int(top_up.get("rounds") or 0) > 0 and float(top_up.get("time_s") or 0) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def recorded_top_up_on(layout: Layout, run: str) -> bool:
+    """Whether result set ``run`` was captured with top-up on (:func:`top_up_on` of the config its env.json
+    records; False where it records none or cannot be read)."""
+    try:
+        return top_up_on(_recorded(layout, run)["config"].get("top_up"))
     except (ValueError, TypeError, AttributeError):
-        return 0
+        return False
 
 
 def _missing_keys(recorded) -> list[str]:
@@ -347,9 +358,10 @@ def _compare_name(config: Mapping) -> str:
 
 
 def _top_up(config: Mapping, ab: bool) -> dict:
-    """config ``top_up`` of an A/B run ({rounds, time_s}); rounds 0 for any other run (nothing to pair)."""
+    """config ``top_up`` of an A/B run ({rounds, time_s}); rounds 0 (off) for any other run (nothing to pair) and
+    for ``time_s`` 0, which could add no round and would only split the error rate over a second look."""
     top_up = {"rounds": 0, "time_s": 0.0, **(config.get("top_up") or {})}
-    return {"rounds": int(top_up["rounds"]) if ab else 0, "time_s": float(top_up["time_s"])}
+    return {"rounds": int(top_up["rounds"]) if ab and top_up_on(top_up) else 0, "time_s": float(top_up["time_s"])}
 
 
 def _gpu_resources(mode: str, ab: bool, gpus: tuple, cluster: bool) -> tuple[int, str]:

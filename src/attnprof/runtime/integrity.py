@@ -211,9 +211,9 @@ class ResultSetState:
         result set in one look (attnprof.analysis.top_up.design_of), which rounds chosen by a look 1 would bias."""
         if run in self.plan.this_runs:
             return run in self.plan.top_up_runs()
-        from attnprof.model.plan import recorded_top_up_rounds
+        from attnprof.model.plan import recorded_top_up_on
 
-        return recorded_top_up_rounds(self.layout, run) > 0
+        return recorded_top_up_on(self.layout, run)
 
     def _top_up(self, run: str) -> dict | None:
         """``run``'s top_up.json; in this config's A/B run, refused where another environment's record names other
