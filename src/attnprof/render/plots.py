@@ -44,7 +44,8 @@ CAPTIONS = {
 #: Captions where a CPU run draws something else (no device events: host time instead).
 CPU_CAPTIONS = {**CAPTIONS, "timeline": "One profiled forward per variant as the trace records it (CPU run: no GPU): the "
                 "forward's range and the top-level aten ops it called; each row has its own time scale.", "device_time": "CPU run: host time per forward of each variant (the forward's record_function range; "
-                "no device events on a CPU), median over the complete forwards, whiskers from the fastest to the slowest."}
+                "no device events on a CPU): the median of the captures' medians, whiskers from the lowest to the highest "
+                "capture (with one repeat: median over the complete forwards, whiskers from the fastest to the slowest)."}
 #: Kernel classes (attnprof.findings.kernel_class) and their colours in the split and timeline plots.
 CLASS_COLORS = {"fused attention": "#8172B3", "attention pre/post": "#B8AED8", "Triton (inductor)": "#DA8BC3", "GEMM": "#4C72B0", "FP32 GEMM": "#C44E52", "softmax": "#55A868",
                 "mask": "#CCB974", "cast/copy": "#64B5CD", "elementwise": "#937860", "other kernel": "#B0B0B0", "memcpy": "#DD8452", "memset": "#8C8C8C"}
