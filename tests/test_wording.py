@@ -171,3 +171,16 @@ def test_the_tables_label_a_host_range_captures_and_a_device_interval_rerun(name
     # significant digits, an en dash between them
     row = summary.dropna(subset=["cpu_ms_run_lo"]).iloc[0]
     assert f'<span class="hint rerun">captures {row["cpu_ms_run_lo"]:.3g}\u2013{row["cpu_ms_run_hi"]:.3g}</span>' in html
+
+
+def test_a_variable_one_ab_environment_does_not_set_reads_not_set():
+    """compare's environment differences: a variable under ab.env. that one environment lacks is "not set" (it was
+    recorded: the environment sets none), while another field a result set lacks stays "not recorded"."""
+    from attnprof.render.report import compare_context
+
+    pair = {"a": "x@base", "b": "x@sleep", "rows": [], "threshold": 0.02,
+            "env_diff": [{"key": "ab.env.ATTNPROF_AB_EXTRA_SLEEP", "a": None, "b": "1"},
+                         {"key": "gpus", "a": "GPU-1", "b": None}]}
+    doc = {"baseline": "x@base", "noise_floor": 0.02, "pairs": [pair]}
+    rows = compare_context(doc, "")["cmp"]["pairs"][0]["env_diff"]
+    assert [(r["a"], r["b"]) for r in rows] == [("not set", "1"), ("GPU-1", None)]

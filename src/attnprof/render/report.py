@@ -376,7 +376,15 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
             "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
             "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
             "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
-            "claims": _compare_claims(changed, dispatch), "top_up": _top_up_rows(rows, pair.get("design"), confidence)}
+            "claims": _compare_claims(changed, dispatch), "top_up": _top_up_rows(rows, pair.get("design"), confidence),
+            "env_diff": _env_diff_rows(pair.get("env_diff") or [])}
+
+
+def _env_diff_rows(diff: list[dict]) -> list[dict]:
+    """compare.json's environment differences for the page: a variable an A/B environment does not set (a key under
+    ``ab.env.`` absent on one side) reads "not set", not "not recorded" (which says a result set lacks the field)."""
+    return [{**d, **{side: "not set" for side in ("a", "b") if d.get(side) is None and d["key"].startswith("ab.env.")}}
+            for d in diff]
 
 
 def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> dict:
