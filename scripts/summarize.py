@@ -21,10 +21,9 @@ with script_log(sm.log[0]) as log:
     from pathlib import Path
     import pandas as pd
     from attnprof.analysis.backward import backward_summary
-    from attnprof.model.names import CAPTURE_FILES, FORMAT_KEY, FORMATS
-    from attnprof.model.plan import Layout
+    from attnprof.model.names import FORMAT_KEY, FORMATS
     from attnprof.analysis.records import ENV_CHECK_KEYS, check_capture_record, load_env, load_status
-    from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, repeat_noise, summary_row
+    from attnprof.analysis.tables import REPEAT_COLUMNS, combine_repeats, concat_tables, derive_columns, repeat_noise, repeat_row
 
     # the run's env.json, a declared input
     env_path = sm.input.env
@@ -34,9 +33,7 @@ with script_log(sm.log[0]) as log:
         and env.json; the repeat is the capture's folder (r<k>; its record says it too)."""
         status = load_status(status_path)
         check_capture_record(status, status_path, None, env, env_path=env_path)
-        row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
-        row["repeat"] = Layout().repeat_of(Path(status_path).parent.name)
-        return status, row
+        return status, repeat_row(status, status_path, pd.read_csv(forwards_path))
 
     per_pair: dict[tuple[str, str], list[dict]] = {}
     started: dict[tuple[str, str, int], float | None] = {}

@@ -16,10 +16,9 @@ with script_log(sm.log[0]) as log:
     import pandas as pd
 
     from attnprof.analysis.records import load_status
-    from attnprof.analysis.tables import summary_row
+    from attnprof.analysis.compare import judged_time
+    from attnprof.analysis.tables import repeat_row
     from attnprof.analysis.top_up import ROUND_START_S, Design, paired_verdicts, plan_top_up
-    from attnprof.model.names import CAPTURE_FILES
-    from attnprof.model.plan import Layout
 
     p = sm.params
     frames, cost = {}, {}
@@ -27,16 +26,14 @@ with script_log(sm.log[0]) as log:
         rows = []
         for status_path, forwards_path in zip(sm.input[f"{run}/status"], sm.input[f"{run}/forwards"], strict=True):
             status = load_status(status_path)  # in the current format (attnprof.model.formats)
-            row = summary_row(status, pd.read_csv(forwards_path), str(Path(status_path).with_name(CAPTURE_FILES["trace"])))
-            row["repeat"] = Layout().repeat_of(Path(status_path).parent.name)
+            row = repeat_row(status, status_path, pd.read_csv(forwards_path))  # as summarize writes it
             rows.append(row)
             # seconds one round of this row takes, summed over the environments (the mean over the base rounds)
             key = (row["variant"], row["shape_key"])
             cost[key] = cost.get(key, 0.0) + float(status.get("capture_wall_s") or 0.0) / p.base
         frames[run] = pd.DataFrame(rows)
     baseline, others = p.runs[0], p.runs[1:]
-    gpu = frames[baseline]["device_ms_per_forward"].notna().any()
-    col, threshold = ("device_ms_per_forward", p.noise_floor) if gpu else ("cpu_ms_per_forward", p.noise_floor_host)
+    col, _, threshold = judged_time(frames[baseline], p.noise_floor, p.noise_floor_host)  # as compare judges
     keys = sorted(set(zip(frames[baseline]["variant"], frames[baseline]["shape_key"])))
     chosen, left, estimate = {}, {}, 0.0
     for other in others:

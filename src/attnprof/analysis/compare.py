@@ -77,11 +77,13 @@ def env_diff(a: dict, b: dict) -> list[dict]:
     return [{"key": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
-def _time_columns(summary: pd.DataFrame) -> tuple[str, str]:
-    """(median column, label) of the timing compared: device time on GPU runs, CPU time else."""
+def judged_time(summary: pd.DataFrame, noise_floor: float, noise_floor_host: float) -> tuple[str, str, float]:
+    """(median column, label, practical threshold) of the time compared in ``summary`` (a summary.csv or
+    repeats.csv frame): device time with ``noise_floor`` on GPU runs, CPU (host) time with ``noise_floor_host``
+    else. compare and the top-up checkpoint's look 1 (scripts/top_up.py) judge the same time."""
     if summary["device_ms_per_forward"].notna().any():
-        return "device_ms_per_forward", "device time per forward (trace)"
-    return "cpu_ms_per_forward", "CPU time per forward (trace)"
+        return "device_ms_per_forward", "device time per forward (trace)", noise_floor
+    return "cpu_ms_per_forward", "CPU time per forward (trace)", noise_floor_host
 
 
 def repeat_medians(repeats: pd.DataFrame | None, summary_row: pd.Series, variant: str, shape_key: str, col: str) -> list[float]:
@@ -217,9 +219,8 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     not), support (status and PyTorch's reasons that changed: :func:`support_changes`), accounting (the
     profiler self-check, attnprof.analysis.control), recipes (:func:`recipe_changes`), env_diff."""
     sa, sb = a["summary"], b["summary"]
-    med, label = _time_columns(sa)
-    # the practical threshold of the time compared: device times, or host times on a CPU run
-    noise_floor = noise_floor if med.startswith("device") else noise_floor_host
+    # the time compared and its practical threshold: device times, or host times on a CPU run
+    med, label, noise_floor = judged_time(sa, noise_floor, noise_floor_host)
     # an A/B run's rounds are paired when they were captured interleaved: decided once for the pair
     unpaired = ab_unpaired_reason(a, b)
     paired = unpaired is None

@@ -613,3 +613,16 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
     if row["status"] == "ok":
         _forward_statistics(row, forwards, verdict, status.get("device") == "cuda", minimum)
     return {c: row.get(c) for c in (*SUMMARY_COLUMNS, *CAPTURE_ONLY_COLUMNS)}
+
+
+def repeat_row(status: dict, status_path, forwards: pd.DataFrame) -> dict:
+    """One repeats.csv row: :func:`summary_row` of the capture whose record ``status`` was read from ``status_path``
+    (its trace beside it), with ``repeat`` from the capture's folder (``r<k>``; attnprof.model.plan.Layout)."""
+    from pathlib import Path
+
+    from attnprof.model.names import CAPTURE_FILES
+    from attnprof.model.plan import Layout
+
+    path = Path(status_path)
+    return {**summary_row(status, forwards, str(path.with_name(CAPTURE_FILES["trace"]))),
+            "repeat": Layout().repeat_of(path.parent.name)}

@@ -28,10 +28,6 @@ import pandas as pd
 from attnprof.analysis.stats import MAX_REPEATS_SUGGESTED, compare_paired, paired_ratios, pool_noise
 from attnprof.model.plan import top_up_on
 
-#: config ``top_up``'s defaults: the most rounds added to an undetermined row, and the estimated capture time
-#: (seconds, both environments) the added rounds of one A/B run may take.
-TOP_UP_ROUNDS = 3
-TOP_UP_TIME_S = 240.0
 #: Seconds an added round costs each environment beyond its captures' own ``capture_wall_s``: a fresh capture
 #: process (torch import, CUDA context, the profiler's start-up at its first capture). Measured on an H200
 #: (2026-12-02, benchmarks/calibration/results/h200-aa-top_up.log): 3 added rounds in 2 environments took about 24 s
