@@ -1,9 +1,9 @@
 """Snakemake script: an A/B run's look 1 and its choice of rows to add rounds to (checkpoint top_up). Logic:
-attnprof.analysis.top_up.
+attnprof.analysis.verdict.
 
 Reads the base rounds' status records and forward tables of every environment (the same rows summarize writes to
 repeats.csv: attnprof.analysis.tables.summary_row), judges every row against the baseline (the first environment)
-as compare's look 1 does, and writes each result set's top_up.json: the rows that get rounds added, how many and
+as compare's look 1 does (the whole rule, its joint control included), and writes each result set's top_up.json: the rows that get rounds added, how many and
 why, and the rows left undetermined with why. With more than two environments every pair with the baseline is
 judged, a row takes the most rounds any pair asks, and the time bound is shared among the pairs."""
 from attnprof.runtime.logs import script_log
@@ -18,7 +18,8 @@ with script_log(sm.log[0]) as log:
     from attnprof.analysis.records import load_status
     from attnprof.analysis.compare import judged_time
     from attnprof.analysis.tables import repeat_row
-    from attnprof.analysis.top_up import ROUND_START_S, Design, paired_verdicts, plan_top_up
+    from attnprof.model.variants import CONTROL
+    from attnprof.analysis.verdict import ROUND_START_S, Design, paired_verdicts, plan_top_up
 
     p = sm.params
     frames, cost = {}, {}
@@ -34,10 +35,13 @@ with script_log(sm.log[0]) as log:
         frames[run] = pd.DataFrame(rows)
     baseline, others = p.runs[0], p.runs[1:]
     col, _, threshold = judged_time(frames[baseline], p.noise_floor, p.noise_floor_host)  # as compare judges
-    keys = sorted(set(zip(frames[baseline]["variant"], frames[baseline]["shape_key"])))
+    # the rows compare judges: forward and backward times of every variant but the profiler's control, together
+    cols = [c for c in (col, col.replace("per_forward", "per_backward")) if c in frames[baseline]]
+    keys = sorted({(v, k, c) for v, k in zip(frames[baseline]["variant"], frames[baseline]["shape_key"])
+                   if v != CONTROL for c in cols})
     chosen, left, estimate = {}, {}, 0.0
     for other in others:
-        first = paired_verdicts(frames[baseline], frames[other], keys, col, threshold, p.confidence, Design(p.base, 2))
+        first = paired_verdicts(frames[baseline], frames[other], keys, threshold, p.confidence, Design(p.base, 2))
         plan = plan_top_up(first, p.base, p.rounds, p.time_s / len(others), cost, ROUND_START_S * len(p.runs))
         estimate += plan["estimate_s"]
         for r in plan["rows"]:

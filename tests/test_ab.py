@@ -22,8 +22,8 @@ import pytest
 
 import snakemake_cli
 from attnprof.analysis.compare import ab_pairing, ab_unpaired_reason, compare_runs
-from attnprof.analysis.top_up import paired_repeat_medians
-from attnprof.analysis.stats import compare_paired, compare_ratio
+from attnprof.analysis.verdict import paired_repeat_medians
+from attnprof.analysis.verdict import compare_paired, compare_ratio
 from attnprof.model.config import ab_order, ab_priority, config_problems
 from conftest import copy_workflow
 

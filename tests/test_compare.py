@@ -11,13 +11,15 @@ import pytest
 from attnprof.analysis.compare import compare_runs, env_diff, normalise_kernel
 
 
-def repeats_frame(variant, shape_key, col, medians, status="ok"):
-    """repeats.csv rows of one (variant, shape): one per repeat with its median ``col``."""
-    return pd.DataFrame([{"variant": variant, "shape_key": shape_key, "repeat": k + 1, "status": status, col: m}
-                         for k, m in enumerate(medians)])
+def repeats_frame(variant, shape_key, col, medians, status="ok", at=None):
+    """repeats.csv rows of one (variant, shape): one per repeat with its median ``col``; with ``at`` (Unix s) each
+    capture's start, a minute apart, on one GPU (the records that tell a sitting)."""
+    where = {} if at is None else {"gpu_uuid": "GPU-1"}
+    return pd.DataFrame([{"variant": variant, "shape_key": shape_key, "repeat": k + 1, "status": status, col: m, **where,
+                          **({} if at is None else {"started_at": at + 60.0 * k})} for k, m in enumerate(medians)])
 
 
-def run(name, medians, kernels, torch="2.13.0", dispatch="dispatched to cudnn"):
+def run(name, medians, kernels, torch="2.13.0", dispatch="dispatched to cudnn", at=None):
     """One sdpa_auto row whose device time per forward has the repeat medians ``medians`` (ms)."""
     summary = pd.DataFrame([{"variant": "sdpa_auto", "shape_key": "s", "status": "ok", "kernels_per_forward": len(kernels),
                              "device_ms_per_forward": statistics.median(medians), "cpu_ms_per_forward": 0.1}])
@@ -25,24 +27,26 @@ def run(name, medians, kernels, torch="2.13.0", dispatch="dispatched to cudnn"):
     ops = pd.DataFrame([{"variant": "sdpa_auto", "shape_key": "s", "op": "aten::scaled_dot_product_attention"}])
     findings = {"shapes": [{"shape_key": "s", "findings": [{"rule": "dispatch", "headline": dispatch}]}]}
     return {"name": name, "summary": summary, "kernels": kern, "ops": ops, "env": {"torch": torch, "config": {"seed": 0}},
-            "findings": findings, "repeats": repeats_frame("sdpa_auto", "s", "device_ms_per_forward", medians)}
+            "findings": findings, "repeats": repeats_frame("sdpa_auto", "s", "device_ms_per_forward", medians, at=at)}
 
 
-def welch(a, b, confidence=0.95):
+def welch(a, b, confidence=0.95, sitting=True):
     """(ratio, lo, hi) of one row whose two sides are pooled into one variance (one variant, one shape: 4 df for
-    3 + 3 repeats) plus the sitting term 2 * SITTING_SD**2, df by Satterthwaite with the sitting term known:
-    the independent path."""
+    3 + 3 repeats) plus, across sittings, the sitting term 2 * SITTING_SD**2 with its own SITTING_DF, df by
+    Satterthwaite: the independent path."""
     import numpy as np
     from scipy import stats
 
-    from attnprof.analysis.stats import SITTING_SD
+    from attnprof.analysis.stats import SITTING_DF
+    from attnprof.analysis.stats import SITTING_SD as sd
 
+    SITTING_SD = sd if sitting else 0.0  # noqa: N806
     la, lb = np.log(a), np.log(b)
     dfp = len(la) + len(lb) - 2
     pooled = ((len(la) - 1) * la.var(ddof=1) + (len(lb) - 1) * lb.var(ddof=1)) / dfp
     within = pooled * (1 / len(la) + 1 / len(lb))
     se2 = within + 2 * SITTING_SD ** 2
-    df = min(se2 ** 2 / (within ** 2 / dfp), 2 * dfp)
+    df = se2 ** 2 / (within ** 2 / dfp + (2 * SITTING_SD ** 2) ** 2 / SITTING_DF)
     half = stats.t.ppf((1 + confidence) / 2, df) * math.sqrt(se2)
     d = lb.mean() - la.mean()
     return statistics.geometric_mean(b) / statistics.geometric_mean(a), math.exp(d - half), math.exp(d + half)
@@ -87,10 +91,13 @@ def test_a_rerun_of_the_same_thing_is_never_a_change():
 
 
 def test_an_injected_change_is_found_with_its_size_inside_the_interval():
+    """Two result sets of one sitting (the same GPU, captures minutes apart): no sitting term."""
     for factor in (1.05, 1.10, 0.90):
         b = [m * factor for m in (1.004, 0.999, 1.008)]  # the same spread as A, other draws, stretched
-        row = compare_runs([run("a", A, ["k"]), run("b", b, ["k"])], noise_floor=0.02)["pairs"][0]["rows"][0]
-        ratio, lo, hi = welch(A, b)
+        pair = compare_runs([run("a", A, ["k"], at=0.0), run("b", b, ["k"], at=600.0)], noise_floor=0.02)["pairs"][0]
+        row = pair["rows"][0]
+        assert pair["sitting_sd"] is None and pair["sitting"]["why"].startswith("one sitting")
+        ratio, lo, hi = welch(A, b, sitting=False)
         assert row["verdict"] == ("slower" if factor > 1 else "faster"), (factor, row)
         assert row["ratio_lo"] == pytest.approx(lo) and row["ratio_hi"] == pytest.approx(hi)
         assert row["ratio_lo"] <= factor <= row["ratio_hi"]

@@ -5,7 +5,7 @@ rule ab:
         ab_targets,
 
 
-# Rounds only where undecided (config top_up; attnprof.analysis.top_up): after the base rounds, judge every row
+# Rounds only where undecided (config top_up; attnprof.analysis.verdict): after the base rounds, judge every row
 # once; a row left undetermined gets rounds added (capture's input functions read the record this writes).
 if PLAN.top_up_runs():
 

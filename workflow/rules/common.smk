@@ -188,7 +188,7 @@ onstart:
 
 
 def top_up_record(run):
-    """Result set ``run``'s top_up.json (attnprof.analysis.top_up): this A/B run's once its checkpoint ran."""
+    """Result set ``run``'s top_up.json (attnprof.analysis.verdict): this A/B run's once its checkpoint ran."""
     if run in PLAN.top_up_runs():
         STATE.check_top_up_kept(run)
         checkpoints.top_up.get()

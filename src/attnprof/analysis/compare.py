@@ -21,6 +21,7 @@ Counts and kernel names stay exact comparisons.
 from __future__ import annotations
 
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,9 +32,11 @@ import pandas as pd
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
 from attnprof.analysis.recipe import diff_recipes, recipe_table_problem, restore_names
 from attnprof.analysis.records import RecordError, load_record
-from attnprof.analysis.stats import CONFIDENCE, SITTING_SD, compare_ratio, joint_control, pool_noise
+from attnprof.analysis.stats import CONFIDENCE, SITTING_DF, SITTING_SD
 from attnprof.analysis.tables import HOST_TIMES, concat_tables
-from attnprof.analysis.top_up import design_of, paired_verdicts
+from attnprof.analysis.verdict import (Design, Sitting, compare_ratio, design_of, judge_rows, paired_verdicts,
+                                       unpaired_row)
+from attnprof.analysis.verdict_sim import aa_false_changed, detectable
 from attnprof.analysis.trace import short_kernel_name
 from attnprof.model.formats import FormatError, current_table
 from attnprof.model.names import FORMATS, REPEAT_PREFIX, RUN_FILES
@@ -97,19 +100,11 @@ def repeat_medians(repeats: pd.DataFrame | None, summary_row: pd.Series, variant
     return [] if v is None else [v]
 
 
-def _verdict(a: list[float], b: list[float], noise_floor: float, confidence: float, noise=(None, None),
-             sitting_sd: float = SITTING_SD) -> dict:
-    """compare_ratio's result with the keys the compare table reads: two result sets of different sittings, each
-    side's noise pooled (``noise``: the two sides' attnprof.analysis.stats.Noise)."""
-    c = compare_ratio(a, b, noise_floor, confidence, noise[0], noise[1], sitting_sd)
-    return _row_keys(c)
-
-
 def _row_keys(c: dict) -> dict:
-    """A verdict of attnprof.analysis.stats under the keys of a compare row."""
+    """A verdict of attnprof.analysis.verdict.judge_rows under the keys of a compare row."""
     return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],
             "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"], "p": c.get("p"),
-            "false_alarm": c.get("false_alarm"), "df": c.get("df"), "se": c.get("se"), "level": c.get("level")}
+            "probably": c.get("probably"), "df": c.get("df"), "se": c.get("se"), "level": c.get("level")}
 
 
 def _dispatch(findings: dict, shape_key: str, key: str = "headline") -> str | None:
@@ -188,22 +183,18 @@ def recipe_changes(a: dict, b: dict, classify: Callable[[str, str], str] | None,
 @dataclass(frozen=True)
 class _Judge:
     """What every row of one pair is judged with (compare_pair): both result sets, the time column compared (``med``)
-    and its label, the practical threshold, the confidence, whether the rounds are paired, and the noise pools
-    ({time column: :func:`_pools`})."""
+    and its label, and every time's verdict, judged together ({(variant, shape_key, column): row keys}:
+    :func:`time_verdicts`)."""
 
     a: dict
     b: dict
     med: str
     label: str
-    noise_floor: float
-    confidence: float
-    paired: bool
-    pools: dict
+    verdicts: dict
 
-    def verdict(self, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str, col: str) -> dict:
-        """:func:`_time_verdict` of time column ``col`` for one (variant, shape), with its pooled noise."""
-        return _time_verdict(self.a, self.b, ra, rb, variant, shape_key, col, self.noise_floor, self.confidence,
-                             self.paired, self.pools.get(col, {}).get((variant, shape_key)))
+    def verdict(self, variant: str, shape_key: str, col: str) -> dict:
+        """The verdict of time column ``col`` for one (variant, shape)."""
+        return self.verdicts[(variant, shape_key, col)]
 
 
 def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
@@ -227,14 +218,13 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     keys = [(v, k) for v, k in sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
             if v != CONTROL]
     # the profiler's control is left out of the keys: checked below, never ranked with the attention variants
-    pools = {col: _pools(a, b, keys, col, paired, noise_floor, confidence)
-             for col in (med, med.replace("per_forward", "per_backward")) if _judged(col, paired)}
-    judge = _Judge(a, b, med, label, noise_floor, confidence, paired, pools)
+    sitting = Sitting() if paired else sitting_of(a, b)
+    verdicts, joint = time_verdicts(a, b, keys, med, paired, noise_floor, confidence, sitting)
+    judge = _Judge(a, b, med, label, verdicts)
     rows = [_pair_row(judge, variant, shape_key) for variant, shape_key in keys]
-    joint = joint_rows(rows)
     accounting = _accounting(a, b)
     return {"a": a["name"], "b": b["name"], "threshold": noise_floor, "rows": rows, "joint": joint,
-            "sitting_sd": None if paired else SITTING_SD, "dispatch": dispatch_changes(a, b),
+            "sitting_sd": sitting.sd or None, "sitting": vars(sitting), "dispatch": dispatch_changes(a, b),
             "env_diff": env_diff(a["env"], b["env"]),
             "torch": {"a": a["env"].get("torch"), "b": b["env"].get("torch")},  # each build, local suffix and all
             "notes": _pair_notes(a, b, unpaired), "accounting": accounting, "paired": paired,
@@ -288,7 +278,7 @@ def _forward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, sha
     ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
     out = {"time_a_ms": ta, "time_b_ms": tb, "timing": judge.label, "timed_ratio": ib / ia if ia and ib else None}
     if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
-        out.update(judge.verdict(ra, rb, variant, shape_key, judge.med))
+        out.update(judge.verdict(variant, shape_key, judge.med))
     else:
         out.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                    repeats_needed=None, why="no time in one of the result sets")
@@ -300,9 +290,9 @@ def _backward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, sh
     a backward time."""
     back = _backward_change(ra, rb, judge.med)
     if back["bwd_a_ms"] and back["bwd_b_ms"]:
-        v = judge.verdict(ra, rb, variant, shape_key, judge.med.replace("per_forward", "per_backward"))
+        v = judge.verdict(variant, shape_key, judge.med.replace("per_forward", "per_backward"))
         back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
-                    bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_false_alarm=v["false_alarm"])
+                    bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_probably=v.get("probably"))
     return back
 
 
@@ -352,22 +342,6 @@ def _pair_notes(a: dict, b: dict, unpaired: str | None) -> list[str]:
 def _only_in(sx: pd.DataFrame, sy: pd.DataFrame) -> list[str]:
     """The "variant/shape_key" cells of summary ``sx`` that summary ``sy`` lacks, sorted."""
     return sorted(set(sx["variant"] + "/" + sx["shape_key"]) - set(sy["variant"] + "/" + sy["shape_key"]))
-
-
-def joint_rows(rows: list[dict]) -> dict:
-    """The joint control of every time verdict of one pair, forwards and backwards (attnprof.analysis.stats.
-    joint_control, Benjamini-Hochberg): a row called changed that does not survive it becomes inconclusive,
-    in place. Returns joint_control's summary (rows judged, expected false "changed" rows if nothing changed,
-    rows withheld)."""
-    views = [{"verdict": r["verdict"], "p": r.get("p"), "false_alarm": r.get("false_alarm"), "why": r.get("why", ""),
-              "row": r, "prefix": ""} for r in rows]
-    views += [{"verdict": r["bwd_verdict"], "p": r.get("bwd_p"), "false_alarm": r.get("bwd_false_alarm"),
-               "why": r.get("bwd_why", ""), "row": r, "prefix": "bwd_"} for r in rows if r.get("bwd_p") is not None]
-    out = joint_control(views)
-    for v in views:
-        v["row"][f"{v['prefix']}verdict"] = v["verdict"]
-        v["row"][f"{v['prefix']}why"] = v["why"]
-    return out
 
 
 def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str) -> dict:
@@ -487,52 +461,100 @@ def _judged(col: str, paired: bool) -> bool:
     return paired or col not in HOST_TIMES
 
 
-def noise_pools(a: dict, b: dict, keys: list[tuple[str, str]], col: str) -> dict:
-    """The pooled noise (attnprof.analysis.stats.pool_noise) of time column ``col`` of two result sets compared
-    unpaired, for every (variant, shape) of ``keys``, pooled over the shapes of each variant and both result sets'
-    repeat medians: {key: (Noise of a, Noise of b)}."""
-    out = {}
-    for variant in {v for v, _ in keys}:
-        own = [k for k in keys if k[0] == variant]
-        cells = {(side, k): _repeat_medians(x, k, col) for side, x in (("a", a), ("b", b)) for k in own}
-        pooled = pool_noise(cells)
-        out.update({k: (pooled[("a", k)], pooled[("b", k)]) for k in own})
-    return out
-
-
-def _pools(a: dict, b: dict, keys: list[tuple[str, str]], col: str, paired: bool, threshold: float,
-           confidence: float) -> dict:
-    """What each row of time column ``col`` is judged with: paired, its verdict already (the sequential rule of
-    attnprof.analysis.top_up over the rounds, with the looks the A/B run was captured with); unpaired, its
-    :func:`noise_pools` entry."""
-    if paired:
-        return paired_verdicts(a["repeats"], b["repeats"], keys, col, threshold, confidence, design_of(a["env"], b["env"]))
-    return noise_pools(a, b, keys, col)
-
-
 def _repeat_medians(x: dict, key: tuple[str, str], col: str) -> list[float]:
     s = x["summary"]
     row = s[(s["variant"] == key[0]) & (s["shape_key"] == key[1])]
     return repeat_medians(x.get("repeats"), row.iloc[0] if len(row) else pd.Series(dtype=object), key[0], key[1], col)
 
 
-def _time_verdict(a: dict, b: dict, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str, col: str,
-                  noise_floor: float, confidence: float, paired: bool, noise=None) -> dict:
-    """The verdict of time column ``col`` for one row: paired over the rounds when ``paired`` (two result sets of
-    one A/B run whose rounds were interleaved, :func:`ab_pairing`; ``noise`` is then the row's verdict from
-    :func:`_pools`, the sequential rule of attnprof.analysis.top_up), else :func:`_verdict` (compare_ratio, with
-    the sitting term) on the repeat medians (``noise``: the row's entry of :func:`noise_pools`). A host time
-    compared unpaired gets "not judged" (:data:`HOST_UNJUDGED`). Keys of :func:`_verdict`, plus ``paired`` (and,
-    paired, ``look`` and ``top_up``)."""
-    if paired:  # judged already, by the sequential rule over the rounds (_pools)
-        return {**_row_keys(noise), "paired": True, "look": noise["look"], "top_up": noise["top_up"]}
-    out = {**_verdict(repeat_medians(a.get("repeats"), ra, variant, shape_key, col),
-                      repeat_medians(b.get("repeats"), rb, variant, shape_key, col), noise_floor, confidence,
-                      noise or (None, None)), "paired": False}
-    if not _judged(col, paired):
-        out.update(verdict="not judged", why=HOST_UNJUDGED, ratio_lo=None, ratio_hi=None, p=None, false_alarm=None,
-                   repeats_needed=None)
+def time_verdicts(a: dict, b: dict, keys: list[tuple[str, str]], med: str, paired: bool, threshold: float,
+                  confidence: float, sitting: Sitting) -> tuple[dict, dict]:
+    """Every time verdict of one pair, forwards and backwards judged together by the one rule
+    (attnprof.analysis.verdict): paired over the rounds (with the looks the A/B run was captured with) or unpaired
+    on the repeat medians with ``sitting``'s term. Host times compared unpaired get "not judged"
+    (:data:`HOST_UNJUDGED`). Returns ({(variant, shape_key, column): compare row keys plus ``paired``, ``look``,
+    ``top_up``}, the pair's joint statement: :func:`joint_statement`)."""
+    cols = [c for c in (med, med.replace("per_forward", "per_backward")) if c in a["summary"] and c in b["summary"]]
+    judged = [(v, k, c) for v, k in keys for c in cols if _judged(c, paired)]
+    design = design_of(a["env"], b["env"]) if paired else Design(None, 1)
+    if paired:
+        raw = paired_verdicts(a["repeats"], b["repeats"], judged, threshold, confidence, design)
+    else:
+        rows = {(v, k, c): unpaired_row(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c), (v, c))
+                for v, k, c in judged}
+        raw = judge_rows({key: r for key, r in rows.items() if r.a and r.b}, threshold, confidence, 1, sitting)
+    out = {key: {**_row_keys(v), "paired": paired, "look": v.get("look", 1), "top_up": v.get("top_up")}
+           for key, v in raw.items()}
+    for v, k, c in [(v, k, c) for v, k in keys for c in cols if (v, k, c) not in out]:
+        shown = compare_ratio(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c), threshold, confidence)
+        out[(v, k, c)] = {**_row_keys(_no_verdict(paired, c, shown["ratio"])), "paired": paired, "look": 1, "top_up": None}
+    return out, joint_statement(a, b, judged, raw, paired, threshold, confidence, design, sitting)
+
+
+def _no_verdict(paired: bool, col: str, ratio: float | None) -> dict:
+    """The verdict of a row the rule did not judge (a host time of two sittings, or a side without repeats), with
+    its ratio of geometric means shown."""
+    why = HOST_UNJUDGED if not _judged(col, paired) else "no time on one side"
+    return {"verdict": "not judged" if not _judged(col, paired) else "inconclusive", "ratio": ratio, "lo": None,
+            "hi": None, "n_a": None, "n_b": None, "repeats_needed": None, "why": why}
+
+
+def joint_statement(a: dict, b: dict, judged: list, raw: dict, paired: bool, threshold: float, confidence: float,
+                    design: Design, sitting: Sitting) -> dict:
+    """What page 1 states about the pair's rows as a whole: how many were judged, how many lay beyond X
+    (candidates) and how many of those the joint control withheld ("probably"), and -- simulated with this pair's
+    own rows' noise resampled (attnprof.analysis.verdict_sim) -- the expected number of false "changed" rows of an
+    A/A and each row's detectable change (the smallest change found with 80 % power as a lone change)."""
+    judged_rows = [k for k in judged if raw.get(k, {}).get("p") is not None]
+    out = {"rows": len(judged_rows), "candidates": sum(raw[k]["p"] <= 0.5 for k in judged_rows),
+           "withheld": sum(raw[k].get("probably") is not None for k in judged_rows), "expected_false": None,
+           "detectable": None, "simulated": 0}
+    if not judged_rows:
+        return out
+    rows = _sim_rows(a, b, judged_rows, paired, design)
+    top_up = int(((a["env"].get("config") or {}).get("top_up") or {}).get("rounds") or 0) if design.looks > 1 else 0
+    aa = aa_false_changed(rows, threshold, design, top_up, confidence, sitting)
+    limits = detectable(rows, threshold, design, top_up, confidence, sitting)
+    out.update(expected_false=aa["false_changed"], simulated=aa["sims"],
+               detectable={f"{k[0]}/{k[1]}/{k[2]}": lim for k, lim in zip(rows, limits)})
     return out
+
+
+def _sim_rows(a: dict, b: dict, keys: list, paired: bool, design: Design) -> dict:
+    """The rows a simulation resamples: each judged row's look-1 rounds (paired) or repeat medians."""
+    from attnprof.analysis.verdict import paired_repeat_medians, paired_row
+
+    if paired:
+        ra, rb = (x["repeats"] if design.base is None else x["repeats"][x["repeats"]["repeat"] <= design.base] for x in (a, b))
+        return {k: paired_row(*paired_repeat_medians(ra, rb, *k), (k[0], k[2])) for k in keys}
+    return {k: unpaired_row(_repeat_medians(a, k[:2], k[2]), _repeat_medians(b, k[:2], k[2]), (k[0], k[2])) for k in keys}
+
+
+#: Most seconds between two result sets' captures (the end of one, the start of the other) on the same GPUs for
+#: them to count as one sitting: the sittings measured apart (SITTING_SD) were hours to days apart; a rerun minutes
+#: later is the same sitting.
+SAME_SITTING_GAP_S = 1800.0
+
+
+def sitting_of(a: dict, b: dict) -> Sitting:
+    """Whether two result sets compared unpaired were captured in one sitting, from their records: repeats.csv's
+    ``gpu_uuid`` (the same GPUs) and ``started_at`` (no more than :data:`SAME_SITTING_GAP_S` between one's captures
+    and the other's). One sitting: no sitting term; otherwise (or where the records do not tell) the sitting term
+    (attnprof.analysis.stats.SITTING_SD, SITTING_DF). The words say which and why."""
+    spans, gpus = [], []
+    for x in (a, b):
+        r = x.get("repeats")
+        if r is None or "started_at" not in r or "gpu_uuid" not in r or r["started_at"].isna().all():
+            return Sitting(SITTING_SD, SITTING_DF, f"{x['name']} does not record when and on which GPU each capture ran: "
+                                                   "counted as another sitting")
+        spans.append((float(r["started_at"].min()), float(r["started_at"].max())))
+        gpus.append(set(r["gpu_uuid"].dropna().astype(str)))
+    gap = max(spans[0][0], spans[1][0]) - min(spans[0][1], spans[1][1])
+    if gpus[0] and gpus[0] == gpus[1] and gap <= SAME_SITTING_GAP_S:
+        return Sitting(0.0, math.inf, f"one sitting: the same GPU, captures {max(gap, 0) / 60:.0f} min apart; no sitting "
+                                      "term added")
+    why = "other GPUs" if gpus[0] != gpus[1] else f"captures {gap / 3600:.1f} h apart"
+    return Sitting(SITTING_SD, SITTING_DF, f"two sittings ({why}): the sitting term added")
 
 
 # --- Reading a result set (scripts/compare.py) ------------------------------------------------------------------

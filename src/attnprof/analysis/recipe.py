@@ -21,7 +21,7 @@ kernel's short name, plus the functor for PyTorch's generic elementwise kernels)
 
 Each kept, replaced or moved pair has a time ratio B/A from each result set's repeats
 (:func:`repeat_step_times`: per repeat, the median duration of that step over the forwards of the group)
-judged by :func:`attnprof.analysis.stats.compare_ratio`; with one repeat on a side the ratio is that repeat's
+judged by :func:`attnprof.analysis.verdict.judge_rows`; with one repeat on a side the ratio is that repeat's
 and no verdict is given.
 """
 
@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from attnprof.analysis.stats import CONFIDENCE, compare_ratio
+from attnprof.analysis.stats import CONFIDENCE
+from attnprof.analysis.verdict import compare_ratio
 from attnprof.analysis.trace import kernel_label
 
 RECIPE_COLUMNS = ["variant", "shape_key", "forward", "step", "category", "name", "label", "grid", "block", "dur_us",
@@ -291,7 +292,7 @@ def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.
 
     ``a_tables``/``b_tables``: the recipe tables (:func:`recipe_table`) of each repeat, repeat 1
     first (its groups are the ones diffed); ``classify``: a step's role class (see :func:`align`);
-    ``threshold``/``confidence``: those of :func:`attnprof.analysis.stats.compare_ratio` for the
+    ``threshold``/``confidence``: those of :func:`attnprof.analysis.verdict.judge_rows` for the
     per-step time ratios. Groups are paired by rank (largest with largest); a group without a
     partner is diffed against the other side's largest group. Returns ``{"same": bool (every step
     kept in every group), "counts": {kind: n}, "groups": [{"forwards_a", "forwards_b", "rows": [...]}],
@@ -340,7 +341,7 @@ def _diff_row(r: dict, steps_a: Sequence[dict], steps_b: Sequence[dict], ta: lis
               classify: Callable[[str, str], str], threshold: float, confidence: float) -> dict:
     """One row of a group's recipe diff from an :func:`align` row ``r``: both step views, the kind (a kept step
     whose name changed is replaced), whether the launch changed and, where both sides have the step, the ratio of
-    its repeat times (``ta``/``tb``: :func:`repeat_step_times`) with compare_ratio's interval and verdict."""
+    its repeat times (``ta``/``tb``: :func:`repeat_step_times`) with the verdict rule's interval and verdict (one step alone: its own variance)."""
     sa = _step_view(steps_a[r["a"]], classify) if r["a"] is not None else None
     sb = _step_view(steps_b[r["b"]], classify) if r["b"] is not None else None
     kind = r["kind"]

@@ -9,28 +9,18 @@ repeats does (pyperf, asv and Chromium's Pinpoint repeat whole processes for the
 Everything works on the logarithms of the repeat medians: times are positive and their run-to-run changes
 multiplicative, and a ratio's interval is then the exponent of a difference's interval.
 
-**The noise model** (:func:`pool_noise`). Three repeats give a cell's spread 2 degrees of freedom (t multiplier
-4.30): too few to decide anything. The between-process variance of the log medians is therefore *pooled* over
-the cells of one variant (its shapes, and in a compare both result sets): ``s_p**2 = sum (n_i - 1) s_i**2 /
-sum (n_i - 1)`` with ``sum (n_i - 1)`` degrees of freedom (the pooled variance of one-way ANOVA). A cell whose own
-variance is larger than the others' pool beyond chance (one-sided F test, :data:`HETEROGENEITY_ALPHA`; e.g. a
-cell whose processes land in two modes) keeps its own variance and degrees of freedom.
+**The noise model** (:func:`moderated_noise`, :func:`squeeze_var`). Three repeats give a cell's spread 2 degrees
+of freedom (t multiplier 4.30): too few to decide anything. Each cell's variance of its log medians is therefore
+*moderated*: shrunk toward a prior fitted over the cells of the result set (or of a compare), with the prior's
+degrees of freedom added to its own (limma's empirical Bayes, Smyth 2004). The prior follows the log time and the
+variant (:func:`prior_design`); where the cells' variances disagree beyond what their own df explain, the prior
+gets few df and each cell keeps mostly its own -- no cell is pooled with neighbours it does not resemble.
 
 **Which rerun.** The interval of a result set (:func:`between_run_interval`) is for a rerun *on the same machine
 in the same sitting* (a sitting: one stretch of time on one machine). Between sittings a whole block of cells
-moves together (clocks, the GPU drawn, temperature): measured on the H200, :data:`SITTING_SD`. A comparison of
-result sets from different sittings (:func:`compare_ratio` with ``sitting_sd``) adds ``2 * sitting_sd**2`` to the
-variance of the log ratio; the paired rounds of one A/B run (:func:`compare_paired`) share their sitting and
-keep the within-sitting noise.
-
-**The verdict** (:func:`judge`) answers "more than X?" for the practical threshold X (``threshold``; in logs
-``theta = ln(1 + X)``): *slower*/*faster* "by more than X" when the whole 95 % interval of the log ratio lies
-beyond ``±theta``; *same* "within X" when the 90 % interval lies inside ``[-theta, theta]`` (two one-sided tests
-at 5 % each, Schuirmann 1987); otherwise *inconclusive* (undetermined), with the rounds per side at which the rule
-would decide with :data:`POWER` (:func:`rounds_needed`). :func:`joint_control` controls the rows of one compare
-jointly (Benjamini-Hochberg at 5 % on the rows' p values for "beyond X", scipy.stats.false_discovery_control) and
-:func:`false_alarm_probability` gives each row's chance of a false "changed" if nothing changed, whose sum a
-compare states.
+moves together (clocks, the GPU drawn, temperature): measured on the H200, :data:`SITTING_SD` with
+:data:`SITTING_DF`. The verdict of a compare (attnprof.analysis.verdict, which holds the rule) adds it only across
+sittings.
 
 **Host (CPU) times** are not given a parametric interval (:func:`host_range`): a capture's forwards are one draw of
 the host's state, and a handful of draws spread over an order of magnitude. They are stated as the median over
@@ -49,25 +39,30 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize as _opt
+from scipy import special as _sp
 from scipy import stats as _st
 
-from attnprof.model.fmt import format_range
 
 #: Confidence level of the rerun interval and of a ratio's interval.
 CONFIDENCE = 0.95
 #: Confidence level of the equivalence ("same within X") interval: two one-sided tests at 5 % each.
 EQUIVALENCE_CONFIDENCE = 0.90
-#: Power at which :func:`rounds_needed` and :func:`detectable_change` plan.
+#: Power at which :func:`rounds_needed` plans.
 POWER = 0.8
-#: Level of the one-sided F test at which a cell keeps its own, larger variance instead of the pool.
-HETEROGENEITY_ALPHA = 0.01
-#: Rate at which :func:`joint_control` keeps the false "changed" rows among a compare's rows (Benjamini-Hochberg).
-FALSE_DISCOVERY_RATE = 0.05
-#: Standard deviation of a sitting's shift of a log time (a sitting: one stretch of time on one machine). Calibrated
-#: on the H200 from two A/As across sittings of one build (benchmarks/sittings.py, benchmarks/sittings_h200.json): the
-#: method-of-moments estimates were 0.74 % and 0.24 %; the larger, rounded up, is used (docs/statistics.md).
-SITTING_SD = 0.0075
+#: Fewest rows with a variance of their own over which :func:`squeeze_var` fits a prior (fewer: each row its own).
+MIN_PRIOR_ROWS = 3
+#: Fewest rows for the prior's trend in log time (:func:`prior_design`).
+TREND_ROWS = 5
+#: Smallest variance of log times a row is taken to have (0.001 % sd): rounds that agree to the trace's ns
+#: resolution would otherwise give log(0).
+VARIANCE_FLOOR = 1e-10
+#: Standard deviation of a sitting's shift of a log time (a sitting: one stretch of time on one machine), and its
+#: degrees of freedom: from the three committed H200 sittings of one build and grid (the sweep example, the calibration
+#: sweep with its rerun minutes later, sitting 2), per pair the method-of-moments estimate over the 61 cells (Searle,
+#: Casella & McCulloch, Variance Components, 1992, ch. 3) was 0.77 %, 1.02 % and 0.74 % (benchmarks/sittings.py);
+#: their root mean square, with 3 - 1 = 2 df: an estimate, not a known constant (docs/statistics.md).
+SITTING_SD = 0.0085
+SITTING_DF = 2
 #: Variance of the median of n normal values over the variance of their mean: pi/2 for large n (the median's
 #: asymptotic relative efficiency is 2/pi; e.g. Kenney & Keeping, Mathematics of Statistics, 1962, sec. 13.13),
 #: 1.35 at n = 3; the larger value keeps the rerun interval at or above its stated level for every n.
@@ -82,8 +77,8 @@ SAME_SITTING = "same machine, same sitting"
 class Noise:
     """The between-process noise of one cell's log repeat medians: ``sd`` (standard deviation of the log
     medians, about the relative standard deviation between repeats), ``df`` (its degrees of freedom),
-    ``cells`` (how many cells it was pooled over; 1 for a cell's own) and ``own`` (True when the cell kept its
-    own variance because it is larger than the pool's: :func:`pool_noise`)."""
+    ``cells`` (how many cells its prior was fitted over; 1 for a cell's own) and ``own`` (True when no prior was
+    fitted: the cell's own variance and df, :func:`moderated_noise`)."""
 
     sd: float
     df: float
@@ -116,43 +111,88 @@ def _spread(logs: Sequence[float]) -> tuple[float, int] | None:
     return sum((x - mean) ** 2 for x in logs) / (n - 1), n - 1
 
 
-def _pool(spreads: Sequence[tuple[float, int]]) -> tuple[float, int] | None:
-    """The pooled (variance, df) of ``spreads`` [(variance, df)]: the df-weighted mean variance; None when empty."""
-    df = sum(d for _, d in spreads)
-    return (sum(v * d for v, d in spreads) / df, df) if df else None
+def _trigamma_inverse(y: np.ndarray) -> np.ndarray:
+    """x with trigamma(x) = y (y > 0, elementwise): Newton's method as limma's ``trigammaInverse`` (Smyth 2004,
+    sec. 6.2), on scipy.special.polygamma."""
+    y = np.asarray(y, float)
+    x = np.where(y > 1e7, 1 / np.sqrt(y), np.where(y < 1e-6, 1 / y, 0.5 + 1 / y))
+    for _ in range(50):
+        tri = _sp.polygamma(1, x)
+        step = tri * (1 - tri / y) / _sp.polygamma(2, x)
+        x = x + step
+        if np.all(-step / x < 1e-8):
+            break
+    return x
 
 
-def _larger_than_pool(spread: tuple[float, int], rest: tuple[float, int] | None, alpha: float) -> bool:
-    """True when ``spread``'s variance exceeds the pool ``rest`` beyond chance: one-sided F test at ``alpha``."""
-    if rest is None:
-        return False
-    (v, d), (vr, dr) = spread, rest
-    if vr == 0:
-        return v > 0
-    return float(_st.f.sf(v / vr, d, dr)) < alpha
+def prior_design(x: Sequence[float], groups: Sequence[Hashable] | None = None) -> np.ndarray:
+    """The covariates of the prior variance of :func:`squeeze_var` for R rows: an intercept; the log time ``x``
+    (a row's log median) where at least :data:`TREND_ROWS` rows vary in it (short kernels are noisier in relative
+    terms: on the H200 A/A, log variance against log time correlates at -0.74); and a level per ``groups`` value
+    (the variant) that has at least 3 rows, while 3 residual degrees of freedom remain. Returns [R, p]."""
+    x = np.asarray(x, float)
+    cols = [np.ones(len(x))]
+    if len(x) >= TREND_ROWS and np.ptp(x) > 0.1:
+        cols.append(x - x.mean())
+    if groups is not None:
+        labels = list(groups)
+        big = sorted({g for g in labels if labels.count(g) >= 3}, key=str)[1:]
+        for g in big:
+            if len(x) - len(cols) - 1 >= 3:
+                cols.append(np.array([1.0 if v == g else 0.0 for v in labels]))
+    return np.column_stack(cols)
 
 
-def pool_noise(cells: Mapping[Hashable, Sequence[float | None]], alpha: float = HETEROGENEITY_ALPHA) -> dict:
-    """The noise of each cell of one pool (the cells of one variant: its shapes, and in a compare both sides).
+def squeeze_var(var: np.ndarray, df: np.ndarray, design: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical-Bayes moderated variances (limma's ``squeezeVar``: Smyth 2004, Statistical Applications in
+    Genetics and Molecular Biology 3(1), art. 3, sec. 3 and 6.2): each row's variance shrunk toward a prior fitted
+    over the rows, with the prior's degrees of freedom added to its own.
 
-    cells: {key: the cell's repeat medians (any unit, > 0; None/NaN left out)}, or for a paired compare the
-    per-round ratios. Returns {key: :class:`Noise` | None}: a cell whose variance exceeds the pool of the
-    others beyond chance (one-sided F test at ``alpha``, scipy.stats.f) keeps its own (``own`` True); every
-    other cell, one of a single repeat included, gets the pool of the cells not kept apart (module docstring).
-    None for a cell with neither (no cell of the pool has 2 repeats). ValueError for a median <= 0."""
-    spreads = {k: s for k, v in cells.items() if (s := _spread(_logs(v))) is not None}
-    apart = {k for k, s in spreads.items()
-             if _larger_than_pool(s, _pool([t for j, t in spreads.items() if j != k]), alpha)}
-    pooled_from = [s for k, s in spreads.items() if k not in apart]
-    pool = _pool(pooled_from)
-    out = {}
-    for k in cells:
-        if k in apart:
-            out[k] = Noise(math.sqrt(spreads[k][0]), spreads[k][1], 1, True)
-        elif pool is not None:
-            out[k] = Noise(math.sqrt(pool[0]), pool[1], len(pooled_from), len(pooled_from) == 1 and k in spreads)
-        else:
-            out[k] = None
+    var: [..., R] the rows' sample variances (log scale: the variance of log times per round); df: [R] or [..., R]
+    their degrees of freedom (a row with 0 takes the prior alone); design: [R, p] the prior's covariates
+    (:func:`prior_design`; default an intercept). The log variances, corrected for their chi-square bias, are fitted
+    by least squares on ``design``; the spread of the residuals beyond what the rows' own df explain gives the
+    prior df d0 (trigamma inverse); d0 is at most the rows' total df (limma caps the posterior df at the pooled df
+    the same way), and a spread no larger than chance gives that cap. Returns (posterior variance, posterior df),
+    each [..., R]: ``(d0 * s0**2 + df * var) / (d0 + df)`` and ``d0 + df``. Fewer than :data:`MIN_PRIOR_ROWS` rows
+    with df > 0: the rows' own variances and df (no prior)."""
+    var = np.maximum(np.asarray(var, float), VARIANCE_FLOOR)
+    df = np.broadcast_to(np.asarray(df, float), var.shape)
+    used = (df > 0).reshape(-1, var.shape[-1]).all(axis=0)  # the rows with a variance of their own, in every draw
+    if used.sum() < MIN_PRIOR_ROWS:
+        return var, df
+    design = (np.ones((var.shape[-1], 1)) if design is None else design)
+    own, v = df[..., used], var[..., used]
+    e = np.log(v) - _sp.digamma(own / 2) + np.log(own / 2)
+    coef = np.einsum("pr,...r->...p", np.linalg.pinv(design[used]), e)
+    fitted = np.einsum("rp,...p->...r", design, coef)
+    dof = max(int(used.sum()) - design.shape[1], 1)
+    spread = ((e - fitted[..., used]) ** 2).sum(-1) / dof - _sp.polygamma(1, own / 2).mean(-1)
+    total = own.sum(-1)
+    d0 = np.minimum(np.where(spread > 0, 2 * _trigamma_inverse(np.maximum(spread, 1e-12)), total), total)[..., None]
+    prior = np.exp(fitted + _sp.digamma(d0 / 2) - np.log(d0 / 2))
+    mine = np.where(df > 0, var, 0.0)
+    return (d0 * prior + df * mine) / (d0 + df), d0 + df
+
+
+def moderated_noise(cells: Mapping[Hashable, Sequence[float | None]],
+                    groups: Mapping[Hashable, Hashable] | None = None) -> dict:
+    """The noise of every cell of one result set (or one compare): each cell's variance of its log repeat medians
+    moderated over all the cells (:func:`squeeze_var`, the prior's covariates from :func:`prior_design`: the log
+    median time and ``groups``, e.g. {cell: variant}). cells: {key: repeat medians (any unit, > 0; None/NaN left
+    out)}. Returns {key: :class:`Noise` | None}; None for a cell with no repeat. ValueError for a median <= 0."""
+    logs = {k: _logs(v) for k, v in cells.items()}
+    keys = [k for k, v in logs.items() if v]
+    if not keys:
+        return dict.fromkeys(cells)
+    var = np.array([_spread(logs[k])[0] if len(logs[k]) > 1 else 0.0 for k in keys])
+    df = np.array([len(logs[k]) - 1 for k in keys], float)
+    design = prior_design([float(np.mean(logs[k])) for k in keys], [groups[k] for k in keys] if groups else None)
+    post, post_df = squeeze_var(var, df, design)
+    out = dict.fromkeys(cells)
+    for i, k in enumerate(keys):
+        if post_df[i] > 0:
+            out[k] = Noise(math.sqrt(post[i]), float(post_df[i]), len(keys), bool(post_df[i] == df[i]))
     return out
 
 
@@ -165,8 +205,8 @@ def between_run_interval(medians: Sequence[float | None], confidence: float = CO
     same machine in the same sitting (:data:`SAME_SITTING`).
 
     medians: the median time per forward (any unit, > 0) of each repeat; None/NaN entries (a repeat without that
-    time) are left out. noise: the cell's :class:`Noise` from :func:`pool_noise` (default: its own repeats'
-    spread). Returns ``{"n", "center", "lo", "hi", "rel_sd", "df"}``: n, the repeats counted; center, the median
+    time) are left out. noise: the cell's :class:`Noise` from :func:`moderated_noise` (default: its own
+    repeats' spread). Returns ``{"n", "center", "lo", "hi", "rel_sd", "df"}``: n, the repeats counted; center, the median
     of the repeat medians (the number a report states); lo and hi, the prediction interval at ``confidence``
     for the median a rerun with n repeats will state: ``exp(mean ± t_{(1+c)/2, df} * sd * sqrt((1 + k)/n))``, k
     = :data:`MEDIAN_VARIANCE` (Hahn & Meeker, *Statistical Intervals*, 2nd ed., 2017, sec. 4.6, with the future
@@ -208,28 +248,6 @@ def host_range(medians: Sequence[float | None]) -> dict:
             "coverage": (n - 1) / (n + 1) if n > 1 else None}
 
 
-def false_alarm_probability(se: float, df: float, threshold: float, confidence: float = CONFIDENCE) -> float:
-    """Chance that :func:`judge` calls a row slower or faster by more than ``threshold`` when nothing changed
-    (log ratio 0), for a row whose log ratio has standard error ``se`` with ``df`` degrees of freedom: the
-    statistic ``(d - theta)/se_hat`` is noncentral t with noncentrality ``-theta/se`` (scipy.stats.nct), and the
-    rule fires when it exceeds ``t_{(1+c)/2, df}``; both directions. 0 for se = 0 and threshold > 0."""
-    theta = math.log1p(threshold)
-    if se <= 0:
-        return 0.0 if theta > 0 else 1.0
-    return 2 * float(_st.nct.sf(_t((1 + confidence) / 2, df), df, -theta / se))
-
-
-def power_changed(change: float, se: float, df: float, threshold: float, confidence: float = CONFIDENCE) -> float:
-    """Chance that :func:`judge` calls a true relative change ``change`` (ratio - 1, > 0 slower) "by more than
-    ``threshold``", for a row of standard error ``se`` (log ratio) and ``df`` degrees of freedom: noncentral t
-    as in :func:`false_alarm_probability`, noncentrality ``(|ln(1 + change)| - theta)/se``."""
-    theta = math.log1p(threshold)
-    d = abs(math.log1p(change))
-    if se <= 0:
-        return 1.0 if d > theta else 0.0
-    return float(_st.nct.sf(_t((1 + confidence) / 2, df), df, (d - theta) / se))
-
-
 def _level(level: float) -> str:
     """An interval's level as words: 0.95 -> '95%', 0.975 -> '97.5%'."""
     return f"{level:.0%}" if round(level * 100, 6).is_integer() else f"{level:.1%}"
@@ -244,244 +262,37 @@ def look_levels(confidence: float, looks: int) -> tuple[float, float]:
     return 1 - (1 - confidence) / looks, 1 - (1 - EQUIVALENCE_CONFIDENCE) / looks
 
 
-def judge(d: float, se: float, df: float, threshold: float, confidence: float = CONFIDENCE, looks: int = 1) -> dict:
-    """The verdict on a log ratio ``d`` (b over a) of standard error ``se`` with ``df`` degrees of freedom against
-    the practical threshold ``threshold`` (a fraction; module docstring), at one of ``looks`` looks
-    (:func:`look_levels`). Returns ``{"verdict", "lo", "hi", "lo90", "hi90", "p", "false_alarm", "level", "why"}``:
-    lo/hi the ratio's interval at the look's level of ``confidence`` (``level``), lo90/hi90 at its level of
-    :data:`EQUIVALENCE_CONFIDENCE`; p the one-sided p value of "beyond X in the direction observed" doubled and
-    times ``looks`` (the row's p for :func:`joint_control`; p < 1 - confidence exactly when the interval lies
-    beyond X)."""
-    confidence, equivalence = look_levels(confidence, looks)
-    theta = math.log1p(threshold)
-    pct = f"{100 * threshold:g} %"
-    half = _t((1 + confidence) / 2, df) * se
-    half90 = _t((1 + equivalence) / 2, df) * se
-    out = {"lo": math.exp(d - half), "hi": math.exp(d + half), "lo90": math.exp(d - half90), "hi90": math.exp(d + half90),
-           "false_alarm": false_alarm_probability(se, df, threshold, confidence), "level": confidence}
-    if se > 0:
-        out["p"] = min(1.0, 2 * looks * float(_st.t.sf((abs(d) - theta) / se, df)))
-    else:
-        out["p"] = 0.0 if abs(d) > theta else 1.0
-    if d - half > theta or d + half < -theta:
-        out.update(verdict="slower" if d > 0 else "faster",
-                   why=f"{'slower' if d > 0 else 'faster'} by more than {pct}: the whole {_level(confidence)} interval lies beyond")
-    elif -theta <= d - half90 and d + half90 <= theta:
-        out.update(verdict="same", why=f"the same within {pct}: the {_level(equivalence)} interval lies inside")
-    else:
-        out.update(verdict="inconclusive",
-                   why=f"undetermined: the {_level(confidence)} interval ({format_range(out['lo'], out['hi'], digits=4)}) neither lies "
-                       f"beyond ±{pct} nor, at {_level(equivalence)}, inside it")
-    return out
 
 
-def _aim(d: float, threshold: float, confidence: float, looks: int = 1) -> tuple[float, float]:
-    """What more rounds would aim at for a log ratio ``d``: (its distance from the threshold ``ln(1 + threshold)``,
-    the interval level of the verdict it would reach at one of ``looks`` looks, :func:`look_levels`): the level of
-    "changed" when ``|d|`` lies beyond the threshold, of "same" otherwise (:func:`judge`)."""
-    theta = math.log1p(threshold)
-    changed, same = look_levels(confidence, looks)
-    return abs(abs(d) - theta), (changed if abs(d) > theta else same)
+def rounds_needed(margin: np.ndarray, var_round: np.ndarray, n: np.ndarray, df: np.ndarray, level: np.ndarray,
+                  sitting_var: float = 0.0, power: float = POWER, most: int = MAX_REPEATS_SUGGESTED) -> np.ndarray:
+    """Rounds per side (in all, elementwise) at which a row's verdict is reached with chance ``power``, if its log
+    ratio and its variance stay as estimated: the smallest m in n+1 .. ``most`` whose standard error
+    ``sqrt(var_round / m + 2 * sitting_var)`` and degrees of freedom ``df + (m - n)`` (each added round adds one)
+    give a noncentral t (scipy.stats.nct; noncentrality ``margin / se``) past the ``level`` interval's t with that
+    chance. margin: the distance of |log ratio| from ln(1 + X) (the verdict it aims at: "changed" beyond, "the
+    same" inside); var_round: the variance of the log ratio times the rounds (paired: per round's ratio;
+    unpaired: both sides' per-round variances summed); level: the interval level of that verdict at the next look
+    (:func:`look_levels`). ``most + 1`` ("more than") where none does, or the margin is 0. A planning estimate
+    (the variance taken as known), not a stated statistic: docs/statistics.md states the rule's power by
+    simulation."""
+    margin, var_round, n, df, level = np.broadcast_arrays(*(np.asarray(x, float) for x in
+                                                            (margin, var_round, n, df, level)))
+    m = np.arange(1, most + 1, dtype=float)
+    se = np.sqrt(var_round[..., None] / m + 2 * sitting_var)
+    dfm = np.maximum(df[..., None] + (m - n[..., None]), 1.0)
+    crit = _st.t.ppf((1 + level[..., None]) / 2, dfm)
+    ok = (_st.nct.sf(crit, dfm, margin[..., None] / np.maximum(se, 1e-300)) >= power) & (m > n[..., None])
+    ok &= margin[..., None] > 0
+    return np.where(ok.any(-1), m[np.argmax(ok, -1)], most + 1).astype(int)
 
 
-def rounds_needed(d: float, var_a: float, var_b: float, n: int, df: float, threshold: float, sitting_var: float = 0.0,
-                  paired: bool = False, power: float = POWER, confidence: float = CONFIDENCE, looks: int = 1) -> int | None:
-    """Rounds per side at which :func:`judge` decides an undetermined row with chance ``power``, if the log ratio
-    is ``d`` and the log variances per round ``var_a``/``var_b`` (paired: ``var_a`` is the paired differences'
-    and ``var_b`` is ignored) stay as estimated: the smallest m in n+1 .. :data:`MAX_REPEATS_SUGGESTED` whose
-    standard error ``sqrt((var_a + var_b)/m + 2*sitting_var)`` (paired: ``sqrt(var_a/m)``) and degrees of
-    freedom ``df + (m - n)`` (each added round adds one) give the rule that power, aiming at "changed" when
-    ``|d|`` lies beyond ``ln(1 + threshold)`` and at "same" otherwise (noncentral t: scipy.stats.nct).
-    ``MAX_REPEATS_SUGGESTED + 1`` ("more than that") when none does, among them when the sitting term alone is
-    too wide; None when ``d`` is at the threshold itself (no number of rounds decides it). ``looks``: the levels
-    of a look of a sequential rule (:func:`look_levels`)."""
-    margin, level = _aim(d, threshold, confidence, looks)
-    if margin == 0:
-        return None
-    m = np.arange(n + 1, MAX_REPEATS_SUGGESTED + 1)
-    se = np.sqrt(var_a / m) if paired else np.sqrt((var_a + var_b) / m + 2 * sitting_var)
-    if not se.all():
-        return n + 1
-    dfm = df + (m - n)
-    crit = _st.t.ppf((1 + level) / 2, dfm)
-    enough = np.flatnonzero(_st.nct.sf(crit, dfm, margin / se) >= power)
-    return int(m[enough[0]]) if len(enough) else MAX_REPEATS_SUGGESTED + 1
-
-
-def _welch(var_a: float, n_a: int, df_a: float, var_b: float, n_b: int, df_b: float, sitting_var: float) -> tuple[float, float]:
-    """(standard error, Welch-Satterthwaite df) of a difference of two means of log medians, plus a known
-    variance ``2*sitting_var`` (it adds no uncertainty of its own)."""
-    ua, ub = var_a / n_a, var_b / n_b
-    se2 = ua + ub + 2 * sitting_var
-    denom = (ua ** 2 / df_a if df_a else 0.0) + (ub ** 2 / df_b if df_b else 0.0)
-    # the known term adds no df of its own, but the estimate never gets more df than its two variances hold
-    return math.sqrt(se2), (min(se2 ** 2 / denom, df_a + df_b) if denom > 0 else float(max(df_a + df_b, 1)))
-
-
-def _own_noise(logs: list[float]) -> Noise | None:
-    s = _spread(logs)
-    return None if s is None else Noise(math.sqrt(s[0]), s[1])
-
-
-def _result(n_a: int, n_b: int, **kw) -> dict:
-    return {"verdict": "inconclusive", "ratio": None, "lo": None, "hi": None, "lo90": None, "hi90": None,
-            "n_a": n_a, "n_b": n_b, "repeats_needed": None, "why": "", "se": None, "df": None, "p": None,
-            "false_alarm": None, **kw}
-
-
-def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                  confidence: float = CONFIDENCE, noise_a: Noise | None = None, noise_b: Noise | None = None,
-                  sitting_sd: float = 0.0) -> dict:
-    """Verdict for one time between a baseline ``a`` and ``b``, each the repeat medians of one result set (same
-    unit, > 0; None/NaN left out), captured in different processes and not paired round by round.
-
-    threshold: the practical threshold as a fraction (0.02: a change under 2 % is not worth reporting).
-    noise_a/noise_b: each side's :class:`Noise` (:func:`pool_noise`; default: its own repeats' spread).
-    sitting_sd: the between-sitting sd added for result sets of different sittings (:data:`SITTING_SD`; 0 for
-    one sitting). Returns ``{"verdict", "ratio", "lo", "hi", "lo90", "hi90", "n_a", "n_b", "repeats_needed",
-    "why", "se", "df", "p", "false_alarm"}``: ratio = geometric mean of b / geometric mean of a; the rest from
-    :func:`judge` with the Welch-Satterthwaite df; repeats_needed (undetermined only): :func:`rounds_needed`.
-    Raises ValueError for a median <= 0 or a threshold < 0."""
-    if threshold < 0:
-        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-    la, lb = _logs(a), _logs(b)
-    out = _result(len(la), len(lb))
-    if not la or not lb:
-        out["why"] = "no time on one side"
-        return out
-    d = sum(lb) / len(lb) - sum(la) / len(la)
-    out["ratio"] = math.exp(d)
-    noise_a, noise_b = noise_a or _own_noise(la), noise_b or _own_noise(lb)
-    if noise_a is None or noise_b is None:
-        out["why"] = (f"{min(len(la), len(lb))} repeat on one side: no between-run spread to judge a change against "
-                      "(config repeats >= 2 on both)")
-        return out
-    va, vb, sv = noise_a.sd ** 2, noise_b.sd ** 2, sitting_sd ** 2
-    if noise_a == noise_b and not noise_a.own:  # one pooled estimate serves both sides: its df once
-        within = va * (1 / len(la) + 1 / len(lb))
-        se = math.sqrt(within + 2 * sv)
-        df = min(se ** 4 / (within ** 2 / noise_a.df), 2 * noise_a.df) if within > 0 else noise_a.df
-    else:
-        se, df = _welch(va, len(la), noise_a.df, vb, len(lb), noise_b.df, sv)
-    out.update(judge(d, se, df, threshold, confidence), se=se, df=df)
-    if out["verdict"] == "inconclusive":
-        n = max(len(la), len(lb))
-        out["repeats_needed"] = rounds_needed(d, va, vb, n, df, threshold, sv, confidence=confidence)
-        if out["repeats_needed"] and out["repeats_needed"] > MAX_REPEATS_SUGGESTED and sitting_bound(d, threshold, sv,
-                                                                                                    confidence):
-            out["why"] = (f"no number of rounds decides across sittings: the sitting term alone "
-                          f"(±{2 * math.sqrt(2 * sv):.1%} at two sd) is too wide for a {abs(math.expm1(d)):.1%} change "
-                          f"against ±{threshold:.0%}; a paired A/B (config environments) would decide")
-    return out
-
-
-def sitting_bound(d: float, threshold: float, sitting_var: float, confidence: float = CONFIDENCE,
-                  power: float = POWER) -> bool:
-    """True when no number of rounds decides a row of log ratio ``d`` across sittings: with the within-sitting
-    noise gone (infinitely many rounds, df -> inf) the standard error is the sitting term's ``sqrt(2*sitting_var)``,
-    and :func:`judge` would still reach ``power`` neither for "changed" nor for "same" (normal limit of the
-    noncentral t: scipy.stats.norm)."""
+def sitting_bound(margin: np.ndarray, level: np.ndarray, sitting_var: float, power: float = POWER) -> np.ndarray:
+    """True (elementwise) where no number of rounds reaches a verdict across sittings: with the within-sitting noise
+    gone the standard error is the sitting term's ``sqrt(2 * sitting_var)``, and the ``level`` interval still
+    reaches ``power`` for neither verdict (normal limit of the noncentral t: scipy.stats.norm). margin, level: as
+    :func:`rounds_needed`."""
     if sitting_var <= 0:
-        return False
-    margin, level = _aim(d, threshold, confidence)
-    z = _st.norm.ppf((1 + level) / 2)
-    return bool(_st.norm.sf(z - margin / math.sqrt(2 * sitting_var)) < power)
-
-
-def compare_paired(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                   confidence: float = CONFIDENCE, noise: Noise | None = None, looks: int = 1) -> dict:
-    """Verdict for one time between two environments captured in one A/B run (config ``environments``), from the
-    rounds' pairs: ``a[k]`` and ``b[k]`` are the repeat medians (same unit, > 0) of round k in the baseline and
-    the other environment, captured back to back on one device (ABBA order). A round with None/NaN on either
-    side is left out whole. noise: the :class:`Noise` of the per-round log ratios (:func:`pool_noise` over the
-    cells' ratios ``b_k/a_k``; default: this row's own). ValueError when ``a`` and ``b`` differ in length, for a
-    median <= 0 or a threshold < 0.
-
-    The pairing takes out what the two environments' captures of one round share -- the drift of clocks, load
-    and temperature over the run, the sitting -- which the unpaired :func:`compare_ratio` counts as noise: on the
-    per-round log ratios ``d_k = ln b_k - ln a_k``, the ratio is ``exp(mean d)`` with standard error ``s_d/sqrt(n)``
-    (the paired t; e.g. Montgomery, Design and Analysis of Experiments, 8th ed., 2013, sec. 2.5.1). The verdict
-    and keys are :func:`compare_ratio`'s (``n_a`` = ``n_b`` = the rounds paired; repeats_needed: rounds), plus
-    ``paired`` True. ``looks``: judged at one look of a sequential rule of that many (:func:`look_levels`;
-    attnprof.analysis.top_up)."""
-    if threshold < 0:
-        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-    if len(a) != len(b):
-        raise ValueError(f"paired repeat medians need one value per round on each side, got {len(a)} and {len(b)}")
-    d = [math.log(r) for r in paired_ratios(a, b)]
-    n = len(d)
-    out = _result(n, n, paired=True)
-    if n == 0:
-        out["why"] = "no round with a time on both sides"
-        return out
-    mean = sum(d) / n
-    out["ratio"] = math.exp(mean)
-    noise = noise or _own_noise(d)
-    if noise is None:
-        out["why"] = "1 paired round: no spread between rounds to judge a change against (config repeats >= 2)"
-        return out
-    se = noise.sd / math.sqrt(n)
-    out.update(judge(mean, se, noise.df, threshold, confidence, looks), se=se, df=noise.df)
-    if out["verdict"] == "inconclusive":
-        out["repeats_needed"] = rounds_needed(mean, noise.sd ** 2, 0.0, n, noise.df, threshold, paired=True,
-                                              confidence=confidence, looks=looks)
-        out["why"] += f" (paired over {n} rounds)"
-    return out
-
-
-def paired_ratios(a: Sequence[float | None], b: Sequence[float | None]) -> list[float]:
-    """The per-round ratios ``b_k / a_k`` of the rounds with a time on both sides (:func:`compare_paired`'s
-    pairs): what :func:`pool_noise` pools for a paired compare."""
-    return [y / x for x, y in zip(a, b) if _kept([x]) and _kept([y])]
-
-
-def joint_control(rows: Sequence[dict], rate: float = FALSE_DISCOVERY_RATE) -> dict:
-    """Control the "changed" verdicts of one compare's rows jointly: Benjamini-Hochberg at ``rate`` on the rows'
-    ``p`` (:func:`judge`; scipy.stats.false_discovery_control). A row called slower or faster whose adjusted p
-    exceeds ``rate`` becomes "inconclusive", its why saying so. Changes ``rows`` in place (each a dict with
-    ``verdict``, ``p``, ``false_alarm`` and ``why``; rows without a p are left alone). Returns
-    ``{"rows": judged rows, "expected_false": the sum of their false_alarm (at most the expected number of false
-    "changed" rows if nothing changed), "withheld": rows turned undetermined}``."""
-    judged = [r for r in rows if r.get("p") is not None]
-    withheld = 0
-    if judged:
-        adjusted = _st.false_discovery_control([r["p"] for r in judged], method="bh")
-        for r, q in zip(judged, adjusted):
-            if r["verdict"] in ("slower", "faster") and float(q) > rate:
-                withheld += 1
-                r.update(verdict="inconclusive",
-                         why=f"{r['why']}, but not after the joint control of {len(judged)} rows (Benjamini-Hochberg at "
-                             f"{rate:.0%}: adjusted p {float(q):.2g})")
-    return {"rows": len(judged), "expected_false": sum(r["false_alarm"] or 0.0 for r in judged), "withheld": withheld}
-
-
-def detectable_at(se: float, df: float, threshold: float, power: float = POWER, confidence: float = CONFIDENCE) -> float:
-    """The relative change (ratio - 1, a fraction) that :func:`judge` calls "by more than ``threshold``" with chance
-    ``power`` for a row of standard error ``se`` (log ratio) with ``df`` degrees of freedom: :func:`power_changed`
-    solved for the change (scipy.optimize.brentq); ``threshold`` itself for se = 0."""
-    if se <= 0:
-        return threshold
-
-    def short(change: float) -> float:
-        return power_changed(change, se, df, threshold, confidence) - power
-
-    hi = threshold + 1e-6
-    while short(hi) < 0:
-        hi = 2 * hi + 0.01
-    return float(_opt.brentq(short, threshold, hi, xtol=1e-7))
-
-
-def detectable_change(rel_sd: float, n: int, threshold: float, power: float = POWER, confidence: float = CONFIDENCE,
-                      df: float | None = None, sitting_sd: float = 0.0, rows: int = 1) -> float:
-    """The smallest relative change (ratio - 1, a fraction) that :func:`compare_ratio` followed by
-    :func:`joint_control` calls "by more than ``threshold``" with chance ``power``, between two result sets of
-    ``n`` repeats each whose log repeat medians have sd ``rel_sd`` with ``df`` degrees of freedom (default 2n - 2,
-    each side's own) and a sitting sd ``sitting_sd`` between them, when it is the one changed row among ``rows``
-    (Benjamini-Hochberg then asks p <= rate/rows of it, i.e. the ``1 - (1 - confidence)/rows`` interval): the exact
-    power of the rule (:func:`detectable_at`, noncentral t); tests check it by simulating the rule. ValueError for
-    n < 2 without ``df``."""
-    if n < 2 and df is None:
-        raise ValueError(f"a detectable change needs at least 2 repeats, got {n}")
-    df = 2 * n - 2 if df is None else df
-    se = math.sqrt(2 * rel_sd ** 2 / n + 2 * sitting_sd ** 2)
-    return detectable_at(se, df, threshold, power, 1 - (1 - confidence) / rows)
+        return np.zeros(np.shape(margin), bool)
+    z = _st.norm.ppf((1 + np.asarray(level, float)) / 2)
+    return _st.norm.sf(z - np.asarray(margin, float) / math.sqrt(2 * sitting_var)) < power

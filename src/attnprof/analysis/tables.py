@@ -289,22 +289,21 @@ TRACE_QUALITY_COLUMNS = ("forwards_expected", "forwards_profiled", "forwards_com
 
 
 def repeat_noise(per_pair: Mapping[tuple[str, str], list[dict]]) -> dict[tuple[str, str], dict]:
-    """The pooled between-process noise (attnprof.analysis.stats.pool_noise) of every device time of
-    :data:`REPEAT_TIMES`, pooled over the shapes of each variant. per_pair: {(variant, shape_key): the
-    per-repeat rows of :func:`combine_repeats`}. Returns {(variant, shape_key): {median column: Noise | None}}
-    for :func:`combine_repeats`' ``noise``. Host times are not pooled (:func:`combine_repeats`)."""
-    from attnprof.analysis.stats import pool_noise
+    """The between-process noise of every device time of :data:`REPEAT_TIMES`, each cell's variance moderated over
+    the result set's cells (attnprof.analysis.stats.moderated_noise: the prior following log time and variant).
+    per_pair: {(variant, shape_key): the per-repeat rows of :func:`combine_repeats`}. Returns {(variant,
+    shape_key): {median column: Noise | None}} for :func:`combine_repeats`' ``noise``. Host times get none
+    (:func:`combine_repeats`)."""
+    from attnprof.analysis.stats import moderated_noise
 
     out: dict[tuple[str, str], dict] = {key: {} for key in per_pair}
-    variants = {v for v, _ in per_pair}
     for med, _, _ in REPEAT_TIMES:
         if med in HOST_TIMES:
             continue
-        for variant in variants:
-            cells = {key: [r.get(med) for r in _counted_repeats(rows) if not _blank(r.get(med))]
-                     for key, rows in per_pair.items() if key[0] == variant}
-            for key, noise in pool_noise(cells).items():
-                out[key][med] = noise
+        cells = {key: [r.get(med) for r in _counted_repeats(rows) if not _blank(r.get(med))]
+                 for key, rows in per_pair.items()}
+        for key, noise in moderated_noise(cells, {key: key[0] for key in cells}).items():
+            out[key][med] = noise
     return out
 
 

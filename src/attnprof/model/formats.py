@@ -128,7 +128,7 @@ def _status_1_to_2(record: dict, path) -> dict:
 
 def _env_1_to_2(record: dict, path) -> dict:
     """env.json 1 -> 2: ``config.repeats``, the compare defaults, ``config.top_up`` (off: a result set made before
-    top-up added no rounds; attnprof.analysis.top_up) and ``captures_control`` (a config that is not an object is
+    top-up added no rounds; attnprof.analysis.verdict) and ``captures_control`` (a config that is not an object is
     left to the readers' own check of it)."""
     config = record.get("config")
     if not isinstance(config, dict):

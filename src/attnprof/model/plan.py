@@ -152,7 +152,7 @@ class Plan:
     gpu_choice: str
     compare_runs: tuple[str, ...]
     compare_name: str
-    # an A/B run's rounds added where undecided (config top_up; attnprof.analysis.top_up): rounds 0 when off or
+    # an A/B run's rounds added where undecided (config top_up; attnprof.analysis.verdict): rounds 0 when off or
     # when this is no A/B run
     top_up: Mapping = field(default_factory=lambda: {"rounds": 0, "time_s": 0.0})
     layout: Layout = Layout()
@@ -187,7 +187,7 @@ class Plan:
         return list(self.ab_runs) if name == self.ab_compare else list(self.compare_runs)
 
     def top_up_runs(self) -> tuple[str, ...]:
-        """The result sets whose rows may get rounds added (attnprof.analysis.top_up): an A/B run's with top-up on."""
+        """The result sets whose rows may get rounds added (attnprof.analysis.verdict): an A/B run's with top-up on."""
         return tuple(self.ab_runs) if self.top_up["rounds"] > 0 else ()
 
     def ab_targets(self) -> list[str]:
@@ -196,7 +196,7 @@ class Plan:
 
 
 def rounds_of(record: Mapping | None, base: int) -> dict[tuple[str, str], int]:
-    """{(shape_key, variant): rounds in all} of the rows a top-up record (attnprof.analysis.top_up.plan_top_up's,
+    """{(shape_key, variant): rounds in all} of the rows a top-up record (attnprof.analysis.verdict.plan_top_up's,
     as a result set's top_up.json holds it; :func:`load_top_up`) added rounds to; the other cells have ``base``.
     An absent record: {}."""
     return {(r["shape_key"], r["variant"]): max(int(r["rounds"]), base) for r in (record or {}).get("rows", [])}
@@ -253,7 +253,7 @@ def _recorded(layout: Layout, run: str) -> dict:
 
 def top_up_on(top_up) -> bool:
     """Whether config ``top_up`` ({rounds, time_s}) adds rounds at all: both above 0. Off, an A/B run looks once
-    (attnprof.analysis.top_up.design_of); with ``time_s`` 0 no round could be added, and a second look would only
+    (attnprof.analysis.verdict.design_of); with ``time_s`` 0 no round could be added, and a second look would only
     split the error rate."""
     top_up = top_up if isinstance(top_up, Mapping) else {}
     try:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.control import check_control, self_check_line
-from attnprof.analysis.stats import CONFIDENCE, SAME_SITTING, SITTING_SD, detectable_at, detectable_change, look_levels
+from attnprof.analysis.stats import CONFIDENCE, SAME_SITTING, look_levels
 from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_run_interval
 from attnprof.findings.data import RunData
 from attnprof.findings.expectations import WITHIN_NOISE
@@ -77,25 +77,6 @@ def study_counts(expectations: dict) -> dict[str, int]:
             if e["metric"] == KERNEL_COUNT and not e.get("source")}
 
 
-def detection_text(n: int, floor: float, dev: pd.Series, df: pd.Series) -> str:
-    """The sentence on what compare finds against this result set (80 % power, attnprof.analysis.stats.detectable_change
-    at each row's pooled spread ``dev`` (%, sd of the log medians) and degrees of freedom ``df``): against another
-    sitting (the sitting term added) and in a paired A/B round by round (none), over the run's rows."""
-    def limits(sitting: float) -> list[float]:
-        # a compare pools both result sets' cells: about twice one set's df (a row without a df: its own, 2n - 2)
-        out = [100 * detectable_change(v / 100, n, floor, df=2 * d if d == d and d else None, sitting_sd=sitting)
-               for v, d in zip(dev, df.reindex(dev.index))]
-        return sorted(out)
-
-    other, paired = limits(SITTING_SD), limits(0.0)
-    mid = len(other) // 2
-    return (f" With as many repeats, <code>compare</code> calls a change &ldquo;more than {100 * floor:g}&nbsp;%&rdquo; "
-            f"with 80&nbsp;% power from {other[mid]:.1f}&nbsp;% against a result set of another sitting "
-            f"({format_range(f'{other[0]:.1f}', f'{other[-1]:.1f}')}&nbsp;% over its variants and shapes; the sitting term, "
-            f"{100 * SITTING_SD:g}&nbsp;% per sitting, included) and from {paired[mid]:.1f}&nbsp;% in a paired A/B run "
-            f"({format_range(f'{paired[0]:.1f}', f'{paired[-1]:.1f}')}&nbsp;%), as simulated in docs/statistics.md.")
-
-
 def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     """The methods' sentence on repeats: how many, what a repeat re-draws, what the rerun interval means and for which
     rerun (attnprof.analysis.stats: same machine, same sitting), how host times are stated, the largest between-run
@@ -113,7 +94,9 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
                if parts else "")
     if len(dev):
-        largest += detection_text(n, cfg["compare"]["noise_floor"], dev, col("device_ms_run_df"))
+        largest += (" What a change of these times <code>compare</code> can find depends on the other result set and the "
+                    "design (another sitting, the same one, or a paired A/B run): each comparison states it, simulated with "
+                    "its own rows' rounds resampled (docs/statistics.md).")
     coverage = 100 * (n - 1) / (n + 1)
     return (f"each (variant, shape) was captured {n} times (repeats), in rounds over the whole grid, each round in a fresh "
             "capture process: a repeat re-draws the process, the CUDA context, the allocations and the libraries' plan "
@@ -375,7 +358,7 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
             "dispatch_changed": [d for d in dispatch if d.get("a") != d.get("b")],
             "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
             "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
-            "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
+            "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, pair),
             "claims": _compare_claims(changed, dispatch), "top_up": _top_up_rows(rows, pair.get("design"), confidence),
             "env_diff": _env_diff_rows(pair.get("env_diff") or [])}
 
@@ -388,7 +371,7 @@ def _env_diff_rows(diff: list[dict]) -> list[dict]:
 
 
 def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> dict:
-    """The rows that got rounds added after look 1 (attnprof.analysis.top_up): ``rows`` (each with ``added``
+    """The rows that got rounds added after look 1 (attnprof.analysis.verdict): ``rows`` (each with ``added``
     rounds) and how many of them the rounds decided (``decided``), and the interval levels of each look in %
     (``changed_pct``, ``same_pct``: attnprof.analysis.stats.look_levels)."""
     topped = [{**r, "added": r["top_up"]["rounds"] - r["top_up"]["base"]} for r in rows if r.get("top_up")]
@@ -413,7 +396,7 @@ _ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_
 #: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
 #: the joint control and the sitting term were recorded, none stated.
 _PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None, "design": None}
+                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None, "sitting": None, "design": None}
 
 
 def _extra(row: dict) -> bool:
@@ -514,32 +497,29 @@ def _recipe_shown(r: dict) -> dict | None:
     return {**r, "groups": shown, "kept_hidden": hidden}
 
 
-def detection_limit(rows: list[dict], threshold: float) -> dict | None:
-    """The smallest change the verdicts of one comparison find with 80 % power, per row from its standard error and
-    degrees of freedom (attnprof.analysis.stats.detectable_at: the exact power of the rule "the whole 95 % interval
-    beyond the threshold"; never under the threshold). ``pct``: the limit that most rows (more than half of those
-    judged) reach, with how many (``within`` of ``rows``), the range over the rows, and the repeats per side. None
-    when no row was judged (one repeat, or host times of two sittings: nothing can be called changed)."""
-    limits, repeats = [], set()
-    for r in rows:
-        se, df = r.get("se"), r.get("df")
-        if not (_ok(se) and _ok(df)) or r.get("verdict") == "not judged":
-            continue
-        limits.append(100 * detectable_at(se, df, threshold, confidence=r.get("level") or CONFIDENCE))
-        repeats.add((r.get("repeats_a"), r.get("repeats_b")))
-    if not limits:
+def detection_limit(rows: list[dict], pair: dict) -> dict | None:
+    """The smallest change the verdicts of one comparison find with 80 % power as a lone change, per row from the
+    pair's simulation (compare.json ``joint.detectable``: attnprof.analysis.verdict_sim.detectable, each row's own
+    rounds resampled). ``pct``: the limit that most rows (more than half of those judged) reach, with how many
+    (``within`` of ``rows``), the range over the rows, the rows not found even at the largest change simulated
+    (``unreached``) and the repeats per side. None when no row was judged."""
+    found = (pair.get("joint") or {}).get("detectable") or {}
+    if not found:
         return None
-    limits.sort()
-    most = len(limits) // 2 + 1
+    limits = sorted(100 * v for v in found.values() if v is not None)
+    repeats = {(r.get("repeats_a"), r.get("repeats_b")) for r in rows if r.get("p") is not None}
     ra = sorted({a for a, _ in repeats if a is not None})
     rb = sorted({b for _, b in repeats if b is not None})
+
     def side(v):
         return "?" if not v else (str(v[0]) if len(v) == 1 else format_range(str(v[0]), str(v[-1])))
-    pct = limits[most - 1]
-    # every row that reaches it as stated (2 significant digits): 8 of 8 rows at 2 %, not "5 of 8, from 2 % to 2 %"
-    within = sum(limit <= pct or _fmt(limit, 2) == _fmt(pct, 2) for limit in limits)
-    return {"pct": pct, "within": within, "rows": len(limits), "min_pct": limits[0], "max_pct": limits[-1],
-            "at_threshold": limits[0] <= 100 * threshold + 1e-6, "repeats": f"{side(ra)} / {side(rb)}"}
+    most = len(found) // 2 + 1
+    pct = limits[min(most, len(limits)) - 1] if limits else None
+    within = sum(limit <= pct for limit in limits) if limits else 0
+    return {"pct": pct, "within": within, "rows": len(found), "min_pct": limits[0] if limits else None,
+            "max_pct": limits[-1] if limits else None, "unreached": len(found) - len(limits),
+            "at_threshold": bool(limits) and limits[0] <= 100 * pair.get("threshold", 0) + 1e-6,
+            "repeats": f"{side(ra)} / {side(rb)}"}
 
 
 def _load_range(summary: pd.DataFrame, repeats: pd.DataFrame | None = None) -> str:

@@ -161,7 +161,7 @@ class ResultSetState:
     def __init__(self, plan):
         self.plan, self.layout = plan, plan.layout
         self._grids, self._checked, self._said = {}, {}, set()
-        # the rows of a result set that got rounds added (attnprof.analysis.top_up): its top_up.json where it has
+        # the rows of a result set that got rounds added (attnprof.analysis.verdict): its top_up.json where it has
         # one; the Snakefile sets a reader that waits for this run's own (its checkpoint) first
         self.top_up_record = self._recorded_top_up
 
@@ -199,7 +199,7 @@ class ResultSetState:
                 for name, kind in (("status", "capture"), ("forwards", "table"))}
 
     def rounds(self, run: str) -> dict:
-        """{(shape, variant): rounds in all} of the cells of ``run`` that got rounds added (attnprof.analysis.top_up);
+        """{(shape, variant): rounds in all} of the cells of ``run`` that got rounds added (attnprof.analysis.verdict);
         every other cell has the grid's repeats."""
         from attnprof.model.plan import rounds_of
 
@@ -208,7 +208,7 @@ class ResultSetState:
     def _top_up_on(self, run: str) -> bool:
         """Whether result set ``run`` was captured with top-up on: this config's (config top_up.rounds), another's
         by its env.json. A top_up.json left from an earlier run with it on then adds no rounds: compare judges such a
-        result set in one look (attnprof.analysis.top_up.design_of), which rounds chosen by a look 1 would bias."""
+        result set in one look (attnprof.analysis.verdict.design_of), which rounds chosen by a look 1 would bias."""
         if run in self.plan.this_runs:
             return run in self.plan.top_up_runs()
         from attnprof.model.plan import recorded_top_up_on
