@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 import snakemake_cli
-from attnprof.analysis.top_up import Design, paired_verdicts
+from attnprof.analysis.verdict import Design, paired_verdicts
 from attnprof.model.plan import Layout, Machine, build_plan
 from attnprof.runtime.integrity import ResultSetState
 from conftest import copy_workflow
@@ -39,14 +39,14 @@ def _frame(times: dict[int, float | None]) -> pd.DataFrame:
                          ids=["rounds-on-one-side-only", "added-rounds-failed-on-one-side"])
 def test_a_row_without_an_added_paired_round_is_not_judged_twice(b):
     a = _frame({1: 1.0, 2: 1.1, 3: 1.0, 4: 1.02})
-    out = paired_verdicts(a, _frame(b), [("v", "s")], COL, 0.02, 0.95, Design(2, 2))[("v", "s")]
+    out = paired_verdicts(a, _frame(b), [("v", "s", COL)], 0.02, 0.95, Design(2, 2))[("v", "s", COL)]
     assert out["n_a"] == 2 and out["look"] == 1 and out["top_up"] is None
 
 
 def test_a_row_with_added_paired_rounds_is_still_judged_twice():
     a = _frame({1: 1.0, 2: 1.1, 3: 1.0, 4: 1.02})
     b = _frame({1: 1.05, 2: 1.0, 3: 1.01, 4: None})
-    out = paired_verdicts(a, b, [("v", "s")], COL, 0.02, 0.95, Design(2, 2))[("v", "s")]
+    out = paired_verdicts(a, b, [("v", "s", COL)], 0.02, 0.95, Design(2, 2))[("v", "s", COL)]
     assert out["look"] == 2 and out["top_up"]["base"] == 2 and out["top_up"]["rounds"] == 3
 
 

@@ -290,7 +290,7 @@ TRACE_QUALITY_COLUMNS = ("forwards_expected", "forwards_profiled", "forwards_com
 
 def repeat_noise(per_pair: Mapping[tuple[str, str], list[dict]]) -> dict[tuple[str, str], dict]:
     """The between-process noise of every device time of :data:`REPEAT_TIMES`, each cell's variance moderated over
-    the result set's cells (attnprof.analysis.stats.moderated_noise: the prior following log time and variant).
+    the other cells of its variant (attnprof.analysis.stats.moderated_noise).
     per_pair: {(variant, shape_key): the per-repeat rows of :func:`combine_repeats`}. Returns {(variant,
     shape_key): {median column: Noise | None}} for :func:`combine_repeats`' ``noise``. Host times get none
     (:func:`combine_repeats`)."""

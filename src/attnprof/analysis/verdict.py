@@ -9,10 +9,10 @@ mean (difference of means), its own variance per round ``s**2`` with ``df`` = n 
 
 **The rule**, for the practical threshold X (``theta = ln(1 + X)``), the same at every look:
 
-1. *Variance.* Each row's variance is moderated over the compare's rows (:func:`attnprof.analysis.stats.squeeze_var`,
-   limma's empirical Bayes, Smyth 2004), the prior's covariates being the log time and the variant
-   (:func:`attnprof.analysis.stats.prior_design`): with 3 rounds a row's own variance has 2 df (t = 4.3 at 95 %);
-   the prior adds its own df where the rows agree, and little where they do not. Across sittings, a sitting term
+1. *Variance.* Each row's variance is moderated over the compare's other rows
+   (:func:`attnprof.analysis.stats.squeeze_var`, limma's empirical Bayes, Smyth 2004): with 3 rounds a row's own
+   variance has 2 df (t = 4.3 at 95 %); the prior adds its own df where the rows agree, and little where they do
+   not. Across sittings, a sitting term
    ``2 * sd**2`` with its own df is added (:class:`Sitting`; Satterthwaite's df).
 2. *Per row*, at the look's levels (:func:`attnprof.analysis.stats.look_levels`): *slower*/*faster* by more than X
    when the whole changed-level interval lies beyond ``±theta``; *the same* within X when the same-level interval
@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-from attnprof.analysis.stats import (CONFIDENCE, MAX_REPEATS_SUGGESTED, _kept, _level, look_levels, prior_design,
-                                     rounds_needed, sitting_bound, squeeze_var)
+from attnprof.analysis.stats import (CONFIDENCE, MAX_REPEATS_SUGGESTED, _kept, _level, look_levels, rounds_needed,
+                                     sitting_bound, squeeze_var)
 from attnprof.model.fmt import format_range
 from attnprof.model.plan import top_up_on
 
@@ -101,15 +101,12 @@ ONE_SITTING = Sitting()
 @dataclass(frozen=True)
 class RowData:
     """One row's data: paired, ``d`` the per-round log ratios; unpaired, ``a`` and ``b`` each side's log repeat
-    medians. ``x``: the row's mean log time (the prior's covariate); ``group``: its variant and pass (the prior's
-    factor)."""
+    medians; ``group``: the rows its variance prior is fitted over (its variant and time column)."""
 
-    x: float
-    group: Hashable
     d: tuple[float, ...] | None = None
     a: tuple[float, ...] = ()
     b: tuple[float, ...] = ()
-    extra: dict = field(default_factory=dict)
+    group: Hashable = None
 
     @property
     def paired(self) -> bool:
@@ -147,17 +144,17 @@ def conditional_bh(p: np.ndarray, rate: float = FALSE_DISCOVERY_RATE, lam: float
     return cand & (pc <= cutoff) & (passed[..., None] > 0)
 
 
-def decide(m: np.ndarray, var: np.ndarray, df: np.ndarray, k: np.ndarray, design: np.ndarray, threshold: float,
-           looks: int = 1, confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING) -> dict:
+def decide(m: np.ndarray, var: np.ndarray, df: np.ndarray, k: np.ndarray, threshold: float, looks: int = 1,
+           confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING, groups: Sequence | None = None) -> dict:
     """The rule (module docstring) on arrays: every row of one compare at once, for any number of draws.
 
     m, var: [..., R] each row's estimate (log ratio) and own variance per round; df, k: [R] or [..., R] its own df
-    (0: not judged) and se factor (se**2 = var * k); design: [R, p] the prior's covariates; threshold: X (a
+    (0: not judged) and se factor (se**2 = var * k); groups: [R] the rows' prior groups; threshold: X (a
     fraction); looks: the look's share of the error rates. Returns arrays [..., R]: ``code`` (:data:`SLOWER`,
     :data:`FASTER`, :data:`SAME`, :data:`UNDETERMINED`, :data:`PROBABLY`), ``lo``/``hi`` (log interval at the
     changed level), ``lo_same``/``hi_same`` (at the same level), ``se``, ``df``, ``p`` (one-sided, of "beyond X"),
     ``var`` (moderated, per round), ``post_df``; and scalars ``level``, ``level_same``."""
-    post, post_df = squeeze_var(var, df, design)
+    post, post_df = squeeze_var(var, df, groups)
     post_df = np.maximum(post_df, 1e-9)  # a row without df is not judged below; this keeps the arithmetic quiet
     within = post * k
     sv = 2 * sitting.sd ** 2
@@ -205,9 +202,8 @@ def judge_rows(rows: Mapping[Hashable, RowData], threshold: float, confidence: f
         return {}
     mom = np.array([rows[k].moments() for k in keys], float).T
     m, var, df, kf, na, nb = mom
-    design = prior_design([rows[k].x for k in keys], [rows[k].group for k in keys])
-    out = decide(m, var, np.where(np.isfinite(kf), df, 0.0), np.where(np.isfinite(kf), kf, 1.0), design, threshold,
-                 looks, confidence, sitting)
+    out = decide(m, var, np.where(np.isfinite(kf), df, 0.0), np.where(np.isfinite(kf), kf, 1.0), threshold, looks,
+                 confidence, sitting, [rows[k].group for k in keys])
     needed = plan_rounds(m, out, np.maximum(na, 1), threshold, looks, confidence, sitting)
     adjusted = _adjusted_p(out["p"])
     return {k: _row(i, m, out, needed, adjusted, na, nb, threshold, sitting, rows[k].paired) for i, k in enumerate(keys)}
@@ -218,7 +214,7 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], thresho
     """:func:`judge_rows` of one paired row alone (no other rows: its own variance, no joint control): ``a[k]`` and
     ``b[k]`` the times of round k on each side (None: that round left out). ValueError for sides of different
     lengths or a time <= 0."""
-    return judge_rows({0: paired_row(a, b, None)}, threshold, confidence, looks)[0]
+    return judge_rows({0: paired_row(a, b)}, threshold, confidence, looks)[0]
 
 
 def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
@@ -227,7 +223,7 @@ def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshol
     ``sitting``'s term. ValueError for a time <= 0 or a threshold < 0."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-    return judge_rows({0: unpaired_row(a, b, None)}, threshold, confidence, 1, sitting)[0]
+    return judge_rows({0: unpaired_row(a, b)}, threshold, confidence, 1, sitting)[0]
 
 
 def _adjusted_p(p: np.ndarray) -> np.ndarray:
@@ -318,22 +314,20 @@ def _by_round(repeats: pd.DataFrame, variant: str, shape_key: str, col: str) -> 
     return {int(k): float(v) for k, v in zip(r["repeat"], r[col]) if not pd.isna(v)} if col in r else {}
 
 
-def paired_row(a: Sequence[float | None], b: Sequence[float | None], group: Hashable) -> RowData:
+def paired_row(a: Sequence[float | None], b: Sequence[float | None], group: Hashable = None) -> RowData:
     """The :class:`RowData` of one paired row from its rounds' times (aligned, None where a side has none: that
     round is left out). ValueError for a time <= 0 or sides of different lengths."""
     if len(a) != len(b):
         raise ValueError(f"paired repeat medians need one value per round on each side, got {len(a)} and {len(b)}")
     pairs = [(x, y) for x, y in zip(a, b) if _kept([x]) and _kept([y])]
-    d = tuple(math.log(y / x) for x, y in pairs)
-    x = float(np.mean([math.log(v) for v, _ in pairs])) if pairs else 0.0
-    return RowData(x=x, group=group, d=d)
+    return RowData(d=tuple(math.log(y / x) for x, y in pairs), group=group)
 
 
-def unpaired_row(a: Sequence[float | None], b: Sequence[float | None], group: Hashable) -> RowData:
+def unpaired_row(a: Sequence[float | None], b: Sequence[float | None], group: Hashable = None) -> RowData:
     """The :class:`RowData` of one unpaired row from each side's repeat medians (None/NaN left out; ValueError for a
     time <= 0)."""
     la, lb = tuple(math.log(v) for v in _kept(a)), tuple(math.log(v) for v in _kept(b))
-    return RowData(x=float(np.mean(la + lb)) if la + lb else 0.0, group=group, a=la, b=lb)
+    return RowData(a=la, b=lb, group=group)
 
 
 def _upto(repeats: pd.DataFrame, rounds: int | None) -> pd.DataFrame:

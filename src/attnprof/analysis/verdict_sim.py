@@ -2,10 +2,13 @@
 the look's levels, the joint control among candidates, top-up's rounds and look 2), run on draws whose noise is
 resampled from real rounds.
 
-The noise of a row is its own residuals: paired, the per-round log ratios minus their mean; unpaired, each side's
-log repeat medians minus that side's mean; each scaled by ``sqrt(n / (n - 1))`` so that their spread is the
-unbiased one (the residual bootstrap of a mean). A simulated compare draws every row's rounds from its own
-residuals with replacement, adds a known true change, and runs the rule; top-up's added rounds are drawn the same
+The noise of a row is resampled from the residuals of all the compare's rows: paired, each row's per-round log
+ratios minus their mean; unpaired, each side's log repeat medians minus that side's mean; each scaled by
+``sqrt(n / (n - 1))`` (the unbiased spread) and divided by its row's moderated sd (the rule's own estimate,
+attnprof.analysis.stats.squeeze_var), pooled, and drawn with replacement times each row's moderated sd. Resampling a
+row's own 3 rounds alone would draw a zero spread one time in nine and undercover every interval; the pooled,
+scaled residuals keep the rounds' shape (heavy tails, two modes) and each row's own scale. A simulated compare draws
+every row's rounds this way, adds a known true change, and runs the rule; top-up's added rounds are drawn the same
 way. A sitting shift (unpaired, across sittings) is drawn per side and compare, common to all its rows, from a
 normal of the sitting's sd. What is measured: per row, how often each verdict is reached, the rounds added, and
 how often the final interval holds the true change (coverage).
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnprof.analysis.stats import CONFIDENCE, prior_design
+from attnprof.analysis.stats import CONFIDENCE, squeeze_var
 from attnprof.analysis.verdict import (FASTER, ONE_SITTING, PROBABLY, SAME, SLOWER, UNDETERMINED, Design, RowData,
                                        Sitting, decide, plan_rounds)
 
@@ -37,27 +40,28 @@ CHANGES = (0.03, 0.04, 0.05, 0.07, 0.10, 0.15, 0.20, 0.30, 0.50)
 @dataclass(frozen=True)
 class Draws:
     """Every round a simulated compare could use: ``a``/``b`` [S, R, N] log times (paired: ``a`` holds the
-    per-round log ratios and ``b`` is None), ``base`` [R] each row's rounds at look 1, ``group``/``x`` the prior's
-    covariates, ``paired``."""
+    per-round log ratios and ``b`` is None), ``base`` [R] each row's rounds at look 1, ``groups`` [R] the rows'
+    prior groups, ``paired``."""
 
     a: np.ndarray
     b: np.ndarray | None
     base: np.ndarray
-    design: np.ndarray
+    groups: list
     paired: bool
 
 
 def _residuals(values: Sequence[float]) -> np.ndarray:
     v = np.asarray(values, float)
     if len(v) < 2:
-        return np.zeros(1)
+        return np.zeros(0)
     return (v - v.mean()) * math.sqrt(len(v) / (len(v) - 1))
 
 
 def draws(rows: Mapping[Hashable, RowData], sims: int, extra: int, rng: np.random.Generator,
           base: int | None = None) -> Draws:
     """Resampled rounds of every row of ``rows`` (module docstring): each row's look-1 rounds (its own count, or
-    ``base`` where given) and ``extra`` more, ``sims`` compares. ValueError for rows of mixed kinds."""
+    ``base`` where given) and ``extra`` more, ``sims`` compares. ValueError for rows of mixed kinds or with no
+    spread at all."""
     keys = list(rows)
     paired = {rows[k].paired for k in keys}
     if len(paired) != 1:
@@ -66,15 +70,18 @@ def draws(rows: Mapping[Hashable, RowData], sims: int, extra: int, rng: np.rando
     counts = [len(rows[k].d) if paired else min(len(rows[k].a), len(rows[k].b)) for k in keys]
     n0 = np.array([base or c for c in counts])
     width = int(n0.max()) + extra
+    mom = np.array([rows[k].moments() for k in keys], float)
+    groups = [rows[k].group for k in keys]
+    scale = np.sqrt(squeeze_var(mom[:, 1], np.where(np.isfinite(mom[:, 3]), mom[:, 2], 0.0), groups)[0])
+    sides = [(rows[k].d,) if paired else (rows[k].a, rows[k].b) for k in keys]
+    pool = np.concatenate([_residuals(x) / sd for side, sd in zip(sides, scale) for x in side])
+    if not len(pool) or not np.any(pool):
+        raise ValueError("a simulated compare needs rows with a spread between rounds")
 
-    def sample(res: list[np.ndarray]) -> np.ndarray:
-        return np.stack([rng.choice(r, size=(sims, width)) for r in res], axis=1)
+    def sample() -> np.ndarray:
+        return rng.choice(pool, size=(sims, len(keys), width)) * scale[None, :, None]
 
-    design = prior_design([rows[k].x for k in keys], [rows[k].group for k in keys])
-    if paired:
-        return Draws(sample([_residuals(rows[k].d) for k in keys]), None, n0, design, True)
-    return Draws(sample([_residuals(rows[k].a) for k in keys]), sample([_residuals(rows[k].b) for k in keys]), n0,
-                 design, False)
+    return Draws(sample(), None if paired else sample(), n0, groups, paired)
 
 
 def _moments(x: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -90,12 +97,12 @@ def _look(d: Draws, n: np.ndarray, change: np.ndarray, shift: np.ndarray, thresh
     """One look of the rule on the first ``n`` [S, R] rounds of every row; returns decide's arrays and m."""
     if d.paired:
         m, var = _moments(d.a, n)
-        return decide(m + change, var, n - 1.0, 1.0 / n, d.design, threshold, looks, confidence, sitting), m + change
+        return decide(m + change, var, n - 1.0, 1.0 / n, threshold, looks, confidence, sitting, d.groups), m + change
     ma, va = _moments(d.a, n)
     mb, vb = _moments(d.b, n)
     m = mb - ma + change + shift
     var = (va + vb) / 2
-    return decide(m, var, 2 * n - 2.0, 2.0 / n, d.design, threshold, looks, confidence, sitting), m
+    return decide(m, var, 2 * n - 2.0, 2.0 / n, threshold, looks, confidence, sitting, d.groups), m
 
 
 def run(d: Draws, change: np.ndarray, threshold: float, design: Design, top_up: int = 0,
