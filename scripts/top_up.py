@@ -36,7 +36,8 @@ with script_log(sm.log[0]) as log:
     baseline, others = p.runs[0], p.runs[1:]
     col, _, threshold = judged_time(frames[baseline], p.noise_floor, p.noise_floor_host)  # as compare judges
     # the rows compare judges: forward and backward times of every variant but the profiler's control, together
-    cols = [c for c in (col, col.replace("per_forward", "per_backward")) if c in frames[baseline]]
+    cols = [c for c in (col, col.replace("per_forward", "per_backward"))
+            if c in frames[baseline] and frames[baseline][c].notna().any()]
     keys = sorted({(v, k, c) for v, k in zip(frames[baseline]["variant"], frames[baseline]["shape_key"])
                    if v != CONTROL for c in cols})
     chosen, left, estimate = {}, {}, 0.0
@@ -54,7 +55,7 @@ with script_log(sm.log[0]) as log:
               "left": [r for k, r in sorted(left.items()) if k not in chosen], "estimate_s": round(estimate, 1)}
     for path in sm.output:
         Path(path).write_text(json.dumps(record, indent=1) + "\n")
-    said = (f"top-up: {len(record['rows'])} of {len(keys)} rows undetermined after {p.base} rounds get rounds added "
+    said = (f"top-up: {len(record['rows'])} of {len({k[:2] for k in keys})} rows undetermined after {p.base} rounds get rounds added "
             f"(about {record['estimate_s']:.0f} s of captures)")
     print(said, flush=True)
     for r in record["rows"]:

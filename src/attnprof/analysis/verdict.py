@@ -116,8 +116,9 @@ class RowData:
         """(m, own variance per round, own df, se factor k with se**2 = var * k, n_a, n_b)."""
         if self.paired:
             n = len(self.d)
-            return (float(np.mean(self.d)), float(np.var(self.d, ddof=1)) if n > 1 else 0.0, n - 1.0,
-                    1.0 / n if n else math.inf, n, n)
+            if not n:
+                return math.nan, 0.0, 0.0, math.inf, 0, 0
+            return float(np.mean(self.d)), float(np.var(self.d, ddof=1)) if n > 1 else 0.0, n - 1.0, 1.0 / n, n, n
         na, nb = len(self.a), len(self.b)
         ss = sum(float(np.var(x, ddof=0)) * len(x) for x in (self.a, self.b) if x)
         dof = max(na + nb - 2, 0)
