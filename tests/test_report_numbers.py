@@ -1,7 +1,6 @@
 """The report's numbers come from the findings and the report data (attnprof.render.report); the
 templates only format them."""
 import json
-import math
 import re
 from pathlib import Path
 

@@ -14,7 +14,7 @@ from scipy import stats as st
 from attnprof.analysis.compare import sitting_of
 from attnprof.analysis.verdict import (PROBABLY, SLOWER, Design, conditional_bh, decide, judge_rows, paired_row,
                                        paired_verdicts, plan_top_up)
-from attnprof.analysis.verdict_sim import aa_false_changed, detectable, draws, run
+from attnprof.analysis.verdict_sim import aa_false_changed, detectable, run
 
 ROOT = Path(__file__).resolve().parents[1]
 COL = "device_ms_per_forward"
