@@ -61,7 +61,8 @@ with script_log(sm.log[0]) as log:
     with open(sm.output.device, "w") as fh:
         json.dump(device_properties(trace), fh, indent=2, sort_keys=True)
     # compare reads these without a rebuild: it checks each against the SHA-256 written here (attnprof.runtime.integrity)
-    from pathlib import Path
+    from attnprof.model.plan import Layout
     from attnprof.runtime.integrity import record_checksums
 
-    record_checksums(Path(sm.output.ops).parents[4], [sm.output.ops, sm.output.recipe, sm.output.recipe_backward])
+    run_dir = Layout.capture_of(sm.output.ops, Layout.TABLES)["run_dir"]
+    record_checksums(run_dir, [sm.output.ops, sm.output.recipe, sm.output.recipe_backward])

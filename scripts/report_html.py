@@ -10,11 +10,12 @@ with script_log(sm.log[0]) as log:
     from attnprof.analysis.records import load_calibration, load_env, load_repeats
     from attnprof.render.report import build_context, render_html
     from attnprof.analysis.tables import concat_tables
+    from attnprof.model.plan import Layout
 
     plots: dict = {}
     run_plots = {}
     for p in map(Path, sm.input.plots):
-        if p.parent.name == "plots":  # run-wide: scaling and roofline
+        if p.parent.name == Layout.PLOTS:  # run-wide: scaling and roofline
             run_plots[p.stem] = p
         else:
             plots.setdefault(p.parent.name, {})[p.stem] = p
@@ -52,7 +53,7 @@ with script_log(sm.log[0]) as log:
         study = context["study"]
         context["live_timeline"] = timeline_html(
             load_captures(study["rows"], sm.input.recipes, sm.input.forwards, study["key"]),
-            gpu=bool(context["env"].get("gpu_name")), shape_key=study["key"], trace_name=context["files"]["capture"]["trace"],
+            gpu=bool(context["env"].get("gpu_name")), shape_key=study["key"],
             range_name=(context["config"].get("profiler") or {}).get("range_name", "attn_fwd"))
     Path(sm.output[0]).write_text(render_html(context, Path(sm.input.template).parent, Path(sm.input.template).name))
     print(f"{len(context['shapes'])} shapes rendered", file=log)

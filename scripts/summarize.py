@@ -30,7 +30,7 @@ with script_log(sm.log[0]) as log:
     env = load_env(env_path, (*ENV_CHECK_KEYS, "config.repeats"))
     def capture_row(status_path, forwards_path) -> tuple[dict, dict]:
         """(record, summary row with its repeat) of one capture: the record read and checked against its folder
-        and env.json; the repeat is the capture's folder (r<k>; its record says it too)."""
+        and env.json; the repeat is its record's, which the check holds to its folder (r<k>)."""
         status = load_status(status_path)
         check_capture_record(status, status_path, None, env, env_path=env_path)
         return status, repeat_row(status, status_path, pd.read_csv(forwards_path))

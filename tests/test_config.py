@@ -90,25 +90,6 @@ def test_a_grid_of_ones_own_replaces_the_default_grid_whole():
     assert isinstance(DEFAULTS["shapes"]["cpu"], list) and isinstance(DEFAULTS["shapes"]["cuda"], list)
 
 
-def test_lost_captures_are_the_repeat_rows_without_their_files(tmp_path):
-    from attnprof.model.config import lost_captures
-
-    run = tmp_path / "r"
-    for rel in ("s1/a/r1", "s1/a/r2", "s1/b/r1"):
-        (run / "captures" / rel).mkdir(parents=True)
-        (run / "captures" / rel / "status.json").write_text("{}")
-    (run / "captures" / "s1" / "a" / "r1" / "trace.json.gz").write_bytes(b"")
-    (run / "captures" / "s1" / "a" / "r2" / "trace.json.gz").write_bytes(b"")
-    # repeats.csv rows: a has both repeats whole, b's repeat 1 lost its trace, b's repeat 2 and c are gone
-    (run / "repeats.csv").write_text("variant,shape_key,repeat,status\na,s1,1,ok\na,s1,2,ok\nb,s1,1,ok\nb,s1,2,ok\nc,s1,1,failed\n")
-    files = ["trace.json.gz", "status.json"]
-    assert lost_captures(str(run), str(run / "repeats.csv"), files) == sorted(
-        [str(run / "captures/s1/b/r1/trace.json.gz"), str(run / "captures/s1/b/r2/trace.json.gz"),
-         str(run / "captures/s1/b/r2/status.json"), str(run / "captures/s1/c/r1/trace.json.gz"),
-         str(run / "captures/s1/c/r1/status.json")])
-    assert lost_captures(str(run), str(run / "missing.csv"), files) == []
-
-
 # --- config errors: a few lines each (the key, the value, what is expected, a fix) ------------------------------------
 
 def config_error(tmp_path, *config: str) -> tuple[str, list[str]]:

@@ -12,7 +12,7 @@ import pytest
 
 from attnprof.measure import gpus as g
 from attnprof.model import gpus as m
-from attnprof.measure.lock import capture_lock_path, device_lock
+from attnprof.measure.lock import capture_lock_path, device_lock, gpu_file, open_shared
 
 A, B, C = ("GPU-aaaa1111-0000-0000-0000-000000000000", "GPU-aaaa2222-0000-0000-0000-000000000000",
            "GPU-cccc3333-0000-0000-0000-000000000000")
@@ -100,7 +100,7 @@ def test_the_lock_and_the_claim_of_a_gpu_are_named_by_its_uuid_and_shared_by_eve
             pass
     finally:
         os.umask(old)
-    for f in (path, g.gpu_file(A, "claim", tmp_path)):
+    for f in (path, gpu_file(A, "claim", tmp_path)):
         assert stat.S_IMODE(f.stat().st_mode) == 0o666, f
     # without a UUID (a CPU run): one lock per user and device kind, as before
     assert capture_lock_path("cpu") == tmp_path / f"attnprof-capture-{os.getuid()}-cpu.lock"
@@ -117,7 +117,7 @@ def test_another_users_claim_file_is_used_as_it_is_and_a_missing_folder_is_named
     folder = Path(tempfile.mkdtemp(prefix="attnprof-test-locks-", dir="/tmp"))  # a folder nobody can reach, as /tmp
     request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
     os.chmod(folder, 0o1777)
-    claim = g.gpu_file(A, "claim", folder)
+    claim = gpu_file(A, "claim", folder)
     claim.write_text("")
     os.chmod(claim, 0o644)
     import fcntl
@@ -127,7 +127,7 @@ def test_another_users_claim_file_is_used_as_it_is_and_a_missing_folder_is_named
         code = 1
         try:
             os.setuid(65534)
-            fh = g.open_shared(claim)
+            fh = open_shared(claim)
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             code = 0 if fh.mode == "r" else 2
         finally:
@@ -135,7 +135,7 @@ def test_another_users_claim_file_is_used_as_it_is_and_a_missing_folder_is_named
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     with pytest.raises(RuntimeError, match=r"its folder .*/nope does not exist"):
-        g.open_shared(g.gpu_file(A, "claim", tmp_path / "nope"))
+        open_shared(gpu_file(A, "claim", tmp_path / "nope"))
 
 
 def _hold(uuids, folder, hold_s, out, go=None):
@@ -197,7 +197,7 @@ def test_a_job_on_one_gpu_takes_it_without_a_claim_and_a_cpu_job_has_none(tmp_pa
     with g.job_gpu("cpu") as gpu:
         assert gpu is None
     with g.job_gpu("cuda", [B]) as gpu:
-        assert gpu.uuid == B and not g.gpu_file(B, "claim", tmp_path).exists()
+        assert gpu.uuid == B and not gpu_file(B, "claim", tmp_path).exists()
     with g.job_gpu("cuda", [A, B]) as first, g.job_gpu("cuda", [A, B]) as second:
         assert (first.uuid, second.uuid) == (A, B)  # the first is held: the next job takes the other
     assert g.gpu_choice(types.SimpleNamespace(gpu_choice=f"{A},{B}")) == [A, B]
@@ -393,7 +393,7 @@ def test_the_environment_given_is_read_not_this_processs_and_the_pin_wins_over_a
 
 
 def test_claim_and_lock_names_stay_in_their_folder_and_an_empty_claim_is_refused(tmp_path):
-    assert g.gpu_file("MIG-GPU-x/1/0", "claim", tmp_path) == tmp_path / "attnprof-gpu-MIG-GPU-x_1_0.claim"
+    assert gpu_file("MIG-GPU-x/1/0", "claim", tmp_path) == tmp_path / "attnprof-gpu-MIG-GPU-x_1_0.claim"
     with pytest.raises(ValueError, match="no GPU to claim"), g.claim_gpu([], tmp_path):
         pass
     assert not g.per_job_allocation(types.SimpleNamespace())

@@ -1,5 +1,6 @@
 """The package's layers import one way (docs/architecture.md): a module imports only modules of its own layer
-and of the layers below it, lazy imports inside functions included, and the analysis layer never imports torch.
+and of the layers below it, lazy imports inside functions included, no module imports itself through others (no
+import circle), and the analysis layer never imports torch.
 
 The imports are read from the source with the same reader the rerun triggers use
 (attnprof.runtime.imports), so a test that passes here also means the triggers see every edge."""
@@ -7,11 +8,12 @@ The imports are read from the source with the same reader the rerun triggers use
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
 
-from attnprof.runtime.imports import import_closure
+from attnprof.runtime.imports import import_closure, named_imports
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "attnprof"
 
@@ -47,6 +49,47 @@ def test_imports_go_one_way(path):
     reached = {_layer_of(p) for p in import_closure(path, PKG) if p.parent != PKG} - {layer}
     assert reached <= ALLOWED[layer], (
         f"{path.relative_to(PKG)} ({layer}) reaches {sorted(reached - ALLOWED[layer])}; allowed: {sorted(ALLOWED[layer])}")
+
+
+def _import_graph(pkg: Path) -> dict[str, set[str]]:
+    """{module: the package's modules it names in its imports, lazy ones included} over every module under ``pkg``
+    (dotted names; a package is its ``__init__``). The packages Python runs on the way are no edges: a package's
+    ``__init__`` that gathers its modules' names is no circle, a module that imports the package back is."""
+    modules = {".".join(("attnprof", *p.relative_to(pkg).with_suffix("").parts)).removesuffix(".__init__"): p
+               for p in pkg.rglob("*.py")}
+    return {m: (named_imports(pkg, p, m) & set(modules)) - {m} for m, p in modules.items()}
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` (its modules in order, the first repeated at the end), [] when there is none."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_import_circle():
+    """No module reaches itself through the modules it imports, lazy imports included: a circle hides which module
+    is below which, and a lazy import that closes one only defers the failure to the first call."""
+    assert _circle(_import_graph(PKG)) == []
+
+
+def test_the_circle_check_finds_a_lazy_circle(tmp_path):
+    """The checker finds a circle closed by a lazy import (lock -> capture inside a function, capture -> lock at the
+    top, as measure/lock.py and measure/capture.py once did), and none once the shared name moves below both."""
+    pkg = tmp_path / "attnprof"
+    (pkg / "measure").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "measure" / "__init__.py"):
+        init.write_text("")
+    (pkg / "measure" / "capture.py").write_text("from attnprof.measure.lock import device_lock\ndef log(m): ...\n")
+    (pkg / "measure" / "lock.py").write_text("def device_lock():\n    from attnprof.measure.capture import log\n")
+    assert sorted(set(_circle(_import_graph(pkg)))) == ["attnprof.measure.capture", "attnprof.measure.lock"]
+    (pkg / "measure" / "progress.py").write_text("def log(m): ...\n")
+    (pkg / "measure" / "capture.py").write_text("from attnprof.measure.lock import device_lock\n"
+                                                "from attnprof.measure.progress import log\n")
+    (pkg / "measure" / "lock.py").write_text("def device_lock():\n    from attnprof.measure.progress import log\n")
+    assert _circle(_import_graph(pkg)) == []
 
 
 def _third_party(path: Path) -> set[str]:

@@ -123,9 +123,35 @@ def test_the_layout_spells_every_path_of_a_result_set():
     assert lay.plot("roofline", "x", None) == "results/x/plots/roofline.png"
     assert lay.plot("timeline", "x", "s") == "results/x/plots/s/timeline.png"
     assert lay.compare_file("json", "a__vs__b") == "results/compare/a__vs__b/compare.json"
-    assert lay.repeat_of("r12") == 12 and lay.repeat_of("r0") is None and lay.repeat_of("x1") is None
+    assert lay.capture_link("trace", "s", "v") == "captures/s/v/r1/trace.json.gz"  # from the report beside it
+    assert Layout.around("/data/results/x") == (Layout("/data/results"), "x")
     # 10 tables per capture, 2 shapes x 1 variant x 3 repeats
     assert len(lay.tables_of("x", ["s", "t"], ["v"], 3)) == 10 * 2 * 3
+
+
+def test_the_layout_reads_a_capture_path_back_and_nothing_else():
+    """Layout.capture_of: (run folder, shape, variant, repeat) of a capture's file or (TABLES) a table's, by hand from
+    the paths; None for a path of another shape (too short, not under captures/, no r<k> folder, repeat r0)."""
+    assert Layout.capture_of("results/x/captures/S/naive/r12/status.json") == {
+        "run_dir": Path("results/x"), "shape_key": "S", "variant": "naive", "repeat": 12}
+    assert Layout.capture_of("/d/y/tables/S/sdpa_flash/r2/recipe.csv", Layout.TABLES) == {
+        "run_dir": Path("/d/y"), "shape_key": "S", "variant": "sdpa_flash", "repeat": 2}
+    for other in ("status.json", "/tmp/a/b/c/status.json", "results/x/tables/S/naive/r1/status.json",
+                  "results/x/captures/S/naive/r0/status.json", "results/x/captures/S/naive/x1/status.json"):
+        assert Layout.capture_of(other) is None, other
+    assert Layout.capture_of("captures/S/naive/r1/status.json")["run_dir"] == Path(".")  # from inside the run folder
+    # what the layout writes, it reads back
+    lay = Layout("/r")
+    assert Layout.capture_of(lay.capture_file("trace", "x", shape="S", variant="v", repeat=3))["repeat"] == 3
+    assert Layout.capture_of(lay.table_file("ops", "x", "S", "v", 7), Layout.TABLES)["run_dir"] == Path(lay.run_dir("x"))
+
+
+def test_the_layout_finds_the_control_captures(tmp_path):
+    lay = Layout(str(tmp_path))
+    assert not lay.has_captures("x") and lay.control_shapes("x") == []
+    for shape, variant in (("s2", "control"), ("s1", "naive"), ("s1", "control")):
+        (tmp_path / "x" / "captures" / shape / variant / "r1").mkdir(parents=True)
+    assert lay.has_captures("x") and lay.control_shapes("x") == ["s1", "s2"]
 
 
 def write_env(root: Path, run: str, doc) -> Path:

@@ -19,7 +19,6 @@ from attnprof.analysis.records import (
     ENV_CHECK_KEYS,
     STATUS_KEYS,
     RecordError,
-    capture_folder,
     check_capture_record,
     cuda_of_runtime,
     cuda_of_torch,
@@ -156,12 +155,6 @@ def test_a_record_naming_another_repeat_is_refused(tmp_path):
     status = place(tmp_path, "naive", record, repeat=3)
     assert "repeat" not in record and load_status(status)["repeat"] == 3
     check_capture_record(load_status(status), status, None)
-
-
-def test_capture_folder_reads_the_layout_and_nothing_else():
-    assert capture_folder(f"results/x/captures/{STUDY}/naive/r2/status.json") == {
-        "shape_key": STUDY, "variant": "naive", "repeat": 2}
-    assert capture_folder("status.json") is None and capture_folder("/tmp/a/b/c/status.json") is None
 
 
 # --- a record against its trace ------------------------------------------------------------------------------------

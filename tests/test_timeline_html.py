@@ -58,7 +58,7 @@ def gpu_block():
         {"variant": "b", "status": "ok", "recipe": b, "forwards": _forwards([7.5], [50]), "source": "b.csv"},
         {"variant": "c", "status": "out_of_memory", "recipe": None, "forwards": None, "source": "c.csv"},
     ]
-    return timeline_html(captures, gpu=True, shape_key="b1_s8", trace_name="trace.json.gz")
+    return timeline_html(captures, gpu=True, shape_key="b1_s8")
 
 
 def test_bars_are_placed_by_start_and_sized_by_duration(gpu_block):
@@ -98,7 +98,7 @@ def test_a_cpu_run_draws_the_top_level_ops():
                         _step(0, 1, "op", "aten::softmax", "aten::softmax", 33, 12.5),
                         _step(1, 0, "op", "aten::matmul", "aten::matmul", 4, 90)])
     block = timeline_html([{"variant": "naive", "status": "ok", "recipe": ops, "forwards": _forwards([0, 0], [50, 100]),
-                            "source": "x"}], gpu=False, shape_key="s", trace_name="trace.json.gz")
+                            "source": "x"}], gpu=False, shape_key="s")
     svg = _svg(block)
     # no device time: the forward of median host time, the lower middle of two (50 µs: forward 0)
     assert _rects(svg, "itl-gpu") == [("2", "24", "30", "16"), ("33", "24", "12.5", "16")]
@@ -113,7 +113,7 @@ def test_an_old_recipe_without_start_times_is_refused_naming_the_file():
     old = pd.DataFrame(_gpu_recipe(0, 0)).drop(columns=["start_us", "launch_us", "launch_dur_us"])
     with pytest.raises(ValueError, match=r"tables/s/v/r1/recipe.csv: no column\(s\) start_us, launch_us, launch_dur_us"):
         timeline_html([{"variant": "v", "status": "ok", "recipe": old, "forwards": _forwards([1], [1]),
-                        "source": "tables/s/v/r1/recipe.csv"}], gpu=True, shape_key="s", trace_name="t")
+                        "source": "tables/s/v/r1/recipe.csv"}], gpu=True, shape_key="s")
 
 
 def test_load_captures_matches_tables_by_folder(tmp_path):
@@ -178,7 +178,7 @@ def test_the_report_shows_the_block_beside_the_static_figure(tmp_path, h200):
     ctx = build_context("r", h200["summary"], h200["kernels"], concat_tables(h200["launches"]), {"shapes": []}, env,
                         expectations, {shape: {TIMELINE: png}}, css="body{}")
     ctx["live_timeline"] = timeline_html([{"variant": "a", "status": "ok", "recipe": pd.DataFrame(_gpu_recipe(0, 0)),
-                                           "forwards": _forwards([1], [60]), "source": "x"}], True, shape, "trace.json.gz")
+                                           "forwards": _forwards([1], [60]), "source": "x"}], True, shape)
     page = render_html(ctx, ROOT / "report")
     section = page[page.index('id="timeline"'):]
     section = section[:section.index("</figure></div>")]  # the timeline's plotrow: the block, then the figure

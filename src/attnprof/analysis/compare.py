@@ -39,7 +39,8 @@ from attnprof.analysis.verdict import (Design, Sitting, compare_ratio, design_of
 from attnprof.analysis.verdict_sim import aa_false_changed, detectable
 from attnprof.analysis.trace import short_kernel_name
 from attnprof.model.formats import FormatError, current_table
-from attnprof.model.names import FORMATS, REPEAT_PREFIX, RUN_FILES
+from attnprof.model.names import FORMATS, RUN_FILES
+from attnprof.model.plan import Layout
 from attnprof.model.variants import CONTROL
 
 #: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
@@ -707,11 +708,11 @@ def _recipes(files: dict, fix: str) -> dict:
     out: dict = {}
     for kind, pass_ in (("recipe", "forward"), ("recipe_backward", "backward")):
         for p in files.get(kind) or []:
-            *_, shape, variant, rep, _file = Path(p).parts
+            where = Layout.capture_of(p, Layout.TABLES)
             frame = restore_names(_read_csv(p, fix))
             if why := recipe_table_problem(frame):
                 raise ResultSetError(f"{p}: damaged: {why}. {fix}")
-            out.setdefault((variant, shape, pass_), {})[int(rep[len(REPEAT_PREFIX):])] = frame
+            out.setdefault((where["variant"], where["shape_key"], pass_), {})[where["repeat"]] = frame
     return {k: [v[r] for r in sorted(v)] for k, v in out.items() if any(len(t) for t in v.values())}
 
 
@@ -733,12 +734,13 @@ def _control_check(path: Path, run_dir: Path, device: str, env: dict) -> dict:
 def _control_lost(path: Path, table: pd.DataFrame, run_dir: Path) -> str | None:
     """Why a result set captured with the control has lost it, with the fix, or None: its control captures deleted
     (a re-render would then write a control.csv without them), or control.csv without rows."""
-    captures = run_dir / "captures"
-    since = (f"while {run_dir / RUN_FILES['env']} records a version that captures it (config.environments present): "
+    layout, run = Layout.around(run_dir)
+    since = (f"while {layout.run_file('env', run)} records a version that captures it (config.environments present): "
              "the result set is damaged, its profiler self-check lost, never one from before the self-check.")
-    if captures.is_dir() and not any(captures.glob(f"*/{CONTROL}")):
-        return (f"{captures} holds no capture of the control (captures/<shape>/{CONTROL} deleted?), {since} Fix: "
-                f"restore captures/<shape>/{CONTROL} from the original copy of the result set and re-render "
+    if layout.has_captures(run) and not layout.control_shapes(run):
+        control = layout.in_run(Layout.CAPTURES, "<shape>", CONTROL, None)
+        return (f"{layout.run_dir(run)}/{Layout.CAPTURES} holds no capture of the control ({control} deleted?), {since} "
+                f"Fix: restore {control} from the original copy of the result set and re-render "
                 f"({RERENDER.format(run_dir=run_dir)}); a re-render cannot remake a capture")
     if not len(table):
         return f"{path} lists no capture of the control, {since} {rerender_fix(run_dir)}"

@@ -11,8 +11,11 @@ changes of the attention variants cannot be trusted to be theirs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
+from attnprof.model.plan import Layout
 from attnprof.model.variants import CONTROL, CONTROL_COUNTS
 
 #: The words compare and the reports use for a pair whose control counts changed.
@@ -163,11 +166,9 @@ def _repeat_checks(table: pd.DataFrame, device: str) -> tuple[list[tuple], list[
 def read_control_table(path, device: str) -> dict:
     """:func:`check_control_table` of the control.csv at ``path`` (a result set's, attnprof.model.names
     RUN_FILES["control"]), never raising: a file that cannot be read (empty, not CSV, columns missing), or one
-    that lists no capture although the result set holds control captures (``captures/<shape>/control``), gives
-    the check of a result set without a control with ``problem`` naming the file and the cause, so that the
+    that lists no capture although the result set holds control captures (attnprof.model.plan.Layout.control_shapes),
+    gives the check of a result set without a control with ``problem`` naming the file and the cause, so that the
     report says the self-check could not be read rather than that the control was never captured."""
-    from pathlib import Path
-
     path = Path(path)
     problem = None
     try:
@@ -176,10 +177,11 @@ def read_control_table(path, device: str) -> dict:
     except (pd.errors.EmptyDataError, pd.errors.ParserError, ValueError) as exc:
         problem, check = f"{path}: {exc}", check_control_table(None, device)
     else:
-        captured = sorted(p.parent.name for p in path.parent.glob("captures/*/control"))
-        if not len(table) and captured:
-            problem = (f"{path} lists no control capture, but the result set holds captures/{captured[0]}/control: "
-                       "the table is damaged (delete it and run again to remake it)")
+        layout, run = Layout.around(path.parent)
+        if not len(table) and (captured := layout.control_shapes(run)):
+            problem = (f"{path} lists no control capture, but the result set holds "
+                       f"{layout.in_run(Layout.CAPTURES, captured[0], CONTROL, None)}: the table is damaged (delete it "
+                       "and run again to remake it)")
     return {**check, "problem": problem} if problem else check
 
 

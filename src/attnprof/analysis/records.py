@@ -6,7 +6,7 @@ A capture record decides which variant and shape its trace belongs to: one recor
 a variant and deletes another, one naming another shape publishes numbers under a shape never profiled, one from
 another GPU or torch build publishes them under the run's GPU. :func:`check_capture_record` compares the record
 
-* with its folder, ``captures/<shape>/<variant>/r<k>/``: ``variant``, ``shape_key`` (and the shape fields the key
+* with its folder (attnprof.model.plan.Layout): ``variant``, ``shape_key`` (and the shape fields the key
   is made of) and ``repeat``;
 * with its trace: the GPU the trace was recorded on (Kineto's ``deviceProperties`` names), the CUDA runtime
   (``cuda_runtime_version``, against the CUDA build in ``torch_version``, e.g. ``+cu130``), and whether the trace
@@ -32,7 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from attnprof.model.formats import current_record, current_table
-from attnprof.model.names import REPEAT_PREFIX
+from attnprof.model.names import repeat_dir
+from attnprof.model.plan import Layout
 
 
 class RecordError(ValueError):
@@ -187,18 +188,6 @@ def load_calibration(path: str | Path) -> dict:
 
 # --- agreement ------------------------------------------------------------------------------------------
 
-def capture_folder(status_path: str | Path) -> dict | None:
-    """What a capture's folder says: {"shape_key", "variant", "repeat"} of ``.../captures/<shape>/<variant>/r<k>/
-    status.json``; None when the path is not in that layout."""
-    p = Path(status_path)
-    if len(p.parents) < 4 or p.parents[3].name != "captures":
-        return None
-    m = re.fullmatch(re.escape(REPEAT_PREFIX) + r"(\d+)", p.parent.name)
-    if not m:
-        return None
-    return {"shape_key": p.parents[2].name, "variant": p.parents[1].name, "repeat": int(m.group(1))}
-
-
 def shape_key_of(record: Mapping) -> str | None:
     """The shape key that a record's own shape fields (batch, heads, seq_len, head_dim, dtype, causal, kv_heads,
     q_len, causal_alignment) make; None when they are missing or make no shape."""
@@ -243,7 +232,7 @@ def check_capture_record(status: Mapping, status_path: str | Path, trace_device_
                          trace_categories: Mapping[str, int] | None = None) -> None:
     """Raise :class:`RecordError` unless the capture record ``status`` (read from ``status_path``) agrees with
 
-    * its folder (:func:`capture_folder`): ``variant``, ``shape_key``, ``repeat`` (a record in the current format,
+    * its folder (attnprof.model.plan.Layout.capture_of): ``variant``, ``shape_key``, ``repeat`` (a record in the current format,
       :func:`load_status`, has one); and its shape fields make its ``shape_key`` (:func:`shape_key_of`);
     * its trace (``trace_path``), when given: ``trace_device_properties`` (Kineto's ``deviceProperties``, a list;
       None: not checked) must name the record's ``device_name`` on a GPU capture; ``trace_meta`` (the trace's
@@ -256,7 +245,7 @@ def check_capture_record(status: Mapping, status_path: str | Path, trace_device_
     A key missing on either side is not compared (records of captures that died lack ``torch_version``). The
     message names ``status_path``, the other file and the field."""
     where = str(status_path)
-    _check_folder(status, where, capture_folder(status_path))
+    _check_folder(status, where, Layout.capture_of(status_path))
     made = shape_key_of(status)
     if made is not None and made != status.get("shape_key"):
         raise RecordError(f"{where} says shape_key {status.get('shape_key')!r} but its own shape fields "
@@ -274,7 +263,7 @@ def check_capture_record(status: Mapping, status_path: str | Path, trace_device_
 
 
 def _check_folder(status: Mapping, where: str, folder: dict | None) -> None:
-    """The record's variant, shape_key and repeat against its folder's (:func:`capture_folder`; None: not in one)."""
+    """The record's variant, shape_key and repeat against its folder's (Layout.capture_of; None: not in one)."""
     if not folder:
         return
     if status.get("variant") != folder["variant"]:
@@ -285,7 +274,7 @@ def _check_folder(status: Mapping, where: str, folder: dict | None) -> None:
                           f"{folder['shape_key']!r}; {_FIX_CAPTURE}")
     if str(status.get("repeat")) != str(folder["repeat"]):
         raise RecordError(f"{where} says repeat {status.get('repeat')!r} but lies in the folder of repeat "
-                          f"{folder['repeat']} ({REPEAT_PREFIX}{folder['repeat']}); {_FIX_CAPTURE}")
+                          f"{folder['repeat']} ({repeat_dir(folder['repeat'])}); {_FIX_CAPTURE}")
 
 
 def _check_trace_gpu(status: Mapping, where: str, trace: str, props: Sequence[Mapping]) -> None:

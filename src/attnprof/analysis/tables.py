@@ -615,13 +615,12 @@ def summary_row(status: dict, forwards: pd.DataFrame, trace_path: str = "trace.j
 
 
 def repeat_row(status: dict, status_path, forwards: pd.DataFrame) -> dict:
-    """One repeats.csv row: :func:`summary_row` of the capture whose record ``status`` was read from ``status_path``
-    (its trace beside it), with ``repeat`` from the capture's folder (``r<k>``; attnprof.model.plan.Layout)."""
+    """One repeats.csv row: :func:`summary_row` of the capture whose record ``status`` (in the current format,
+    attnprof.analysis.records.load_status: its ``repeat`` always there, a version-1 record's from its folder ``r<k>``)
+    was read from ``status_path``, its trace beside it."""
     from pathlib import Path
 
     from attnprof.model.names import CAPTURE_FILES
-    from attnprof.model.plan import Layout
 
-    path = Path(status_path)
-    return {**summary_row(status, forwards, str(path.with_name(CAPTURE_FILES["trace"]))),
-            "repeat": Layout().repeat_of(path.parent.name)}
+    trace = Path(status_path).with_name(CAPTURE_FILES["trace"])
+    return {**summary_row(status, forwards, str(trace)), "repeat": int(status["repeat"])}

@@ -78,7 +78,6 @@ import os
 import platform
 import re
 import statistics
-import sys
 import time
 import traceback
 import types
@@ -87,6 +86,7 @@ from pathlib import Path
 
 from attnprof.measure.env import host_load
 from attnprof.measure.lock import device_lock
+from attnprof.measure.progress import log
 from attnprof.model.gpus import bare_uuid
 from attnprof.model.names import backward_range_name
 from attnprof.model.variants import COMPILED, CONTROL, Shape, runs_on
@@ -122,11 +122,6 @@ _UNSUPPORTED_MARKERS = (
     "No working C++ compiler",
     "Cannot find a working triton installation",
 )
-
-def log(msg: str) -> None:
-    """Progress line on stderr (Snakemake shows it, or sends it to the rule's log)."""
-    print(f"[attnprof {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
 
 def classify_exception(exc: BaseException) -> str:
     """Map an exception raised by a forward to a status (see module docstring)."""

@@ -28,6 +28,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from attnprof.measure.lock import gpu_file, lock_folder, open_shared
 from attnprof.model.gpus import QUERY, Gpu, parse_nvidia_smi, select_gpus, visible_gpus
 
 #: Test hook: CSV rows that stand in for nvidia-smi's answer to :data:`QUERY`.
@@ -67,42 +68,6 @@ def pinned_environ(gpu: Gpu, env: dict | None = None) -> dict:
     """``env`` (the variables set over a capture process's environment) with ``CUDA_VISIBLE_DEVICES`` set to
     ``gpu``'s UUID, so that the capture process sees that GPU alone, as ``cuda:0``."""
     return {**(env or {}), "CUDA_VISIBLE_DEVICES": gpu.uuid}
-
-
-# --- the files that keep two captures off one GPU -----------------------------------------------------
-
-def gpu_file(uuid: str, what: str, folder: str | Path) -> Path:
-    """``<folder>/attnprof-gpu-<uuid>.<what>``: the claim ('claim') or the capture lock ('lock') of one GPU, shared
-    by every user (no user id in the name)."""
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in uuid)
-    return Path(folder) / f"attnprof-gpu-{safe}.{what}"
-
-
-def open_shared(path: Path):
-    """Open ``path`` for a flock, shared by every user of the node: an existing file as it is (read-write, else
-    read-only: a flock needs neither write access nor ownership, and Linux's ``fs.protected_regular`` refuses
-    ``O_CREAT`` on another user's file in a sticky directory such as /tmp even at mode 0666); a new one created
-    readable and writable by all (0666 whatever the umask). Raises RuntimeError naming the file and the cause."""
-    folder = path.parent
-    if not folder.is_dir():
-        raise RuntimeError(f"the GPU lock file {path} cannot be made: its folder {folder} does not exist (it is /tmp, or "
-                           "the folder ATTNPROF_CAPTURE_LOCK_DIR names)")
-    for flags in (os.O_RDWR, os.O_RDONLY):
-        try:
-            return os.fdopen(os.open(path, flags), "r+" if flags == os.O_RDWR else "r")
-        except FileNotFoundError:
-            break
-        except PermissionError:
-            continue
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise RuntimeError(f"the GPU lock file {path} cannot be opened or made ({exc.strerror}): its folder {folder} "
-                           "must be writable by every user of the GPUs (it is /tmp, or the folder "
-                           "ATTNPROF_CAPTURE_LOCK_DIR names)") from exc
-    with contextlib.suppress(OSError):
-        os.fchmod(fd, 0o666)
-    return os.fdopen(fd, "r+")
 
 
 @contextlib.contextmanager
@@ -150,8 +115,6 @@ def job_gpu(device: str, choice="all", say=None, environ: dict | None = None):
     if len(gpus) < 2:
         yield gpus[0] if gpus else None
         return
-    from attnprof.measure.lock import lock_folder
-
     with claim_gpu(gpus, lock_folder(), say=say) as gpu:
         yield gpu
 

@@ -2,7 +2,8 @@
 kind where no GPU is named, held by every
 capture (:func:`attnprof.measure.capture.capture`) and by the calibration
 (:func:`attnprof.measure.calibrate.calibrate`) for their whole length, so that two of them never run on
-one device at once, whichever process runs them."""
+one device at once, whichever process runs them; and the files of those locks and of the GPU claims
+(:func:`attnprof.measure.gpus.claim_gpu`), shared by every user of the node."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+from attnprof.measure.progress import log
 
 #: Where the capture lock files are: one directory for the whole machine, not TMPDIR (a job's TMPDIR follows
 #: its Snakemake ``tmpdir`` resource, so two runs could lock two files).
@@ -29,8 +32,6 @@ def capture_lock_path(device: str, gpu_uuid: str | None = None) -> Path:
     :mod:`attnprof.measure.gpus`) one per GPU, shared by every user of the node; else one per user
     and device kind."""
     if gpu_uuid:
-        from attnprof.measure.gpus import gpu_file
-
         return gpu_file(gpu_uuid, "lock", lock_folder())
     return lock_folder() / f"attnprof-capture-{os.getuid()}-{device}.lock"
 
@@ -48,8 +49,6 @@ def device_lock(device: str, gpu_uuid: str | None = None):
     path = capture_lock_path(device, gpu_uuid)
     try:
         if gpu_uuid:
-            from attnprof.measure.gpus import open_shared
-
             fh = open_shared(path)
         else:
             fh = open(path, "a")
@@ -60,11 +59,45 @@ def device_lock(device: str, gpu_uuid: str | None = None):
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            from attnprof.measure.capture import log  # here: capture imports this module
-
             log(f"waiting for another capture on {gpu_uuid or device} to end (lock {path})")
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield round(time.perf_counter() - t0, 3)
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --- the files that keep two captures off one GPU -----------------------------------------------------
+
+def gpu_file(uuid: str, what: str, folder: str | Path) -> Path:
+    """``<folder>/attnprof-gpu-<uuid>.<what>``: the claim ('claim') or the capture lock ('lock') of one GPU, shared
+    by every user (no user id in the name)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in uuid)
+    return Path(folder) / f"attnprof-gpu-{safe}.{what}"
+
+
+def open_shared(path: Path):
+    """Open ``path`` for a flock, shared by every user of the node: an existing file as it is (read-write, else
+    read-only: a flock needs neither write access nor ownership, and Linux's ``fs.protected_regular`` refuses
+    ``O_CREAT`` on another user's file in a sticky directory such as /tmp even at mode 0666); a new one created
+    readable and writable by all (0666 whatever the umask). Raises RuntimeError naming the file and the cause."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise RuntimeError(f"the GPU lock file {path} cannot be made: its folder {folder} does not exist (it is /tmp, or "
+                           "the folder ATTNPROF_CAPTURE_LOCK_DIR names)")
+    for flags in (os.O_RDWR, os.O_RDONLY):
+        try:
+            return os.fdopen(os.open(path, flags), "r+" if flags == os.O_RDWR else "r")
+        except FileNotFoundError:
+            break
+        except PermissionError:
+            continue
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise RuntimeError(f"the GPU lock file {path} cannot be opened or made ({exc.strerror}): its folder {folder} "
+                           "must be writable by every user of the GPUs (it is /tmp, or the folder "
+                           "ATTNPROF_CAPTURE_LOCK_DIR names)") from exc
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o666)
+    return os.fdopen(fd, "r+")

@@ -557,25 +557,6 @@ def subset_message(run_dir: str, shapes_now: list[str], variants_now: list[str],
             f"(--config run=<name>), or delete {run_dir} to replace it.")
 
 
-def lost_captures(run_dir: str, repeats_csv: str, capture_files: list[str]) -> list[str]:
-    """The capture files (``capture_files``: file names in a capture's folder, e.g. trace.json.gz and
-    status.json) that ``repeats_csv`` (summarize's per-repeat table) of the result set ``run_dir`` was made
-    from and that are gone: for each of its rows (shape_key, variant, repeat),
-    ``run_dir``/captures/<shape_key>/<variant>/r<repeat>/<file>. [] when the table does not exist or cannot
-    be read."""
-    import csv
-
-    from attnprof.model.names import repeat_dir
-
-    try:
-        with open(repeats_csv, newline="") as fh:
-            rows = {(r["shape_key"], r["variant"], r["repeat"]) for r in csv.DictReader(fh)}
-    except (OSError, KeyError, csv.Error):
-        return []
-    return sorted(str(p) for s, v, k in rows for f in capture_files
-                  if not (p := Path(run_dir) / "captures" / s / v / repeat_dir(k) / f).exists())
-
-
 def _default_text(value) -> str:
     if value is None:
         return "–"

@@ -32,11 +32,10 @@ What version 2 records that version 1 may lack (the migration from 1 to 2 fills 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from attnprof.model.names import FORMAT_KEY, REPEAT_PREFIX
+from attnprof.model.names import FORMAT_KEY, repeat_of
 from attnprof.model.names import FORMATS as CURRENT
 
 #: The file name of each kind, for messages.
@@ -63,10 +62,9 @@ class FormatError(ValueError):
 
 
 def _restore(kind: str, path) -> str:
-    """How to get file ``path`` of ``kind`` back as its writer wrote it (:data:`_RESTORE`)."""
-    path = Path(path)
-    run_dir = next((p.parent for p in path.parents if p.name == "captures"), path.parent)
-    return _RESTORE[kind].format(folder=path.parent, run_dir=run_dir)
+    """How to get file ``path`` of ``kind`` back as its writer wrote it (:data:`_RESTORE`; repeats.csv's folder is its
+    result set's)."""
+    return _RESTORE[kind].format(folder=Path(path).parent, run_dir=Path(path).parent)
 
 
 def _refusal(kind: str, path, found) -> FormatError:
@@ -120,8 +118,7 @@ def current_table(kind: str, table, path):
 
 def _status_1_to_2(record: dict, path) -> dict:
     """status.json 1 -> 2: ``repeat`` from the record's folder, ``capture_started_at`` from ``started_at``."""
-    folder = re.fullmatch(re.escape(REPEAT_PREFIX) + r"([1-9][0-9]*)", Path(path).parent.name)
-    record.setdefault("repeat", int(folder.group(1)) if folder else 1)
+    record.setdefault("repeat", repeat_of(Path(path).parent.name) or 1)
     record.setdefault("capture_started_at", record.get("started_at"))
     return {**record, FORMAT_KEY: 2}
 

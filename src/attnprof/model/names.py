@@ -6,6 +6,8 @@ names live in :data:`attnprof.model.variants.VARIANTS` (also light); the templat
 module take the names from here.
 """
 
+import re
+
 #: Per-shape figures of rule plots (attnprof.render.plots.plot_shape), by PNG file stem.
 SHAPE_PLOTS = ("device_time", "kernels_per_forward", "kernel_split", "cpu_vs_device")
 #: The per-shape kernel timeline: its own rule (timeline), as it reads the traces.
@@ -23,10 +25,10 @@ def backward_range_name(range_name: str) -> str:
     return range_name[: -len("_fwd")] + "_bwd" if range_name.endswith("_fwd") else range_name + "_bwd"
 
 
-# Files of a result set, results/<run>/..., by name: the rules' output names (scripts write
-# snakemake.output.<name>) and the keys the code and the report look them up by.
-#: A capture is one repeat of one (shape, variant): results/<run>/captures/<shape>/<variant>/r<k>/ for k = 1 ..
-#: config ``repeats``, and its tables under results/<run>/tables/<shape>/<variant>/r<k>/ (:func:`repeat_dir`).
+# Files of a result set by name (where they lie: attnprof.model.plan.Layout, their one home): the rules' output
+# names (scripts write snakemake.output.<name>) and the keys the code and the report look them up by.
+#: A capture is one repeat of one (shape, variant), its files and its tables each in a folder of its repeat,
+#: ``r<k>`` for k = 1 .. config ``repeats`` (:func:`repeat_dir`, read back by :func:`repeat_of`).
 REPEAT_PREFIX = "r"
 
 
@@ -35,9 +37,16 @@ def repeat_dir(repeat: int | str) -> str:
     return f"{REPEAT_PREFIX}{repeat}"
 
 
-#: Per capture, results/<run>/captures/<shape>/<variant>/r<k>/<file>: rule capture's trace and status record.
+def repeat_of(folder: str) -> int | None:
+    """The repeat of a capture's or table's folder name (``r2`` -> 2; :func:`repeat_dir` read back), None for another
+    name."""
+    m = re.fullmatch(re.escape(REPEAT_PREFIX) + r"([1-9][0-9]*)", folder)
+    return int(m.group(1)) if m else None
+
+
+#: Per capture (Layout.capture_file): rule capture's trace and status record.
 CAPTURE_FILES = {"trace": "trace.json.gz", "status": "status.json"}
-#: Per capture, results/<run>/tables/<shape>/<variant>/r<k>/<file>: rule extract's tables (docs/results.md).
+#: Per capture (Layout.table_file): rule extract's tables (docs/results.md).
 CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launches": "launches.csv", "ops": "ops.csv",
                   "device": "device.json",
                   # the backward's (config passes; attnprof.analysis.backward): header-only without a backward
@@ -45,7 +54,7 @@ CAPTURE_TABLES = {"kernels": "kernels.csv", "forwards": "forwards.csv", "launche
                   "ops_backward": "ops_backward.csv",
                   # each complete forward's (backward's) work in order (attnprof.analysis.recipe): compare's recipe diff
                   "recipe": "recipe.csv", "recipe_backward": "recipe_backward.csv"}
-#: Per result set, results/<run>/<file>: summarize's summary (one row per variant and shape, times over the
+#: Per result set (Layout.run_file): summarize's summary (one row per variant and shape, times over the
 #: repeats with their between-run interval), repeats (one row per repeat: the per-repeat numbers) and kernels, findings, environment (env),
 #: calibrate's calibration, and the report (html, pdf); control: summarize's rows of the profiler's control
 #: capture (attnprof.analysis.control; one per repeat, kept out of summary.csv and repeats.csv).

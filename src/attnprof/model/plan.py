@@ -9,16 +9,16 @@ and every rule reads it; :class:`Layout` spells every path of a result set (``re
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 from attnprof.model.config import ab_compare_name, ab_run_name, capture_rank
 from attnprof.model.formats import current_record
 from attnprof.model.gpus import mixed_models, select_gpus
 from attnprof.model.names import (CAPTURE_FILES, CAPTURE_TABLES, REPEAT_PREFIX, RUN_FILES, SCALING_PLOTS, SHAPE_PLOTS,
-                                  TIMELINE, repeat_dir)
+                                  TIMELINE, repeat_dir, repeat_of)
 from attnprof.model.variants import CONTROL, ends_capture_process, expand_shapes
 
 #: The command that re-renders a result set captured elsewhere (README, "Render elsewhere").
@@ -27,9 +27,20 @@ RENDER_COMMAND = ".venv/bin/snakemake --profile workflow/profiles/render results
 
 @dataclass(frozen=True)
 class Layout:
-    """Every path of a result set, ``<root>/<run>/...``; the ``{...}`` defaults give Snakemake patterns."""
+    """Every path of a result set, ``<root>/<run>/...``, and the one reading of a capture's or a table's path back
+    into its (shape, variant, repeat); the ``{...}`` defaults give Snakemake patterns."""
 
     root: str = "results"
+    #: The folders of a result set: the captures (primary records: trace and status.json per capture), their tables
+    #: and the figures (derived, re-made from the captures).
+    CAPTURES: ClassVar[str] = "captures"
+    TABLES: ClassVar[str] = "tables"
+    PLOTS: ClassVar[str] = "plots"
+
+    @classmethod
+    def around(cls, run_dir) -> tuple[Layout, str]:
+        """(the layout, the result set) of the result set folder ``run_dir``: ``results/x`` -> (Layout("results"), "x")."""
+        return cls(str(Path(run_dir).parent)), Path(run_dir).name
 
     def run_dir(self, run: str = "{run}") -> str:
         return f"{self.root}/{run}"
@@ -38,22 +49,42 @@ class Layout:
         """Result set ``run``'s file ``name`` (RUN_FILES: summary, repeats, kernels, findings, env, ...)."""
         return f"{self.run_dir(run)}/{RUN_FILES[name]}"
 
+    @staticmethod
+    def in_run(folder: str, shape: str = "{shape}", variant: str = "{variant}", repeat: int | str | None = "{repeat}") -> str:
+        """The folder of one capture's files inside its result set: ``captures/<shape>/<variant>/r<k>`` (``folder``
+        :data:`CAPTURES`; :data:`TABLES`: its tables); ``repeat`` None: the (shape, variant) folder of every repeat."""
+        return f"{folder}/{shape}/{variant}" + ("" if repeat is None else f"/{repeat_dir(repeat)}")
+
     def capture_dir(self, run: str = "{run}", shape: str = "{shape}", variant: str = "{variant}",
                     repeat: int | str = "{repeat}") -> str:
-        return f"{self.run_dir(run)}/captures/{shape}/{variant}/{repeat_dir(repeat)}"
+        return f"{self.run_dir(run)}/{self.in_run(self.CAPTURES, shape, variant, repeat)}"
 
     def capture_file(self, name: str, run: str = "{run}", **where) -> str:
         """A capture's file ``name`` (CAPTURE_FILES: trace, status)."""
         return f"{self.capture_dir(run, **where)}/{CAPTURE_FILES[name]}"
 
+    def capture_link(self, name: str, shape: str, variant: str, repeat: int = 1) -> str:
+        """A capture's file ``name`` relative to its result set's folder: a link from the report beside it."""
+        return f"{self.in_run(self.CAPTURES, shape, variant, repeat)}/{CAPTURE_FILES[name]}"
+
     def table_file(self, name: str, run: str = "{run}", shape: str = "{shape}", variant: str = "{variant}",
                    repeat: int | str = "{repeat}") -> str:
         """A capture's table ``name`` (CAPTURE_TABLES: kernels, forwards, launches, ops, device, recipe, ...)."""
-        return f"{self.run_dir(run)}/tables/{shape}/{variant}/{repeat_dir(repeat)}/{CAPTURE_TABLES[name]}"
+        return f"{self.run_dir(run)}/{self.in_run(self.TABLES, shape, variant, repeat)}/{CAPTURE_TABLES[name]}"
+
+    @classmethod
+    def capture_of(cls, path, folder: str | None = None) -> dict | None:
+        """What the path of a capture's file says (``<run_dir>/captures/<shape>/<variant>/r<k>/<file>``; ``folder``
+        :data:`TABLES`: of one of its tables): {"run_dir" (a Path), "shape_key", "variant", "repeat"}; None for a path
+        not in that layout."""
+        p = Path(path)
+        if len(p.parents) < 5 or p.parents[3].name != (folder or cls.CAPTURES) or (repeat := repeat_of(p.parent.name)) is None:
+            return None
+        return {"run_dir": p.parents[4], "shape_key": p.parents[2].name, "variant": p.parents[1].name, "repeat": repeat}
 
     def plot(self, name: str, run: str = "{run}", shape: str | None = "{shape}") -> str:
         """A per-shape figure (``shape`` given) or a run-wide one (``shape=None``)."""
-        return f"{self.run_dir(run)}/plots/{shape}/{name}.png" if shape else f"{self.run_dir(run)}/plots/{name}.png"
+        return f"{self.run_dir(run)}/{self.PLOTS}/" + (f"{shape}/{name}.png" if shape else f"{name}.png")
 
     def counters(self, ext: str, run: str = "{run}", shape: str = "{shape}", variant: str = "{variant}") -> str:
         return f"{self.run_dir(run)}/counters/{shape}/{variant}.{ext}"
@@ -77,15 +108,15 @@ class Layout:
 
     def legacy_captures(self, run: str) -> list[Path]:
         """Status records of a result set made before repeats (not in an r<k>/ folder)."""
-        return sorted(Path(self.run_dir(run)).glob(f"captures/*/*/{CAPTURE_FILES['status']}"))
+        return sorted(Path(self.run_dir(run)).glob(f"{self.in_run(self.CAPTURES, '*', '*', None)}/{CAPTURE_FILES['status']}"))
 
-    def has_control(self, run: str, shape: str) -> bool:
-        return Path(f"{self.run_dir(run)}/captures/{shape}/{CONTROL}").is_dir()
+    def control_shapes(self, run: str) -> list[str]:
+        """The shapes result set ``run`` holds captures of the profiler's control at (attnprof.analysis.control)."""
+        return sorted(p.parent.name for p in Path(self.run_dir(run)).glob(self.in_run(self.CAPTURES, "*", CONTROL, None)))
 
-    def repeat_of(self, folder: str) -> int | None:
-        """The repeat of a capture's or table's folder name (``r2`` -> 2), None for another name."""
-        m = re.fullmatch(re.escape(REPEAT_PREFIX) + r"([1-9][0-9]*)", folder)
-        return int(m.group(1)) if m else None
+    def has_captures(self, run: str) -> bool:
+        """Whether result set ``run`` holds its captures (a copy may come without them)."""
+        return Path(self.run_dir(run), self.CAPTURES).is_dir()
 
     def captures_of(self, run: str, shapes, variants, repeats: int, name: str) -> list[str]:
         return [self.capture_file(name, run, shape=s, variant=v, repeat=k)
@@ -303,7 +334,7 @@ def recorded_grid(layout: Layout, run: str) -> Grid:
     if legacy := layout.legacy_captures(run):
         raise ValueError(f"{layout.run_dir(run)} was made before repeats ({legacy[0]} is not in a {REPEAT_PREFIX}<k>/ "
                          f"folder): move its captures with: python tools/migrate_repeats.py {layout.run_dir(run)}")
-    control = shapes[:1] if shapes and layout.has_control(run, shapes[0]) else ()
+    control = shapes[:1] if shapes and shapes[0] in layout.control_shapes(run) else ()
     return Grid(shapes, tuple(cfg["variants"]), int(cfg["repeats"]), control)
 
 

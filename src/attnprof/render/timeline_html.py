@@ -26,6 +26,7 @@ import pandas as pd
 from attnprof.analysis.recipe import read_recipe
 from attnprof.findings.kernel_names import KERNEL_CLASSES, kernel_class
 from attnprof.model.fmt import format_number
+from attnprof.model.plan import Layout
 from attnprof.render.plots import CLASS_COLORS, COLORS, LAUNCH_COLOR, pick_forward
 
 #: Geometry of the outer SVG, in its user units (it scales to the page's width): the width, the gutter for the
@@ -212,13 +213,13 @@ def _legend(lanes: list[dict], gpu: bool) -> list[tuple[str, str]]:
                      if gpu else [("top-level aten op (host)", COLORS["cpu"])])
 
 
-def timeline_html(captures: list[dict], gpu: bool, shape_key: str, trace_name: str, range_name: str = "attn_fwd") -> str:
+def timeline_html(captures: list[dict], gpu: bool, shape_key: str, range_name: str = "attn_fwd") -> str:
     """The interactive timeline block (HTML: controls, inline SVG, legend, script) of one shape.
 
     ``captures``: per variant, in the report's order, the dicts of :func:`lane` (variant, status, recipe,
     forwards, source); ``gpu``: a GPU run (else the lanes show the forward's top-level aten ops on the host);
-    ``shape_key`` and ``trace_name`` make each variant's link to its trace,
-    ``captures/<shape_key>/<variant>/r1/<trace_name>``; ``range_name``: the forward's range, for the words.
+    ``shape_key``: the shape, for each variant's link to its repeat 1's trace (attnprof.model.plan.Layout.capture_link);
+    ``range_name``: the forward's range, for the words.
     All variants share one time axis, µs from the start of each forward's range. Returns "" when
     ``captures`` is empty. Raises ValueError as :func:`lane`."""
     lanes = [lane(c, gpu) for c in captures]
@@ -230,7 +231,7 @@ def timeline_html(captures: list[dict], gpu: bool, shape_key: str, trace_name: s
     esc = html.escape
     labels, bars = [], []
     for i, ln in enumerate(lanes):
-        lane_labels, lane_bars = _lane_svg(i * LANE, ln, gpu, f"captures/{shape_key}/{ln['variant']}/r1/{trace_name}")
+        lane_labels, lane_bars = _lane_svg(i * LANE, ln, gpu, Layout().capture_link("trace", shape_key, ln["variant"]))
         labels += lane_labels
         bars += lane_bars
     ticks = "".join(f'<line x1="{LEFT + t / span * PLOT:.1f}" x2="{LEFT + t / span * PLOT:.1f}" y1="{height}" '
@@ -264,11 +265,11 @@ def timeline_html(captures: list[dict], gpu: bool, shape_key: str, trace_name: s
 def load_captures(rows: list[dict], recipe_paths: list, forward_paths: list, shape_key: str) -> list[dict]:
     """The ``captures`` of :func:`timeline_html` for shape ``shape_key``: per summary row (dicts with variant and
     status, the report's order) its recipe and forward tables, read from ``recipe_paths`` and ``forward_paths``
-    (``tables/<shape>/<variant>/r<k>/{recipe,forwards}.csv``, any shapes; matched by their folders). A variant
+    (per-capture tables, any shapes; matched by their folders, attnprof.model.plan.Layout.capture_of). A variant
     whose table is not among the paths gets None (its lane says so). Raises ValueError naming the file for an
     unreadable table."""
     def by_capture(paths):
-        return {(Path(p).parts[-4], Path(p).parts[-3]): Path(p) for p in paths}
+        return {(w["shape_key"], w["variant"]): Path(p) for p in paths if (w := Layout.capture_of(p, Layout.TABLES))}
 
     def read(path, reader=pd.read_csv):
         try:

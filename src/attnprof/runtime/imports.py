@@ -67,9 +67,11 @@ def _imports(pkg_dir: Path, path: Path, module: str) -> frozenset[str]:
     return result
 
 
-def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozenset[str]:
-    """:func:`_imports` from the source ``text``, parsed."""
-    tree = ast.parse(text, filename=str(path))
+def named_imports(pkg_dir: Path, path: Path, module: str, text: str | None = None) -> set[str]:
+    """The attnprof modules (dotted) that the source at ``path`` (module ``module``; ``text``: its source, else read)
+    names in its imports, at module level or inside functions; the packages on the way, which Python runs too, left
+    out (the package's import graph, tests/test_layers.py)."""
+    tree = ast.parse(path.read_text() if text is None else text, filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -77,8 +79,13 @@ def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozens
             found.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
         elif isinstance(node, ast.ImportFrom):
             found.update(_from_imports(pkg_dir, package, node))
+    return found
+
+
+def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozenset[str]:
+    """:func:`_imports` from the source ``text``, parsed: :func:`named_imports` with every parent package."""
     with_parents = set()
-    for name in found:
+    for name in named_imports(pkg_dir, path, module, text):
         parts = name.split(".")
         with_parents.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return frozenset(with_parents)

@@ -10,7 +10,7 @@ a derived file that is gone or no longer what its rule wrote. Two checks, both c
   them (:func:`record_checksums`; a sidecar ``<file>.sha256`` under ``<run>/logs/checksums/``): a hand-edited
   or half-written summary, say.
 
-When either finds something (or a capture is lost, attnprof.model.config.lost_captures), the workflow
+When either finds something (or a capture is lost, :func:`lost_captures`), the workflow
 (workflow/rules/common.smk) bumps the result set's rebuild epoch (:func:`rebuild_epoch`), a parameter of rule
 summarize: summarize reruns, and with it everything after it, and Snakemake then remakes every missing input on
 the way (the per-capture tables of a lost table, the plots of a lost plot). Once the files are back the epoch
@@ -108,22 +108,37 @@ def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
 EPOCH_FILE = Path("logs") / "rebuild-epoch"
 
 
-def rebuild_epoch(run_dir: str | Path, bump: bool) -> str:
-    """The result set's rebuild epoch: the highest of its rebuild markers (``<run_dir>/logs/rebuild/epoch-<n>``,
-    written by rule rebuild; an earlier version's ``logs/rebuild-epoch`` token counts too; "0" when there is none),
-    plus one when ``bump`` (something was lost or changed). Reads only."""
-    run_dir = Path(run_dir)
-    found = [p.name.removeprefix("epoch-") for p in run_dir.glob("logs/rebuild/epoch-*")]
+def lost_captures(layout, run: str, table: str) -> list[str]:
+    """The capture files (``CAPTURE_FILES``: trace and status record) that run table ``table`` (repeats, control:
+    one row per capture) of result set ``run`` was made from and that are gone: for each of its rows (shape_key,
+    variant, repeat), ``layout.capture_file``. [] when the table does not exist or cannot be read."""
+    import csv
+
+    from attnprof.model.names import CAPTURE_FILES
+
     try:
-        found.append((run_dir / EPOCH_FILE).read_text().strip())
+        with open(layout.run_file(table, run), newline="") as fh:
+            rows = {(r["shape_key"], r["variant"], r["repeat"]) for r in csv.DictReader(fh)}
+    except (OSError, KeyError, csv.Error):
+        return []
+    return sorted(p for s, v, k in rows for name in CAPTURE_FILES
+                  if not Path(p := layout.capture_file(name, run, shape=s, variant=v, repeat=k)).exists())
+
+
+def rebuild_epoch(layout, run: str, bump: bool) -> str:
+    """Result set ``run``'s rebuild epoch: the highest of its rebuild markers (``layout.rebuild_marker``, written by
+    rule rebuild; an earlier version's ``logs/rebuild-epoch`` token counts too; "0" when there is none), plus one
+    when ``bump`` (something was lost or changed). Reads only."""
+    marker = Path(layout.rebuild_marker(run, "*"))
+    found = [p.name.removeprefix(marker.name.removesuffix("*")) for p in marker.parent.glob(marker.name)]
+    try:
+        found.append((Path(layout.run_dir(run)) / EPOCH_FILE).read_text().strip())
     except OSError:
         pass
     previous = max((int(t) for t in found if t.isdigit()), default=0)
     return str(previous + 1 if bump else previous)
 
 
-#: The derived files whose edits are noticed: every output of these rules gets a SHA-256 sidecar (record_outputs).
-DERIVED_DIRS = ("tables", "plots")
 
 
 def record_outputs(layout, wildcards, outputs) -> None:
@@ -145,7 +160,8 @@ def _is_derived(run_dir: Path, path: Path, layout) -> bool:
     except ValueError:
         return False
     primary = {Path(layout.run_file(n, "x")).name for n in ("env", "calibration")}
-    return rel.parts[0] in DERIVED_DIRS or (len(rel.parts) == 1 and rel.name not in primary)
+    # the derived folders' files (per-capture tables, plots) and the run's files but its primary records
+    return rel.parts[0] in (layout.TABLES, layout.PLOTS) or (len(rel.parts) == 1 and rel.name not in primary)
 
 
 class ResultSetState:
@@ -280,13 +296,9 @@ class ResultSetState:
         return self._checked[run]
 
     def _check(self, run: str) -> dict:
-        from attnprof.model.config import lost_captures
-        from attnprof.model.names import CAPTURE_FILES
-
         g, lay = self.grid(run), self.layout
         # captures are made again only in this config's own result sets (one from elsewhere is never captured here)
-        captures = [f for n in ("repeats", "control") if run in self.plan.this_runs
-                    for f in lost_captures(lay.run_dir(run), lay.run_file(n, run), list(CAPTURE_FILES.values()))]
+        captures = [f for n in ("repeats", "control") if run in self.plan.this_runs for f in lost_captures(lay, run, n)]
         derived = self.derived(run)
         # a result set from elsewhere may come without derived files it can make again (an example holds its
         # traces, not its tables): only this config's own are judged by what is gone; every one by its checksums
@@ -294,7 +306,7 @@ class ResultSetState:
         changed = changed_files(lay.run_dir(run), derived + [lay.run_file("html", run), lay.run_file("pdf", run)])
         bump = bool(captures or lost or changed)
         return {"subset": self._subset(run, g), "lost_captures": captures, "lost": lost, "changed": changed,
-                "epoch": rebuild_epoch(lay.run_dir(run), bump), "bump": bump}
+                "epoch": rebuild_epoch(lay, run, bump), "bump": bump}
 
     def _subset(self, run, g):
         """A config with fewer shapes or variants than this config's result set ``run`` was made with (its
@@ -329,7 +341,7 @@ class ResultSetState:
         state = self.check(run)
         if state["subset"]:
             refuse(state["subset"])
-        if edited := [p for p in state["changed"] if "/tables/" in p]:
+        if edited := [p for p in state["changed"] if self.layout.capture_of(p, self.layout.TABLES)]:
             refuse(f"{len(edited)} per-capture tables of {self.layout.run_dir(run)} were changed after extract wrote "
                    f"them ({', '.join(edited[:5])}{', ...' if len(edited) > 5 else ''}); a deleted table is made again "
                    f"from its trace: rm {' '.join(edited)} and run again")
@@ -372,7 +384,7 @@ class ResultSetState:
         g, lay = self.grid(run), self.layout
         names = ["summary", "kernels", "env", "findings", "repeats"] + (["control"] if g.control_shapes else [])
         files = {f"{run}/{n}": lay.run_file(n, run) for n in names}
-        if run in self.plan.this_runs or Path(lay.run_dir(run), "captures").exists():
+        if run in self.plan.this_runs or lay.has_captures(run):
             for table in ("recipe", "recipe_backward"):
                 files[f"{run}/{table}"] = self.per_capture(run, table, all_repeats=True)
         files[f"{run}/ops"] = self.per_capture(run, "ops")

@@ -44,7 +44,8 @@ import threading
 import time
 from pathlib import Path
 
-from attnprof.measure.capture import capture, log
+from attnprof.measure.capture import capture
+from attnprof.measure.progress import log
 from attnprof.model.names import FORMAT_KEY, FORMATS
 from attnprof.model.variants import Shape
 

@@ -76,7 +76,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnprof.measure.capture import CHECKS_APART, log, merge_checks
+from attnprof.measure.capture import CHECKS_APART, merge_checks
+from attnprof.measure.progress import log
 from attnprof.measure.env import call_in_interpreter, interpreter_environ, torch_build, torch_build_of
 from attnprof.model.variants import Shape, ends_capture_process
 from attnprof.runtime.isolation import (

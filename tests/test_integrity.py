@@ -1,0 +1,35 @@
+"""What the parse-time integrity check (attnprof.runtime.integrity) reads of a result set through its layout: the
+captures its run tables were made from that are gone, and the rebuild epoch its markers hold."""
+
+from __future__ import annotations
+
+from attnprof.model.plan import Layout
+from attnprof.runtime.integrity import lost_captures, rebuild_epoch
+
+
+def test_lost_captures_are_the_repeat_rows_without_their_files(tmp_path):
+    run = tmp_path / "r"
+    for rel in ("s1/a/r1", "s1/a/r2", "s1/b/r1"):
+        (run / "captures" / rel).mkdir(parents=True)
+        (run / "captures" / rel / "status.json").write_text("{}")
+    (run / "captures" / "s1" / "a" / "r1" / "trace.json.gz").write_bytes(b"")
+    (run / "captures" / "s1" / "a" / "r2" / "trace.json.gz").write_bytes(b"")
+    # repeats.csv rows: a has both repeats whole, b's repeat 1 lost its trace, b's repeat 2 and c are gone
+    (run / "repeats.csv").write_text("variant,shape_key,repeat,status\na,s1,1,ok\na,s1,2,ok\nb,s1,1,ok\nb,s1,2,ok\nc,s1,1,failed\n")
+    assert lost_captures(Layout(str(tmp_path)), "r", "repeats") == sorted(
+        [str(run / "captures/s1/b/r1/trace.json.gz"), str(run / "captures/s1/b/r2/trace.json.gz"),
+         str(run / "captures/s1/b/r2/status.json"), str(run / "captures/s1/c/r1/trace.json.gz"),
+         str(run / "captures/s1/c/r1/status.json")])
+    assert lost_captures(Layout(str(tmp_path)), "r", "control") == []  # no control.csv
+
+
+def test_the_rebuild_epoch_is_the_highest_marker_and_one_more_when_bumped(tmp_path):
+    lay = Layout(str(tmp_path))
+    assert rebuild_epoch(lay, "x", False) == "0" and rebuild_epoch(lay, "x", True) == "1"
+    for epoch in ("3", "12", "x"):  # rule rebuild's markers, and one that is no number
+        marker = tmp_path / "x" / "logs" / "rebuild" / f"epoch-{epoch}"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("")
+    assert rebuild_epoch(lay, "x", False) == "12" and rebuild_epoch(lay, "x", True) == "13"
+    (tmp_path / "x" / "logs" / "rebuild-epoch").write_text("20\n")  # an earlier version's token counts too
+    assert rebuild_epoch(lay, "x", False) == "20"
