@@ -64,7 +64,7 @@ def test_moderated_interval_keeps_its_level_and_is_narrower():
     for _ in range(trials):
         cells = {k: list(k * np.exp(rng.normal(0, 0.01, 3))) for k in range(1, 7)}
         noise = moderated_noise(cells)
-        assert noise[1].df > 2
+        assert noise[1].df > 2 or noise[1].own  # own: beyond its prior at 1 % (stats.OUTLIER_P)
         r = between_run_interval(cells[1], noise=noise[1])
         hits += r["lo"] <= float(np.median(np.exp(rng.normal(0, 0.01, 3)))) <= r["hi"]
         moderated_width += r["hi"] / r["lo"]

@@ -87,7 +87,7 @@ class Noise:
     own: bool = True
 
 
-def _kept(values: Sequence[float | None]) -> list[float]:
+def kept_times(values: Sequence[float | None]) -> list[float]:
     """The values that are times: None and NaN left out; ValueError for one <= 0 or infinite."""
     out = []
     for v in values:
@@ -100,7 +100,7 @@ def _kept(values: Sequence[float | None]) -> list[float]:
 
 
 def _logs(values: Sequence[float | None]) -> list[float]:
-    return [math.log(v) for v in _kept(values)]
+    return [math.log(v) for v in kept_times(values)]
 
 
 def _spread(logs: Sequence[float]) -> tuple[float, int] | None:
@@ -229,7 +229,7 @@ def between_run_interval(medians: Sequence[float | None], confidence: float = CO
     = :data:`MEDIAN_VARIANCE` (Hahn & Meeker, *Statistical Intervals*, 2nd ed., 2017, sec. 4.6, with the future
     mean's variance replaced by the median's), None without a spread; rel_sd and df: the noise's sd of the log
     medians and its degrees of freedom (None without). Raises ValueError for a median <= 0."""
-    kept = sorted(_kept(medians))  # the stated center is one of the values (or the mean of two), never exp(log(x))
+    kept = sorted(kept_times(medians))  # the stated center is one of the values (or the mean of two), never exp(log(x))
     logs = [math.log(v) for v in kept]
     n = len(logs)
     out = {"n": n, "center": None, "lo": None, "hi": None, "rel_sd": None, "df": None}
@@ -256,7 +256,7 @@ def host_range(medians: Sequence[float | None]) -> dict:
     "center", "floor", "lo", "hi", "coverage"}``: center, the median over captures; floor = lo, the lowest
     capture median; hi, the highest; coverage, the chance that one new capture's median falls in [lo, hi],
     ``(n - 1)/(n + 1)`` for n i.i.d. draws of any continuous distribution (None below 2 captures)."""
-    kept = sorted(_kept(medians))
+    kept = sorted(kept_times(medians))
     n = len(kept)
     if n == 0:
         return {"n": 0, "center": None, "floor": None, "lo": None, "hi": None, "coverage": None}
@@ -265,7 +265,7 @@ def host_range(medians: Sequence[float | None]) -> dict:
             "coverage": (n - 1) / (n + 1) if n > 1 else None}
 
 
-def _level(level: float) -> str:
+def level_words(level: float) -> str:
     """An interval's level as words: 0.95 -> '95%', 0.975 -> '97.5%'."""
     return f"{level:.0%}" if round(level * 100, 6).is_integer() else f"{level:.1%}"
 

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-from attnprof.analysis.stats import (CONFIDENCE, MAX_REPEATS_SUGGESTED, _kept, _level, look_levels, rounds_needed,
+from attnprof.analysis.stats import (CONFIDENCE, MAX_REPEATS_SUGGESTED, kept_times, level_words, look_levels, rounds_needed,
                                      sitting_bound, squeeze_var)
 from attnprof.model.fmt import format_range
 from attnprof.model.plan import top_up_on
@@ -269,7 +269,7 @@ def _no_spread(na: int, nb: int, paired: bool) -> str:
 
 def _why(code: int, r: dict, out: dict, adjusted: float, threshold: float, sitting: Sitting, m: float) -> str:
     """The words of one judged row's verdict."""
-    pct, level, same = f"{100 * threshold:g} %", _level(out["level"]), _level(out["level_same"])
+    pct, level, same = f"{100 * threshold:g} %", level_words(out["level"]), level_words(out["level_same"])
     interval = format_range(r["lo"], r["hi"], digits=4)
     if code in (SLOWER, FASTER):
         return f"{r['verdict']} by more than {pct}: the whole {level} interval ({interval}) lies beyond"
@@ -320,14 +320,14 @@ def paired_row(a: Sequence[float | None], b: Sequence[float | None], group: Hash
     round is left out). ValueError for a time <= 0 or sides of different lengths."""
     if len(a) != len(b):
         raise ValueError(f"paired repeat medians need one value per round on each side, got {len(a)} and {len(b)}")
-    pairs = [(x, y) for x, y in zip(a, b) if _kept([x]) and _kept([y])]
+    pairs = [(x, y) for x, y in zip(a, b) if kept_times([x]) and kept_times([y])]
     return RowData(d=tuple(math.log(y / x) for x, y in pairs), group=group)
 
 
 def unpaired_row(a: Sequence[float | None], b: Sequence[float | None], group: Hashable = None) -> RowData:
     """The :class:`RowData` of one unpaired row from each side's repeat medians (None/NaN left out; ValueError for a
     time <= 0)."""
-    la, lb = tuple(math.log(v) for v in _kept(a)), tuple(math.log(v) for v in _kept(b))
+    la, lb = tuple(math.log(v) for v in kept_times(a)), tuple(math.log(v) for v in kept_times(b))
     return RowData(a=la, b=lb, group=group)
 
 
