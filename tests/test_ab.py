@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 import snakemake_cli
-from attnprof.analysis.compare import ab_pairing, ab_unpaired_reason, compare_runs
+from attnprof.analysis.compare import ab_pairing, ab_unpaired_rows, compare_runs
 from attnprof.analysis.verdict import paired_repeat_medians
 from attnprof.analysis.verdict import compare_paired, compare_ratio
 from attnprof.model.config import ab_order, ab_priority, config_problems
@@ -148,15 +148,40 @@ def test_compare_pairs_only_two_environments_of_one_ab_run():
     # B recaptured an hour later (its result set deleted, or an environment renamed): same A/B run id, but its rounds
     # share no moment with A's, so they are not paired, and the pair says why
     later = _result_set("x@B", {"run": "x", "environment": "B"}, b_m, start=3600.0, side=1)
-    assert not ab_pairing(a, later) and "not captured interleaved" in ab_unpaired_reason(a, later)
+    assert not ab_pairing(a, later) and "round 1 in x@B started after round 2 began" in ab_unpaired_rows(a, later, [("v", "s")])[("v", "s")]
     late = compare_runs([a, later])["pairs"][0]
-    assert not late["paired"] and any("not captured interleaved" in n for n in late["notes"])
+    assert not late["paired"] and any("every row: round 1 in x@B" in n for n in late["notes"])
     # a result set made before captures were timed: no pairing either, said so
     untimed = _result_set("x@B", {"run": "x", "environment": "B"}, b_m, side=1)
     untimed["repeats"] = untimed["repeats"].drop(columns="started_at")
-    assert not ab_pairing(a, untimed) and "do not record when each capture started" in ab_unpaired_reason(a, untimed)
+    assert not ab_pairing(a, untimed)
+    assert "do not record when each capture started" in ab_unpaired_rows(a, untimed, [("v", "s")])[("v", "s")]
     ra, rb = paired_repeat_medians(a["repeats"], b["repeats"].iloc[[0, 1, 3]], "v", "s", "cpu_ms_per_forward")
     assert ra == a_m and rb == [b_m[0], b_m[1], None, b_m[3]]  # round 3 missing on B: a gap, not a shift
+
+
+def test_one_row_recaptured_later_loses_its_pairing_and_the_others_keep_theirs():
+    """Issue 43 item 10: editing a custom variant's module recaptures its rows in both environments, later. That row is
+    compared unpaired (host times: not judged), named with the side and the cause; the other row stays paired and
+    judged (30 % slower, beyond the 20 % host threshold)."""
+    drift = [1.0, 1.3, 0.8, 1.2]
+    a_m, b_m = [10 * f for f in drift], [13 * f for f in drift]
+
+    def two_rows(name, env, side, late_start):
+        x = _result_set(name, env, a_m if side == 0 else b_m, side=side)
+        mine = x["repeats"].assign(variant="mine", started_at=x["repeats"]["started_at"] + late_start)
+        x["repeats"] = pd.concat([x["repeats"], mine], ignore_index=True)
+        x["summary"] = pd.concat([x["summary"], x["summary"].assign(variant="mine")], ignore_index=True)
+        return x
+
+    a = two_rows("x@A", {"run": "x", "environment": "A"}, 0, 0.0)
+    b = two_rows("x@B", {"run": "x", "environment": "B"}, 1, 3600.0)  # mine recaptured on B an hour later
+    pair = compare_runs([a, b])["pairs"][0]
+    rows = {r["variant"]: r for r in pair["rows"]}
+    assert pair["paired"] and rows["v"]["paired"] and rows["v"]["verdict"] == "slower"
+    assert not rows["mine"]["paired"] and rows["mine"]["verdict"] == "not judged"
+    assert pair["unpaired_rows"] == ["mine/s"]
+    assert any(n.startswith("mine at s: round 1 in x@B started after round 2 began") for n in pair["notes"])
 
 
 # --- the workflow: a CI-sized A/B run -------------------------------------------------------------------

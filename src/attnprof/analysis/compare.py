@@ -213,14 +213,15 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     sa, sb = a["summary"], b["summary"]
     # the time compared and its practical threshold: device times, or host times on a CPU run
     med, label, noise_floor = judged_time(sa, noise_floor, noise_floor_host)
-    # an A/B run's rounds are paired when they were captured interleaved: decided once for the pair
-    unpaired = ab_unpaired_reason(a, b)
-    paired = unpaired is None
     keys = [(v, k) for v, k in sa[["variant", "shape_key"]].merge(sb[["variant", "shape_key"]]).itertuples(index=False)
             if v != CONTROL]
     # the profiler's control is left out of the keys: checked below, never ranked with the attention variants
-    sitting = Sitting() if paired else sitting_of(a, b)
-    verdicts, joint = time_verdicts(a, b, keys, med, paired, noise_floor, confidence, sitting)
+    # an A/B run's rounds are paired row by row where that row's rounds were captured interleaved
+    unpaired = ab_unpaired_rows(a, b, keys)
+    paired_keys = [k for k in keys if k not in unpaired]
+    paired = bool(paired_keys)
+    sitting = sitting_of(a, b) if unpaired else Sitting()
+    verdicts, joint = time_verdicts(a, b, keys, med, paired_keys, noise_floor, confidence, sitting)
     judge = _Judge(a, b, med, label, verdicts)
     rows = [_pair_row(judge, variant, shape_key) for variant, shape_key in keys]
     accounting = _accounting(a, b)
@@ -228,7 +229,8 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
             "sitting_sd": sitting.sd or None, "sitting": vars(sitting), "dispatch": dispatch_changes(a, b),
             "env_diff": env_diff(a["env"], b["env"]),
             "torch": {"a": a["env"].get("torch"), "b": b["env"].get("torch")},  # each build, local suffix and all
-            "notes": _pair_notes(a, b, unpaired), "accounting": accounting, "paired": paired,
+            "notes": _pair_notes(a, b, unpaired, len(keys)), "accounting": accounting, "paired": paired,
+            "unpaired_rows": [f"{v}/{k}" for v, k in keys if (v, k) in unpaired and unpaired[(v, k)]],
             "design": vars(design_of(a["env"], b["env"])) if paired else None,
             "support": support_changes(sa, sb), "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
             "only_in_a": _only_in(sa, sb), "only_in_b": _only_in(sb, sa)}
@@ -325,17 +327,20 @@ def _accounting(a: dict, b: dict) -> dict:
     return {**compare_controls(ca, cb), "a": ca, "b": cb}
 
 
-def _pair_notes(a: dict, b: dict, unpaired: str | None) -> list[str]:
+def _pair_notes(a: dict, b: dict, unpaired: dict, rows: int) -> list[str]:
     """The pair's notes: one side profiled the backward and the other did not (so the forwards did different
-    work), why the rounds are not paired, and each side's recipe problems."""
+    work), which of the pair's ``rows`` rows are not paired and why, and each side's recipe problems."""
     notes = []
     pa, pb = ((x["env"].get("config") or {}).get("passes") or ["forward"] for x in (a, b))
     if ("backward" in pa) != ("backward" in pb):
         notes.append(f"{a['name'] if 'backward' in pa else b['name']} profiled the backward too: its forwards ran with "
                      "grad (saving what the backward needs; flash and efficient also write their log-sum-exp), the other's "
                      "under no_grad, so forward ratios compare slightly different work")
-    if unpaired:
-        notes.append(unpaired)
+    causes: dict[str, list[str]] = {}
+    for (v, k), why in unpaired.items():
+        if why:
+            causes.setdefault(why, []).append(f"{v} at {k}")
+    notes += [f"{'every row' if len(named) == rows else ', '.join(named)}: {why}" for why, named in causes.items()]
     notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
     return notes
 
@@ -415,22 +420,27 @@ def check_one_device(runs: list[dict]) -> None:
 # unpaired verdict.
 
 def ab_pairing(a: dict, b: dict) -> bool:
-    """True when result sets ``a`` and ``b`` (:func:`compare_pair`'s dicts) are two environments of one A/B run:
-    both env.json carry ``ab`` with the same ``run`` and different ``environment``s, and both have a
-    repeats.csv with its ``repeat`` column (the rounds to pair)."""
-    return ab_unpaired_reason(a, b) is None
+    """True when result sets ``a`` and ``b`` (:func:`compare_pair`'s dicts) are two environments of one A/B run whose
+    rounds were captured interleaved, every row's (:func:`ab_unpaired_rows`)."""
+    keys = sorted(set(zip(a["summary"]["variant"], a["summary"]["shape_key"])))
+    return _ab_environments(a, b) and not ab_unpaired_rows(a, b, keys)
 
 
-def ab_unpaired_reason(a: dict, b: dict) -> str | None:
-    """None when ``a`` and ``b`` may be paired round by round (:func:`ab_pairing`), else why not: '' for result
-    sets that are not two environments of one A/B run (no note needed), else the words for an A/B pair whose rounds
-    were not captured interleaved. Interleaved: both repeats.csv give each capture's start (``started_at``, Unix s)
-    and every capture of round k, on either side, started before every capture of round k + 1 -- a round recaptured
-    on one side later (a deleted result set, a renamed environment, another A/B run of the same name) breaks it, and
-    its rounds then share no moment to cancel."""
+def ab_unpaired_rows(a: dict, b: dict, keys: list[tuple[str, str]]) -> dict:
+    """{(variant, shape_key): why} of the rows of ``keys`` that are compared unpaired: every row, with '' (no note
+    needed), for result sets that are not two environments of one A/B run; in an A/B run, each row whose own rounds
+    were not captured interleaved (:func:`_interleaving_problem`): a row recaptured on one side later (an edited
+    custom variant's module recaptures it, a deleted capture) loses its pairing, the other rows keep theirs."""
     if not _ab_environments(a, b):
-        return ""
-    return _interleaving_problem(pd.concat([x["repeats"] for x in (a, b)], ignore_index=True))
+        return dict.fromkeys(keys, "")
+    both = pd.concat([x["repeats"].assign(_side=x["name"]) for x in (a, b)], ignore_index=True)
+    out = {}
+    for key in keys:
+        rows = both[(both["variant"] == key[0]) & (both["shape_key"] == key[1])]
+        why = _interleaving_problem(rows)
+        if why is not None:
+            out[key] = why
+    return out
 
 
 def _ab_environments(a: dict, b: dict) -> bool:
@@ -442,19 +452,22 @@ def _ab_environments(a: dict, b: dict) -> bool:
     return all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b))
 
 
-def _interleaving_problem(both: pd.DataFrame) -> str | None:
-    """Why the rounds of an A/B pair (``both``: their repeats.csv rows together) were not captured interleaved, or
-    None when every capture of round k started before every capture of round k + 1."""
-    if "started_at" not in both or both["started_at"].isna().any():
-        return ("the two result sets name one A/B run, but their repeats.csv do not record when each capture started, "
-                "so that the rounds were captured interleaved cannot be checked: compared unpaired")
-    spans = both.groupby("repeat")["started_at"].agg(["min", "max"]).sort_index()
+def _interleaving_problem(rows: pd.DataFrame) -> str | None:
+    """Why one row's rounds in an A/B pair (``rows``: its repeats.csv rows of both sides, ``_side`` naming each) were
+    not captured interleaved, naming the side captured late; None when every capture of round k started before
+    every capture of round k + 1."""
+    if "started_at" not in rows or rows["started_at"].isna().any():
+        return ("the repeats.csv do not record when each capture started, so that the rounds were captured "
+                "interleaved cannot be checked: compared unpaired")
+    spans = rows.groupby("repeat")["started_at"].agg(["min", "max"]).sort_index()
     late = [int(k) for k, nxt in zip(spans.index[:-1], spans["min"].iloc[1:]) if spans.loc[k, "max"] >= nxt]
-    if late:
-        return (f"the two result sets name one A/B run, but round {late[0]} of one side started after round "
-                f"{late[0] + 1} began (a side recaptured later, or another A/B run of the same name): its rounds "
-                "were not captured interleaved, so they are compared unpaired")
-    return None
+    if not late:
+        return None
+    k = late[0]
+    side = rows[(rows["repeat"] == k)].sort_values("started_at")["_side"].iloc[-1]
+    return (f"round {k} in {side} started after round {k + 1} began: recaptured there later (an edited custom "
+            "variant's module, a deleted capture, or another A/B run of the same name), so its rounds share no "
+            "moment to cancel: compared unpaired")
 
 
 def _judged(col: str, paired: bool) -> bool:
@@ -468,28 +481,32 @@ def _repeat_medians(x: dict, key: tuple[str, str], col: str) -> list[float]:
     return repeat_medians(x.get("repeats"), row.iloc[0] if len(row) else pd.Series(dtype=object), key[0], key[1], col)
 
 
-def time_verdicts(a: dict, b: dict, keys: list[tuple[str, str]], med: str, paired: bool, threshold: float,
-                  confidence: float, sitting: Sitting) -> tuple[dict, dict]:
+def time_verdicts(a: dict, b: dict, keys: list[tuple[str, str]], med: str, paired_keys: list[tuple[str, str]],
+                  threshold: float, confidence: float, sitting: Sitting) -> tuple[dict, dict]:
     """Every time verdict of one pair, forwards and backwards judged together by the one rule
-    (attnprof.analysis.verdict): paired over the rounds (with the looks the A/B run was captured with) or unpaired
-    on the repeat medians with ``sitting``'s term. Host times compared unpaired get "not judged"
-    (:data:`HOST_UNJUDGED`). Returns ({(variant, shape_key, column): compare row keys plus ``paired``, ``look``,
-    ``top_up``}, the pair's joint statement: :func:`joint_statement`)."""
+    (attnprof.analysis.verdict): the rows of ``paired_keys`` paired over the rounds (with the looks the A/B run was
+    captured with), the others unpaired on the repeat medians with ``sitting``'s term. Host times compared unpaired
+    get "not judged" (:data:`HOST_UNJUDGED`). Returns ({(variant, shape_key, column): compare row keys plus
+    ``paired``, ``look``, ``top_up``}, the pair's joint statement: :func:`joint_statement`, of the paired rows
+    where any are)."""
     cols = [c for c in (med, med.replace("per_forward", "per_backward")) if c in a["summary"] and c in b["summary"]]
-    judged = [(v, k, c) for v, k in keys for c in cols if _judged(c, paired)]
+    paired = set(paired_keys)
+    together = [(v, k, c) for v, k in keys if (v, k) in paired for c in cols]
+    apart = [(v, k, c) for v, k in keys if (v, k) not in paired for c in cols if _judged(c, False)]
     design = design_of(a["env"], b["env"]) if paired else Design(None, 1)
-    if paired:
-        raw = paired_verdicts(a["repeats"], b["repeats"], judged, threshold, confidence, design)
-    else:
-        rows = {(v, k, c): unpaired_row(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c), (v, c))
-                for v, k, c in judged}
-        raw = judge_rows({key: r for key, r in rows.items() if r.a and r.b}, threshold, confidence, 1, sitting)
-    out = {key: {**_row_keys(v), "paired": paired, "look": v.get("look", 1), "top_up": v.get("top_up")}
-           for key, v in raw.items()}
+    raw = paired_verdicts(a["repeats"], b["repeats"], together, threshold, confidence, design) if together else {}
+    rows = {(v, k, c): unpaired_row(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c), (v, c))
+            for v, k, c in apart}
+    loose = judge_rows({key: r for key, r in rows.items() if r.a and r.b}, threshold, confidence, 1, sitting)
+    out = {key: {**_row_keys(v), "paired": key in raw, "look": v.get("look", 1), "top_up": v.get("top_up")}
+           for key, v in {**loose, **raw}.items()}
     for v, k, c in [(v, k, c) for v, k in keys for c in cols if (v, k, c) not in out]:
         shown = compare_ratio(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c), threshold, confidence)
-        out[(v, k, c)] = {**_row_keys(_no_verdict(paired, c, shown["ratio"])), "paired": paired, "look": 1, "top_up": None}
-    return out, joint_statement(a, b, judged, raw, paired, threshold, confidence, design, sitting)
+        out[(v, k, c)] = {**_row_keys(_no_verdict((v, k) in paired, c, shown["ratio"])), "paired": False, "look": 1,
+                          "top_up": None}
+    if together:
+        return out, joint_statement(a, b, together, raw, True, threshold, confidence, design, Sitting())
+    return out, joint_statement(a, b, apart, loose, False, threshold, confidence, Design(None, 1), sitting)
 
 
 def _no_verdict(paired: bool, col: str, ratio: float | None) -> dict:
