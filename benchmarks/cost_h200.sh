@@ -37,7 +37,7 @@ step() {
     rm -f "$OUT/$name.log"
   )
 }
-step old study_old 150 1 --configfile benchmarks/configs/study.yaml --config run=study_old
-step new study_new 150 1 --configfile benchmarks/configs/study.yaml --config run=study_new
-step new sweep_new 330 16
+step old study_old 120 1 --configfile benchmarks/configs/study.yaml --config run=study_old
+step new study_new 100 1 --configfile benchmarks/configs/study.yaml --config run=study_new
+step new sweep_new 340 16
 ls -la "$OUT"

@@ -188,7 +188,7 @@ declare(_S, "timed_ms_q1 timed_ms_q3 timed_ms_min timed_ms_max", "ms",
         "quartiles (linear interpolation between order statistics), min and max of those timed calls")
 declare(_S, "timed_repeats", "count",
         "how many calls were timed (`timing.repeats`, fewer for a long forward: `timing.budget_s`, at least "
-        "`timing.min_repeats`)")
+        "`timing.min_repeats`, or 3 for a GPU forward of 25 ms or more, whose CUDA-graph replays are skipped)")
 declare(_S, "timing_method", "", "`cuda_events` or `perf_counter`")
 declare((_S, "repeats"), "host_load_1m", "",
         "1-minute load average of the host when the capture started (`os.getloadavg`; summary.csv: repeat 1's); "
