@@ -217,7 +217,8 @@ declare(_S, "checks_missing", "",
         "checks after the profile that did not finish (`phase: reason`, e.g. `correctness: out_of_memory ...`); the "
         "trace and its tables stand")
 declare(_S, "graph_ms_median graph_ms_q1 graph_ms_q3 graph_ms_min graph_ms_max", "ms",
-        "one forward captured in a CUDA graph, replays timed between CUDA events: median, quartiles, min, max")
+        "one forward captured in a CUDA graph, replays timed between CUDA events: median, quartiles, min, max; empty "
+        "for a forward of 25 ms or more, whose launch gaps are under 1 % of it (docs/costs.md)")
 declare(_S, "graph_error", "", "why a variant could not be captured in a CUDA graph")
 declare(_S, "peak_memory_mb", "MiB",
         "`torch.cuda.max_memory_allocated()` over the profiled steps (result sets captured before `held_memory_mb` "
