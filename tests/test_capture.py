@@ -131,6 +131,42 @@ def test_relative_error_of_deliberately_wrong_outputs():
         relative_error(torch.zeros(1, 2, 50, 9), q, k, v, True)
 
 
+def test_a_kept_reference_is_computed_once_per_inputs_and_gives_the_blockwise_error(monkeypatch):
+    """The check process computes the float64 reference once per shape and input set (forwards.kept_reference):
+    the relative error against it is the blockwise one, a second variant's check of the same inputs computes no new
+    reference, inputs changed in place get their own, and one above the bound is not kept."""
+    import attnprof.measure.forwards as fw
+
+    monkeypatch.setattr(fw, "_KEPT", {})
+    made = []
+    monkeypatch.setattr(fw, "reference_attention", lambda *a, **kw: made.append(1) or reference_attention(*a, **kw))
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 40, 8, generator=gen) for _ in range(3))
+    full = full_reference(q, k, v, True)
+    outs = [(full + s * torch.randn(full.shape, generator=gen, dtype=torch.float64)).float() for s in (1e-3, 3e-2)]
+    for out in outs:  # two variants' outputs at one shape
+        expected = (torch.linalg.vector_norm(out.double() - full) / torch.linalg.vector_norm(full)).item()
+        kept = fw.kept_reference(q, k, v, True)
+        assert relative_error(out, q, k, v, True, reference=kept) == pytest.approx(expected, rel=1e-9)
+    assert len(made) == 1
+    k[0, 0, 0, 0] += 1.0  # changed in place: not the same inputs (every causal row sees key 0)
+    assert not torch.equal(fw.kept_reference(q, k, v, True), kept) and len(made) == 2
+    monkeypatch.setattr(fw, "REFERENCE_KEEP_BYTES", full.numel() * 8 - 1)
+    assert fw.kept_reference(q, k, v, False) is None
+
+
+@pytest.mark.parametrize("first_ms,expected", [(30.0, 3), (24.0, 10)])
+def test_a_long_call_is_timed_fewer_times_and_not_replayed_in_a_graph(first_ms, expected):
+    """capture.LONG_CALL_MS: a forward of 25 ms or more stops at LONG_CALL_REPEATS event-timed calls once the
+    budget is spent (here at once), one under it at min_repeats; its graph replays are skipped with the reason."""
+    times = capture_mod._timed_loop(lambda i: first_ms, 50, 0.0, 10, capture_mod.LONG_CALL_MS)
+    assert len(times) == expected
+    assert len(capture_mod._timed_loop(lambda i: 30.0, 50, 0.0, 10)) == 10  # a CPU run: no long-call rule
+    record = {"status": "ok", "repeat": 1, "timing": {"method": "cuda_events", "median_ms": first_ms}}
+    why = capture_mod._skip_reason("graph_timing", spec("naive", device="cuda"), record, "cuda")
+    assert why == (capture_mod.LONG_CALL_NOTE if first_ms >= 25 else None)
+
+
 # --- phases ----------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 from attnprof.analysis.tables import analyse_trace, kernel_table, op_table
 from attnprof.analysis.trace import load_trace
 from attnprof.runtime.isolation import CaptureInterrupted
-from attnprof.runtime.worker import _order_of, reusable, run_in_worker
+from attnprof.runtime.worker import PRESTART_ENV, _order_of, reusable, run_in_worker
 from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
@@ -105,6 +105,21 @@ def test_queued_captures_are_served_round_by_round_each_round_in_a_fresh_process
     pid = {n: records[n]["worker"]["pid"] for n in records}
     assert pid["busy"] == pid["r1"] != pid["r2a"] == pid["r2b"]
     assert [records[n]["repeat"] for n in order] == [1, 1, 2, 2]
+
+
+@pytest.mark.slow
+def test_a_rounds_process_was_started_ahead_while_the_last_round_ran(tmp_path, monkeypatch):
+    """With processes started ahead (a GPU run; ATTNPROF_WORKER_PRESTART here), round 2's capture process is a spare
+    started while round 1 was being served: its capture began sooner after the supervisor took it than the process's
+    own start-up lasted, where round 1's first (cold) process made its capture wait for all of it. Each round still
+    has a process of its own, and the check process is a third."""
+    monkeypatch.setenv(PRESTART_ENV, "1")  # also a worker of its own (the environment is in its key)
+    one = in_worker(tmp_path, spec("naive", repeat=1), "a")
+    two = in_worker(tmp_path, spec("naive", repeat=2), "b")
+    assert one["status"] == two["status"] == "ok"
+    assert len({one["worker"]["pid"], two["worker"]["pid"], one["checks"]["pid"]}) == 3
+    waited = {n: r["capture_started_at"] - r["started_at"] for n, r in (("one", one), ("two", two))}
+    assert waited["one"] > one["worker"]["startup_s"] and waited["two"] < two["worker"]["startup_s"], waited
 
 
 @pytest.mark.slow

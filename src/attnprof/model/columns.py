@@ -188,7 +188,7 @@ declare(_S, "timed_ms_q1 timed_ms_q3 timed_ms_min timed_ms_max", "ms",
         "quartiles (linear interpolation between order statistics), min and max of those timed calls")
 declare(_S, "timed_repeats", "count",
         "how many calls were timed (`timing.repeats`, fewer for a long forward: `timing.budget_s`, at least "
-        "`timing.min_repeats`)")
+        "`timing.min_repeats`, or 3 for a GPU forward of 25 ms or more, whose CUDA-graph replays are skipped)")
 declare(_S, "timing_method", "", "`cuda_events` or `perf_counter`")
 declare((_S, "repeats"), "host_load_1m", "",
         "1-minute load average of the host when the capture started (`os.getloadavg`; summary.csv: repeat 1's); "
@@ -217,7 +217,8 @@ declare(_S, "checks_missing", "",
         "checks after the profile that did not finish (`phase: reason`, e.g. `correctness: out_of_memory ...`); the "
         "trace and its tables stand")
 declare(_S, "graph_ms_median graph_ms_q1 graph_ms_q3 graph_ms_min graph_ms_max", "ms",
-        "one forward captured in a CUDA graph, replays timed between CUDA events: median, quartiles, min, max")
+        "one forward captured in a CUDA graph, replays timed between CUDA events: median, quartiles, min, max; empty "
+        "for a forward of 25 ms or more, whose launch gaps are under 1 % of it (docs/costs.md)")
 declare(_S, "graph_error", "", "why a variant could not be captured in a CUDA graph")
 declare(_S, "peak_memory_mb", "MiB",
         "`torch.cuda.max_memory_allocated()` over the profiled steps (result sets captured before `held_memory_mb` "

@@ -23,6 +23,14 @@ Repeats. Captures carry their repeat (round) number; the first capture of a new 
 capture process, so that each round re-draws what a new process draws (CUDA context, allocations,
 cuDNN/cuBLAS plan choices) while the captures of one round share it.
 
+Started ahead. A fresh process pays the torch import, the CUDA context and the profiler's first session
+(CUPTI's start-up; about 8 s on the H200) before its first capture. On a GPU run the supervisor keeps one
+**spare** process (:class:`_Ahead`) that pays them while the current process captures: the next round, a
+replacement after a failed capture and the check process take it ready, and a new spare starts. Every process
+starts the same way (import, context, one empty profiler session: :func:`child_main`) and serves nothing until
+it is taken, so every round's process is alike. On a CPU run a spare would share the cores with a capture's
+timings: none is started (:func:`prestarts`).
+
 Checks. Repeat 1's later phases (the float64 checks, the timing loops, the op input types) run in a second
 child, the **check process** (:data:`CHECKS_CALL`, :func:`attnprof.measure.capture.run_checks`): the client sends
 them as a call after the profile, and the supervisor serves it in that process, so the capture process of every
@@ -111,6 +119,15 @@ CHECKS_CALL = "attnprof.measure.capture:run_checks"
 CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure.calibrate:calibrate", CHECKS_CALL})
 #: Seconds a client waits for a supervisor it started to listen.
 START_TIMEOUT_S = 30.0
+#: "1": start capture processes ahead on the CPU too (:func:`prestarts`; the tests use it).
+PRESTART_ENV = "ATTNPROF_WORKER_PRESTART"
+
+
+def prestarts(device: str) -> bool:
+    """Whether the supervisor for ``device`` keeps a spare process started ahead (:class:`_Ahead`): on a GPU run
+    (the spare's start-up runs on other cores than the capture's host side), not on a CPU run, whose host times a
+    process starting beside them would share the cores with; :data:`PRESTART_ENV` "1" forces it."""
+    return device == "cuda" or os.environ.get(PRESTART_ENV) == "1"
 
 
 def request_timeout_s() -> float:
@@ -291,7 +308,7 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     """Run one capture in the warm capture process and write ``status_path`` and
     ``trace_path`` as :func:`attnprof.runtime.isolation.run_isolated` does (same records, same
     statuses, plus ``record["worker"]``: the capture process's pid, how many captures it had
-    served before this one and its start-up seconds). ``timeout_s``: seconds before the
+    served before this one, its start-up seconds and when it started, epoch s). ``timeout_s``: seconds before the
     capture process is killed (a ``failed`` record); ``idle_s``: how long a supervisor this
     call starts waits for the next request; ``worker_log``: where that supervisor writes; ``python``, ``env``:
     the Python environment to capture in (:func:`connect_or_start`; default this one).
@@ -437,6 +454,26 @@ class _Child:
             self.kill()
 
 
+class _Ahead:
+    """Where the supervisor gets a fresh process: the spare started ahead, when there is one and it is alive, else a
+    new one; with :func:`prestarts`, each one taken starts the next spare."""
+
+    def __init__(self, device: str):
+        self.device, self.on, self.spare = device, prestarts(device), None
+
+    def take(self) -> _Child:
+        child, self.spare = self.spare, None
+        if child is None or child.proc.poll() is not None:
+            child = _Child(self.device)
+        if self.on:
+            self.spare = _Child(self.device)
+        return child
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.kill()
+
+
 def _read_request(conn: socket.socket) -> dict | None:
     """The request line on ``conn`` if it is a well-formed request (a JSON object with a
     positive ``timeout_s`` and either a ``spec`` with ``variant``/``shape``/``device`` and a
@@ -464,8 +501,9 @@ def _read_request(conn: socket.socket) -> dict | None:
     return None
 
 
-def _serve_one(conn: socket.socket, child: _Child | None, device: str, request: dict | None = None) -> _Child | None:
-    """Serve one request on ``conn`` (``request``: already read, else read here); returns the capture
+def _serve_one(conn: socket.socket, child: _Child | None, ahead: _Ahead, request: dict | None = None) -> _Child | None:
+    """Serve one request on ``conn`` (``request``: already read, else read here; a fresh process from ``ahead``);
+    returns the capture
     process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the capture process is killed
     before ``conn`` closes, so a capture never outlives the request it serves."""
     if request is None:
@@ -473,7 +511,7 @@ def _serve_one(conn: socket.socket, child: _Child | None, device: str, request: 
     if request is None:
         return child
     try:
-        return _serve_request(conn, request, child, device)
+        return _serve_request(conn, request, child, ahead)
     except BaseException:
         if child is not None:
             child.kill()
@@ -518,10 +556,11 @@ def _admit_waiting(listener: socket.socket, pending: list, seq: int) -> int:
         seq = _admit(conn, pending, seq)
 
 
-def _serve_request(conn: socket.socket, request: dict, child: _Child | None, device: str) -> _Child | None:
+def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahead: _Ahead) -> _Child | None:
     """Serve ``request`` in ``child`` (a fresh one where needed: :func:`_child_for`) and answer on ``conn``; returns the
     process to keep (None: it ended or must not serve on)."""
-    child = _child_for(request, child, device)
+    device = ahead.device
+    child = _child_for(request, child, ahead)
     with contextlib.suppress(OSError):
         _send(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:
@@ -555,17 +594,17 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, dev
     return None
 
 
-def _child_for(request: dict, child: _Child | None, device: str) -> _Child:
+def _child_for(request: dict, child: _Child | None, ahead: _Ahead) -> _Child:
     """The process to serve ``request`` in: ``child``, unless it ended or the request starts a new round of repeats
     (every round gets a fresh capture process: a repeat re-draws the process, the CUDA context, the allocator's
-    state and the libraries' plan choices; docs/statistics.md)."""
+    state and the libraries' plan choices; docs/statistics.md); a fresh one comes from ``ahead``."""
     repeat = (request.get("spec") or {}).get("repeat")
     if child is not None and repeat is not None and child.repeat is not None and child.repeat != repeat:
         log(f"repeat {repeat}: a fresh capture process for the new round")
         child.close()
         child = None
     if child is None or child.proc.poll() is not None:
-        child = _Child(device)
+        child = ahead.take()
     if repeat is not None:
         child.repeat = repeat
     return child
@@ -666,6 +705,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
         return 1
     listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
     procs: dict[str, _Child | None] = {"capture": None, "checks": None}  # the capture process; the check process
+    ahead = _Ahead(device)  # the spare process started ahead (a GPU run)
     pending: list = []  # (repeat, arrival, conn, request): accepted, not yet served
     seq = 0
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
@@ -689,7 +729,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
                 _, _, conn, request = pending.pop(0)
                 kind = "checks" if request.get("call") == CHECKS_CALL else "capture"
                 with conn, _device_lock(device):  # the supervisors of an A/B run (one per environment) take turns
-                    procs[kind] = _serve_one(conn, procs[kind], device, request)
+                    procs[kind] = _serve_one(conn, procs[kind], ahead, request)
     finally:
         listener.close()
         for _, _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
@@ -697,6 +737,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
         for child in procs.values():  # idle (ours), or a signal mid-capture: either way it must not run on
             if child is not None:
                 child.kill()
+        ahead.close()
         log(f"capture worker {key} exits")
     return 0
 
@@ -707,6 +748,7 @@ def child_main(device: str) -> int:
     """Capture process main loop: start torch (and CUDA) once, then one capture per request
     line on stdin, one ``{"record": ...}`` line on the protocol stream per capture. Anything
     printed to stdout by a library goes to stderr (the progress stream) instead."""
+    started_at = time.time()
     die_with_parent(int(os.environ.get(PARENT_PID_ENV) or os.getppid()))
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -716,9 +758,11 @@ def child_main(device: str) -> int:
 
     from attnprof.measure.capture import capture
 
-    if device == "cuda" and torch.cuda.is_available():
+    cuda = device == "cuda" and torch.cuda.is_available()
+    if cuda:
         torch.zeros(1, device="cuda")  # create the CUDA context now, not inside the first capture
         torch.cuda.synchronize()
+    _first_profiler_session(cuda)
     startup_s = round(time.perf_counter() - t0, 3)
     log(f"capture process {os.getpid()} ready in {startup_s} s")
     captures = 0
@@ -728,7 +772,8 @@ def child_main(device: str) -> int:
             reply = _call(request["call"], request["args"])
         else:
             record = capture(request["spec"], Path(request["trace"]))
-            record["worker"] = {"pid": os.getpid(), "captures_before": captures, "startup_s": startup_s}
+            record["worker"] = {"pid": os.getpid(), "captures_before": captures, "startup_s": startup_s,
+                                "started_at": round(started_at, 3)}
             captures += 1
             reply = {"record": record}
         if device == "cuda" and torch.cuda.is_available():
@@ -736,6 +781,20 @@ def child_main(device: str) -> int:
         proto.write(json.dumps(reply, default=str) + "\n")
         proto.flush()
     return 0
+
+
+def _first_profiler_session(cuda: bool) -> None:
+    """One empty ``torch.profiler`` session (CPU, and CUDA on a GPU), nothing exported: what a process's first
+    session costs beyond the others (CUPTI's start-up, about 4 s on the H200; the lazy ``torch._inductor`` import
+    that ``prepare_trace`` triggers, 1.3 s on the CPU: docs/costs.md) is paid at start-up, by a spare while another
+    process captures, and every capture follows an earlier session in its process."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])):
+        torch.zeros(1, device="cuda" if cuda else "cpu").add_(1)
+        if cuda:
+            torch.cuda.synchronize()
 
 
 def _call(target: str, args: list) -> dict:
