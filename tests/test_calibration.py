@@ -29,13 +29,15 @@ def test_a_a_sweeps_have_no_changed_verdict_and_reruns_hold_the_intervals():
 
 
 def test_a_b_finds_the_known_change_and_nothing_else():
-    """Two result sets captured one after the other, not paired round by round: compare adds the sitting term, so
-    a 3.3 % change against a 2 % threshold is not "more than 2 %" beyond doubt at 5 repeats: its interval excludes
-    1 and holds the known change, and the row says how many rounds would decide; no other row is called
-    changed. (The paired A/B of examples/compare_h200_ab_sleep calls it slower: tests/test_ab_examples.py.)"""
+    """Two result sets captured one after the other, not paired round by round, whose records (made before captures
+    were timed) cannot show one sitting: compare adds the sitting term with its own 2 degrees of freedom, so a 3.3 %
+    change against a 2 % threshold is not "more than 2 %" beyond doubt at 5 repeats: the row is undetermined, its
+    interval holds the known change, and no other row is called changed. (The paired A/B of
+    examples/compare_h200_ab_sleep calls it slower: tests/test_ab_examples.py.)"""
     pair = compare_runs([calibrate.load("calib-a"), calibrate.load("calib-b")])["pairs"][0]
     changed = [r for r in pair["rows"] if r["variant"] == "sleep_attn"]
-    assert changed[0]["verdict"] == "inconclusive" and changed[0]["ratio_lo"] > 1 and 5 < changed[0]["repeats_needed"]
+    assert pair["sitting_sd"] > 0 and "does not record" in pair["sitting"]["why"]
+    assert changed[0]["verdict"] == "inconclusive" and changed[0]["ratio"] > 1.02
     assert {r["verdict"] for r in pair["rows"] if r["variant"] != "sleep_attn"} <= {"same", "inconclusive"}
     # the known change: B's spin kernel minus A's (means over the repeats, us per forward) over A's device time
     spin = {}
@@ -59,7 +61,7 @@ def test_a_a_across_sittings_calls_nothing_changed_and_its_intervals_hold_1():
     assert pair["counts"]["slower"] == pair["counts"]["faster"] == 0 and pair["sitting_sd"] > 0
     rows = [r for r in pair["rows"] if r["ratio_lo"] is not None]
     assert len(rows) == 61 and sum(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in rows) >= 0.9 * 61
-    assert pair["joint"]["rows"] == 61 and 0 < pair["joint"]["expected_false"] < 0.5
+    assert pair["joint"]["rows"] == 61 and 0 <= pair["joint"]["expected_false"] < 0.5
 
 
 def test_interleaved_a_a_on_the_h200_calls_nothing_changed_and_the_fused_rows_the_same():
@@ -94,3 +96,33 @@ def test_interleaved_a_a_on_the_h200_calls_nothing_changed_and_the_fused_rows_th
             per.append(t[(t["variant"] == r["variant"]) & (t["shape_key"] == r["shape_key"])].set_index("repeat")[
                 "device_ms_per_forward"])
         assert r["ratio"] == pytest.approx(float(np.exp(np.mean(np.log(per[1] / per[0])))), rel=1e-9)
+
+
+def test_the_h200_a_b_of_issue_39_re_judged_from_its_tables():
+    """Known answers (examples/make-h200-ab-changes.sh, a fresh H200, 2026-12-03, default config): B adds one
+    elementwise kernel to added_kernel, makes longer_kernel's sleep kernel about 4 % longer and slightly_longer's
+    about 1 % longer, and leaves the seven built-in variants alone. Re-judged here from the committed tables: the first
+    two slower with the added kernel named, the third the same within 2 %, no built-in variant slower or faster; and
+    each changed row's ratio is the geometric mean of its rounds' B/A ratios from repeats.csv (an independent path)."""
+    a, b = calibrate.load("h200-ab-changes-base"), calibrate.load("h200-ab-changes-changed")
+    pair = compare_runs([a, b])["pairs"][0]
+    rows = {r["variant"]: r for r in pair["rows"]}
+    assert pair["paired"] and rows["added_kernel"]["verdict"] == rows["longer_kernel"]["verdict"] == "slower"
+    assert any("elementwise" in k for k in rows["added_kernel"]["kernels_added"])
+    assert not rows["longer_kernel"]["kernels_added"] and rows["slightly_longer"]["verdict"] == "same"
+    assert all(rows[v]["verdict"] in ("same", "inconclusive") for v in rows if v not in ("added_kernel", "longer_kernel",
+                                                                                        "slightly_longer"))
+    for v in ("added_kernel", "longer_kernel"):
+        per = [x["repeats"][x["repeats"]["variant"] == v].set_index("repeat")["device_ms_per_forward"] for x in (a, b)]
+        rounds = rows[v]["repeats_a"]
+        ratio = float(np.exp(np.mean(np.log(per[1].loc[:rounds] / per[0].loc[:rounds]))))
+        assert rows[v]["ratio"] == pytest.approx(ratio, rel=1e-9) and rows[v]["ratio_lo"] > 1.02
+
+
+def test_the_h200_a_a_of_2026_12_03_calls_nothing_changed():
+    """The interleaved A/A rerun on a fresh H200 with the current rule (2026-12-03; benchmarks/calibration/results/
+    h200-aa2-{a,b}): no row changed, at least 90 % of the fused-kernel rows the same within 2 %."""
+    pair = compare_runs([calibrate.load("h200-aa2-a"), calibrate.load("h200-aa2-b")])["pairs"][0]
+    assert pair["paired"] and pair["counts"]["slower"] == pair["counts"]["faster"] == 0
+    fused = [r for r in pair["rows"] if r["variant"] in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto")]
+    assert len(fused) == 28 and sum(r["verdict"] == "same" for r in fused) >= 0.9 * 28
