@@ -113,20 +113,25 @@ class RowData:
         return self.d is not None
 
     def moments(self) -> tuple[float, float, float, float, int, int]:
-        """(m, own variance per round, own df, se factor k with se**2 = var * k, n_a, n_b)."""
-        if self.paired:
-            n = len(self.d)
-            if not n:
-                return math.nan, 0.0, 0.0, math.inf, 0, 0
-            return float(np.mean(self.d)), float(np.var(self.d, ddof=1)) if n > 1 else 0.0, n - 1.0, 1.0 / n, n, n
+        """(m, own variance per round, own df, se factor k with se**2 = var * k, n_a, n_b); m NaN and k infinite
+        where a side has no time."""
+        return self._paired_moments() if self.paired else self._unpaired_moments()
+
+    def _paired_moments(self) -> tuple[float, float, float, float, int, int]:
+        n = len(self.d)
+        if not n:
+            return math.nan, 0.0, 0.0, math.inf, 0, 0
+        return float(np.mean(self.d)), float(np.var(self.d, ddof=1)) if n > 1 else 0.0, n - 1.0, 1.0 / n, n, n
+
+    def _unpaired_moments(self) -> tuple[float, float, float, float, int, int]:
         na, nb = len(self.a), len(self.b)
-        ss = sum(float(np.var(x, ddof=0)) * len(x) for x in (self.a, self.b) if x)
-        dof = max(na + nb - 2, 0)
-        var = ss / dof if dof else 0.0
-        m = float(np.mean(self.b) - np.mean(self.a)) if na and nb else math.nan
+        if not (na and nb):
+            return math.nan, 0.0, 0.0, math.inf, na, nb
+        ss = sum(float(np.var(x, ddof=0)) * len(x) for x in (self.a, self.b))
         # a side with one repeat has no spread of its own: such a row is never judged (its spread would be the
         # other side's alone)
-        return m, var, float(dof) if na > 1 and nb > 1 else 0.0, (1 / na + 1 / nb) if na and nb else math.inf, na, nb
+        dof = na + nb - 2 if na > 1 and nb > 1 else 0
+        return float(np.mean(self.b) - np.mean(self.a)), ss / dof if dof else 0.0, float(dof), 1 / na + 1 / nb, na, nb
 
 
 def conditional_bh(p: np.ndarray, rate: float = FALSE_DISCOVERY_RATE, lam: float = CANDIDATE_P) -> np.ndarray:
