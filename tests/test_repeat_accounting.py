@@ -92,9 +92,9 @@ def test_page_1_and_the_row_name_the_repeat_that_was_not_counted():
 
 
 def test_the_pool_counts_what_the_row_counts_a_copy_once():
-    """repeat_noise pools the repeats combine_repeats counts: a copied repeat (same started_at) would add a zero
-    deviation and narrow every interval of the variant; it enters once. Expected: the pooled variance of the two
-    shapes' distinct repeats by numpy (one-way ANOVA's within-group mean square)."""
+    """repeat_noise takes the repeats combine_repeats counts: a copied repeat (same started_at) would add a zero
+    deviation and narrow the interval; it enters once. Two cells are too few for a prior (stats.MIN_PRIOR_ROWS), so
+    each keeps its own variance: expected, the sample variance of the cell's three distinct repeats by numpy."""
     import numpy as np
 
     from attnprof.analysis.tables import repeat_noise
@@ -106,9 +106,8 @@ def test_the_pool_counts_what_the_row_counts_a_copy_once():
 
     a, b = [1.0, 1.02, 0.99], [2.0, 2.06, 1.97]
     noise = repeat_noise({("v", "s1"): rows("s1", a, copy=True), ("v", "s2"): rows("s2", b)})
-    pooled = (2 * np.var(np.log(a), ddof=1) + 2 * np.var(np.log(b), ddof=1)) / 4
     got = noise[("v", "s1")]["device_ms_per_forward"]
-    assert got.df == 4 and got.sd == pytest.approx(np.sqrt(pooled), rel=1e-12)
+    assert got.df == 2 and got.sd == pytest.approx(np.std(np.log(a), ddof=1), rel=1e-12)
 
 
 def test_a_row_that_did_not_run_says_how_each_repeat_ended_once():
