@@ -5,7 +5,7 @@ mean and, for a column the report's summary table heads, its header (:class:`Rep
 ``docs/results.md`` is generated from it (``python -m attnprof.model.columns > docs/results.md``: the
 prose of ``results_template.md`` beside this file, each ``{{columns <table>}}`` line replaced by that
 table's columns), and the report's summary table takes its headers from it
-(attnprof.render.report: template global ``columns``). tests/test_columns.py fails when a table
+(attnprof.render.common: template global ``columns``). tests/test_columns.py fails when a table
 that the pipeline writes has a column not declared here, or a declared column it does not write.
 
 Adding a summary column: compute it (attnprof.analysis.tables), declare it here, and, to show it in the

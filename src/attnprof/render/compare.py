@@ -1,0 +1,204 @@
+"""The comparison page (compare.html, compare.pdf): compare.json (attnprof.analysis.compare) turned into the
+template's context (report/compare.html.j2) and nothing else: per pair, the verdict counts, the rows called changed,
+what differs in kernels, ops and recipes, the dispatches that changed, the top-up rounds and the detection limit.
+
+The verdicts themselves are compare's; :func:`detection_limit` and the top-up levels call the statistics
+(attnprof.analysis.stats) thinly, as they are.
+"""
+
+from __future__ import annotations
+
+import re
+
+from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
+from attnprof.analysis.stats import CONFIDENCE, detectable_at, look_levels
+from attnprof.findings.brief import present
+from attnprof.model.fmt import format_range, format_value
+from attnprof.model.variants import DISPATCHERS
+
+
+def compare_context(doc: dict, css: str) -> dict:
+    """What the compare template needs: compare.json (``cmp``) with the practical threshold in %
+    (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
+    pair as :func:`pair_context` gives it, and the CSS."""
+    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
+           "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
+    cmp["pairs"] = [pair_context(pair, doc["noise_floor"], doc.get("confidence", CONFIDENCE)) for pair in doc["pairs"]]
+    return {"cmp": cmp, "css": css}
+
+
+def _differ(rows: list[dict], what: str) -> list[str]:
+    """'variant at shape' of the rows whose ``what`` (kernels, ops) were added or removed, once each."""
+    return list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
+                              if r.get(f"{what}_added") or r.get(f"{what}_removed")))
+
+
+def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE) -> dict:
+    """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
+    (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
+    verdicts could find (``detection``, :func:`detection_limit`), the dispatches that changed (each with its
+    dispatcher, ``variant``) and ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass)
+    of every row called slower or faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
+    rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
+    changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
+    threshold = pair.get("threshold", noise_floor)
+    dispatch = _dispatches(pair)
+    return {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
+            "dispatch_changed": [d for d in dispatch if d.get("a") != d.get("b")],
+            "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
+            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
+            "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
+            "claims": _compare_claims(changed, dispatch), "top_up": _top_up_rows(rows, pair.get("design"), confidence),
+            "env_diff": _env_diff_rows(pair.get("env_diff") or [])}
+
+
+def _env_diff_rows(diff: list[dict]) -> list[dict]:
+    """compare.json's environment differences for the page: a variable an A/B environment does not set (a key under
+    ``ab.env.`` absent on one side) reads "not set", not "not recorded" (which says a result set lacks the field)."""
+    return [{**d, **{side: "not set" for side in ("a", "b") if d.get(side) is None and d["key"].startswith("ab.env.")}}
+            for d in diff]
+
+
+def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> dict:
+    """The rows that got rounds added after look 1 (attnprof.analysis.top_up): ``rows`` (each with ``added``
+    rounds) and how many of them the rounds decided (``decided``), and the interval levels of each look in %
+    (``changed_pct``, ``same_pct``: attnprof.analysis.stats.look_levels)."""
+    topped = [{**r, "added": r["top_up"]["rounds"] - r["top_up"]["base"]} for r in rows if r.get("top_up")]
+    changed, same = look_levels(confidence, (design or {}).get("looks") or 1)
+    return {"rows": topped, "decided": sum(r["verdict"] != "inconclusive" for r in topped),
+            "changed_pct": 100 * changed, "same_pct": 100 * same}
+
+
+def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
+    """Rows per verdict: the pair's own counts, each verdict it lacks (a compare.json written before that verdict
+    existed) counted from its rows."""
+    return {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
+
+
+def _pct(fraction) -> float | None:
+    return 100 * fraction if fraction else None
+
+
+#: What a compare row of an older compare.json lacks, as None (or '').
+_ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
+                 "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None}
+
+
+#: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
+#: the joint control and the sitting term were recorded, none stated.
+_PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
+                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None, "design": None}
+
+
+def _extra(row: dict) -> bool:
+    """Whether a compare row goes in the backward / torch.compile table: a backward or a compile record in either
+    result set."""
+    return bool(row.get("bwd_verdict") or row.get("compile_a_s") or row.get("compile_b_s"))
+
+
+#: A dispatch finding's statement (attnprof.findings.rules.kernels): '<dispatcher> dispatched to <backend>: same
+#: kernels as <variant>'.
+_DISPATCHED = re.compile(r"^(?P<dispatcher>\S+) dispatched to \S+: same .*? as (?P<target>\S+?)(?:;|$)")
+
+
+def _dispatches(pair: dict) -> list[dict]:
+    """A pair's dispatch entries (compare.json: what a dispatcher ran at each shape in either set), each with the
+    dispatcher it is about (``variant``)."""
+    return [{**d, "variant": _dispatcher_of(d)} for d in pair.get("dispatch") or []]
+
+
+def _dispatcher_of(entry: dict) -> str:
+    """The dispatcher a compare.json dispatch entry is about, from its statements (the registry's dispatchers,
+    attnprof.model.variants.DISPATCHERS, when neither names one)."""
+    for side in ("statement_a", "statement_b"):
+        m = _DISPATCHED.match(entry.get(side) or "")
+        if m:
+            return m["dispatcher"]
+    return ", ".join(DISPATCHERS)
+
+
+def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]:
+    """``claims`` of :func:`pair_context`: ``both`` (the verdicts) and ``a``/``b`` (each side's dispatches)."""
+    out = {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": set(), "b": set()}
+    for d in dispatch:
+        for side in ("a", "b"):
+            m = _DISPATCHED.match(d.get(f"statement_{side}") or "")
+            if m:
+                out[side].add((f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward"))
+    return out
+
+
+def _torch_builds(pair: dict) -> dict | None:
+    """{a, b}: the torch build of each result set of a compare pair (``2.13.0+cpu``), from compare.json, or for one
+    written before it recorded them, from its environment difference; None when neither says."""
+    if pair.get("torch"):
+        return pair["torch"]
+    diff = next((d for d in pair.get("env_diff") or [] if d["key"] == "torch"), None)
+    return {"a": diff["a"], "b": diff["b"]} if diff else None
+
+
+def recipe_context(recipes: list[dict]) -> dict:
+    """The compare template's recipe section from a pair's ``recipes`` (attnprof.analysis.compare.recipe_changes):
+    ``recipes_changed`` (the (variant, shape, pass) entries whose recipe differs or one of whose kept steps changed
+    its time, each group's rows without the kept steps whose time verdict is not slower/faster, so that a table shows
+    only what differs; ``kept_hidden`` counts the rows left out), of which ``recipes_differ`` (steps added, removed,
+    replaced or moved) and ``recipes_retimed`` (the same steps, some slower or faster), ``recipes_same`` (how many
+    entries have the same steps in the same order) and ``recipe_counts`` (rows of each kind over every entry)."""
+    changed = [c for c in map(_recipe_shown, recipes) if c is not None]
+    differ = [r for r in changed if not r.get("same")]
+    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(differ), "recipe_counts": _recipe_totals(recipes),
+            "recipes_total": len(recipes), "recipes_differ": differ,
+            "recipes_retimed": [r for r in changed if r.get("same")]}
+
+
+def _recipe_totals(recipes: list[dict]) -> dict[str, int]:
+    """Rows of each kind (kept, added, removed...) over every recipe entry."""
+    totals: dict[str, int] = {}
+    for r in recipes:
+        for k, n in (r.get("counts") or {}).items():
+            totals[k] = totals.get(k, 0) + n
+    return totals
+
+
+def _kept_unchanged(row: dict) -> bool:
+    """A recipe row the tables leave out: a kept step whose time is not slower/faster and whose launch is the same."""
+    return row["kind"] == "kept" and row.get("verdict") not in ("slower", "faster") and not row.get("launch_changed")
+
+
+def _recipe_shown(r: dict) -> dict | None:
+    """A recipe entry as the compare's tables show it: each group without its unchanged kept steps (``kept_hidden``
+    counts them); None when its steps are the same and none changed."""
+    groups = r.get("groups") or []
+    shown = [{**g, "rows": [x for x in g["rows"] if not _kept_unchanged(x)]} for g in groups]
+    hidden = sum(len(g["rows"]) for g in groups) - sum(len(g["rows"]) for g in shown)
+    if r.get("same") and not any(g["rows"] for g in shown):
+        return None
+    return {**r, "groups": shown, "kept_hidden": hidden}
+
+
+def detection_limit(rows: list[dict], threshold: float) -> dict | None:
+    """The smallest change the verdicts of one comparison find with 80 % power, per row from its standard error and
+    degrees of freedom (attnprof.analysis.stats.detectable_at: the exact power of the rule "the whole 95 % interval
+    beyond the threshold"; never under the threshold). ``pct``: the limit that most rows (more than half of those
+    judged) reach, with how many (``within`` of ``rows``), the range over the rows, and the repeats per side. None
+    when no row was judged (one repeat, or host times of two sittings: nothing can be called changed)."""
+    limits, repeats = [], set()
+    for r in rows:
+        se, df = r.get("se"), r.get("df")
+        if not (present(se) and present(df)) or r.get("verdict") == "not judged":
+            continue
+        limits.append(100 * detectable_at(se, df, threshold, confidence=r.get("level") or CONFIDENCE))
+        repeats.add((r.get("repeats_a"), r.get("repeats_b")))
+    if not limits:
+        return None
+    limits.sort()
+    most = len(limits) // 2 + 1
+    ra = sorted({a for a, _ in repeats if a is not None})
+    rb = sorted({b for _, b in repeats if b is not None})
+    def side(v):
+        return "?" if not v else (str(v[0]) if len(v) == 1 else format_range(str(v[0]), str(v[-1])))
+    pct = limits[most - 1]
+    # every row that reaches it as stated (2 significant digits): 8 of 8 rows at 2 %, not "5 of 8, from 2 % to 2 %"
+    within = sum(limit <= pct or format_value(limit, 2) == format_value(pct, 2) for limit in limits)
+    return {"pct": pct, "within": within, "rows": len(limits), "min_pct": limits[0], "max_pct": limits[-1],
+            "at_threshold": limits[0] <= 100 * threshold + 1e-6, "repeats": f"{side(ra)} / {side(rb)}"}
