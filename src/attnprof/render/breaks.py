@@ -29,10 +29,7 @@ _SEPARATOR = re.compile(r"(::|_|,(?=[^\W\d]))(?=\S)")
 
 
 def _identifier(match: re.Match) -> str:
-    word = match.group(0)
-    if "&#8203;" in word or "\u200b" in word:  # the template marked its breaks already
-        return word
-    return _SEPARATOR.sub(r"\1<wbr>", word)
+    return _SEPARATOR.sub(r"\1<wbr>", match.group(0))
 
 
 def _text(text: str) -> str:

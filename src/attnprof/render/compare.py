@@ -8,6 +8,7 @@ The verdicts themselves are compare's; :func:`detection_limit` and the top-up le
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
@@ -15,6 +16,7 @@ from attnprof.analysis.stats import CONFIDENCE, detectable_at, look_levels
 from attnprof.findings.brief import present
 from attnprof.model.fmt import format_range, format_value
 from attnprof.model.variants import DISPATCHERS
+from attnprof.render.common import cudnn_version, setting
 
 
 def compare_context(doc: dict, css: str) -> dict:
@@ -36,27 +38,83 @@ def _differ(rows: list[dict], what: str) -> list[str]:
 def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE) -> dict:
     """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
     (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
-    verdicts could find (``detection``, :func:`detection_limit`), the dispatches that changed (each with its
-    dispatcher, ``variant``) and ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass)
-    of every row called slower or faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
+    verdicts could find (``detection``, :func:`detection_limit`; where none, ``no_detection``: why), the dispatches
+    that changed (``dispatch_changed``: a dispatcher that ran on both sides, each with its dispatcher, ``variant``)
+    and those known on one side only (``dispatch_one_side``), page 1's ``headline`` (:func:`headline`) and
+    ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass) of every row called slower or
+    faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
     rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
     changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
     threshold = pair.get("threshold", noise_floor)
     dispatch = _dispatches(pair)
-    return {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
-            "dispatch_changed": [d for d in dispatch if d.get("a") != d.get("b")],
-            "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
-            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
-            "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
-            "claims": _compare_claims(changed, dispatch), "top_up": _top_up_rows(rows, pair.get("design"), confidence),
-            "env_diff": _env_diff_rows(pair.get("env_diff") or [])}
+    out = {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
+           "dispatch_changed": [d for d in dispatch if d.get("a") and d.get("b") and d["a"] != d["b"]],
+           "dispatch_one_side": [d for d in dispatch if bool(d.get("a")) != bool(d.get("b"))],
+           "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
+           "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
+           "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, threshold),
+           "no_detection": _no_detection(rows), "claims": _compare_claims(changed, dispatch),
+           "top_up": _top_up_rows(rows, pair.get("design"), confidence), "env_diff": _env_diff_rows(pair.get("env_diff") or [])}
+    return {**out, "headline": headline(out)}
+
+
+def headline(p: dict) -> str:
+    """The first words of a comparison's page 1: 'Nothing to compare' (no (variant, shape) in both result sets),
+    'What changed' (a time called changed, kernels, ops, recipes, support or a dispatch that differ), 'No change
+    shown' (none, but some row inconclusive: a change up to the detection limit is not ruled out), else 'Nothing
+    changed'."""
+    if not p["rows"]:
+        return "Nothing to compare"
+    if any(p[k] for k in ("changed", "kernels_differ", "ops_differ", "recipes_changed", "support", "dispatch_changed",
+                          "dispatch_one_side")):
+        return "What changed"
+    return "No change shown" if p["counts"].get("inconclusive") else "Nothing changed"
+
+
+def _no_detection(rows: list[dict]) -> str:
+    """Why no row of a comparison was judged (the detection limit's place when there is none): its host times of two
+    sittings, its rows with one repeat on a side, or no row at all."""
+    why = []
+    if any(r["verdict"] == "not judged" for r in rows):
+        why.append("host times of two sittings are not judged (a host-time verdict needs the paired rounds of an A/B run)")
+    if any(r["verdict"] != "not judged" and 1 in (r.get("repeats_a"), r.get("repeats_b")) for r in rows):
+        why.append("a side with one repeat has no between-run spread")
+    return "; ".join(why) or "no (variant, shape) has a time on both sides"
 
 
 def _env_diff_rows(diff: list[dict]) -> list[dict]:
     """compare.json's environment differences for the page: a variable an A/B environment does not set (a key under
-    ``ab.env.`` absent on one side) reads "not set", not "not recorded" (which says a result set lacks the field)."""
-    return [{**d, **{side: "not set" for side in ("a", "b") if d.get(side) is None and d["key"].startswith("ab.env.")}}
-            for d in diff]
+    ``ab.env.`` absent on one side) reads "not set", not "not recorded" (which says a result set lacks the field);
+    the cuDNN version as major.minor.patch (:func:`attnprof.render.common.cudnn_version`); keys of one parent
+    recorded on one side only (a ``--config`` grid: ``config.shapes.cpu.seq_len``, ``...head_dim``) on one line,
+    ``parent.*``, the other side's ``key=value`` pairs joined by '; '."""
+    out = []
+    for one_sided, group in itertools.groupby(diff, key=_one_sided_parent):
+        group = list(group)
+        if one_sided and len(group) > 1:
+            parent, side = one_sided
+            value = "; ".join(f"{d['key'][len(parent) + 1:]}={setting(d[side])}" for d in group)
+            out.append({"key": f"{parent}.*", "a": None, "b": None, side: value})
+        else:
+            out += [_env_value(d) for d in group]
+    return out
+
+
+def _one_sided_parent(d: dict) -> tuple[str, str] | None:
+    """(parent, the side that records it) of an environment difference recorded on one side only
+    (``config.shapes.cpu`` of ``config.shapes.cpu.seq_len``); None for one on both sides, a top-level key or an
+    ``ab.env.`` variable."""
+    if (d.get("a") is None) == (d.get("b") is None) or "." not in d["key"] or d["key"].startswith("ab.env."):
+        return None
+    return d["key"].rsplit(".", 1)[0], "b" if d.get("a") is None else "a"
+
+
+def _env_value(d: dict) -> dict:
+    """One environment difference as the page words it ("not set", the cuDNN version)."""
+    d = {**d, **{side: "not set" for side in ("a", "b") if d.get(side) is None and d["key"].startswith("ab.env.")}}
+    if d["key"] == "cudnn":
+        d.update({side: cudnn_version(d[side]) or None for side in ("a", "b")})
+    return d
 
 
 def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> dict:

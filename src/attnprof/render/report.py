@@ -18,6 +18,7 @@ from attnprof.analysis.trace import kernel_label
 from attnprof.findings.brief import backward_numbers, check_failed, expectations_words, page1
 from attnprof.findings.data import at_shape, records
 from attnprof.findings.metrics import KERNEL_COUNT
+from attnprof.findings.rules.kernels import occupancy_not_estimated
 from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
 from attnprof.model.variants import DISPATCHERS, REGISTRY
@@ -201,13 +202,17 @@ def _row_context(row: dict, shape_key: str, kernels: pd.DataFrame, launches: pd.
 
 
 def _row_kernels(kernels: pd.DataFrame, variant: str, shape_key: str) -> list[dict]:
-    """A row's kernels with a short name for the table (the full name on demand) and the time per forward in ms like
-    every other."""
+    """A row's kernels with a short name for the table (the full name on demand), the time per forward in ms like
+    every other, and ``occupancy_artefact``: its 0 % occupancy is the profiler's (a driver-API launch:
+    attnprof.findings.rules.kernels.occupancy_not_estimated)."""
     k = _of(kernels, variant, shape_key)
     if not len(k):
         return records(k)
     per_forward = k["us_per_forward"] / 1000 if "us_per_forward" in k else None
-    return records(k.assign(label=[kernel_label(n) for n in k["kernel"]], ms_per_forward=per_forward))
+    artefact = [occupancy_not_estimated(e, api) for e, api in zip(k.get("est_occupancy_pct", [None] * len(k)),
+                                                                   k.get("launch_api", [None] * len(k)))]
+    return records(k.assign(label=[kernel_label(n) for n in k["kernel"]], ms_per_forward=per_forward,
+                            occupancy_artefact=artefact))
 
 
 def _of(table: pd.DataFrame, variant: str, shape_key: str) -> pd.DataFrame:
