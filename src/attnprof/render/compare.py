@@ -59,11 +59,11 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
 
 
 def headline(p: dict) -> str:
-    """The first words of a comparison's page 1: 'Nothing to compare' (no (variant, shape) in both result sets),
-    'What changed' (a time called changed, kernels, ops, recipes, support or a dispatch that differ), 'No change
-    shown' (none, but some row inconclusive: a change up to the detection limit is not ruled out), else 'Nothing
-    changed'."""
-    if not p["rows"]:
+    """The first words of a comparison's page 1: 'Nothing to compare' (no (variant, shape) in both result sets: no
+    row, no recipe), 'What changed' (a time called changed, kernels, ops, recipes, support or a dispatch that
+    differ), 'No change shown' (none, but some row inconclusive: a change up to the detection limit is not ruled
+    out), else 'Nothing changed'."""
+    if not p["rows"] and not p["recipes_total"]:
         return "Nothing to compare"
     if any(p[k] for k in ("changed", "kernels_differ", "ops_differ", "recipes_changed", "support", "dispatch_changed",
                           "dispatch_one_side")):
