@@ -73,13 +73,15 @@ def headline(p: dict) -> str:
 
 def _no_detection(rows: list[dict]) -> str:
     """Why no row of a comparison was judged (the detection limit's place when there is none): its host times of two
-    sittings, its rows with one repeat on a side, or no row at all."""
+    sittings, its rows with one repeat on a side, rows of an older compare.json (no standard error), or no row."""
     why = []
     if any(r["verdict"] == "not judged" for r in rows):
         why.append("host times of two sittings are not judged (a host-time verdict needs the paired rounds of an A/B run)")
     if any(r["verdict"] != "not judged" and 1 in (r.get("repeats_a"), r.get("repeats_b")) for r in rows):
         why.append("a side with one repeat has no between-run spread")
-    return "; ".join(why) or "no (variant, shape) has a time on both sides"
+    if not why and rows:
+        why.append("its rows record no standard error: a compare.json written before compare recorded them")
+    return "; ".join(why) or "no (variant, shape) in both result sets"
 
 
 def _env_diff_rows(diff: list[dict]) -> list[dict]:
