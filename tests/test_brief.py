@@ -99,3 +99,19 @@ def test_every_claim_of_page_1_names_a_cell_of_its_summary(example):
     for claim, variant, shape_key, pass_ in claims:
         assert (variant, shape_key) in cells and pass_ in ("forward", "backward"), (claim, variant, shape_key)
     assert all(s["href"].startswith("#") for s in statements)
+
+
+COMPARES = sorted(p.parent for p in (ROOT / "examples").glob("*/compare.json"))
+
+
+@pytest.mark.parametrize("example", COMPARES, ids=[p.name for p in COMPARES])
+def test_the_compare_page_opens_each_pair_with_the_headline_its_data_states(example):
+    """A comparison's page 1: each pair's first words are attnprof.render.compare.headline's, in the pairs' order
+    (the page lays the data out; the whole render finds the same words)."""
+    from attnprof.render.compare import compare_context
+
+    context = compare_context(json.loads((example / "compare.json").read_text()), "")
+    whole = render_html(context, ROOT / "report", "compare.html.j2")
+    said = re.findall(r'<p class="brief(?: verdict-different)?"><b>([^<]+)</b>(?: \(threshold|:)', whole)
+    said = [s for s in said if s not in ("Profiler accounting changed", "How sure", "Detection limit", "Environment and config")]
+    assert said == [p["headline"] for p in context["cmp"]["pairs"]] and said
