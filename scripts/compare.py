@@ -7,7 +7,8 @@ from attnprof.runtime.logs import script_log
 sm = snakemake  # noqa: F821
 with script_log(sm.log[0]) as log:
     import json
-    from attnprof.analysis.compare import compare_runs, load_result_set
+    import sys
+    from attnprof.analysis.compare import compare_runs, load_result_set, nothing_in_common
     from attnprof.findings.kernel_names import kernel_class
     from attnprof.runtime.integrity import file_problem
 
@@ -24,3 +25,10 @@ with script_log(sm.log[0]) as log:
     for pair in result["pairs"]:
         print(f"{pair['b']} vs {pair['a']}: {len(pair['rows'])} rows ({pair['counts']}), "
               f"{len(pair['env_diff'])} environment differences", file=log)
+    # a pair with nothing in common is said on the terminal too; a compare where no pair has any fails, naming them
+    empty = [words for pair in result["pairs"] if (words := nothing_in_common(pair))]
+    for words in empty:
+        print(f"attnprof compare: {words}", file=log)
+        print(f"attnprof compare: {words}", file=sys.__stderr__)
+    if empty and len(empty) == len(result["pairs"]):
+        sys.exit("attnprof compare: nothing was compared: " + " / ".join(empty))

@@ -8,7 +8,8 @@ with script_log(sm.log[0]) as log:
     import pandas as pd
     from attnprof.findings import load_expectations
     from attnprof.analysis.records import load_calibration, load_env, load_repeats
-    from attnprof.render.report import build_context, render_html
+    from attnprof.render.common import render_html
+    from attnprof.render.report import build_context
     from attnprof.analysis.tables import concat_tables
     from attnprof.model.plan import Layout
 

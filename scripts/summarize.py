@@ -51,7 +51,7 @@ with script_log(sm.log[0]) as log:
     # in the current format: its version in a constant column (this docstring)
     repeats_csv = pd.DataFrame(repeats, columns=REPEAT_COLUMNS).assign(**{FORMAT_KEY: FORMATS["repeats"]})
     repeats_csv.to_csv(sm.output.repeats, index=False)
-    # the between-process noise pooled over each variant's shapes (attnprof.analysis.stats.pool_noise)
+    # the between-process noise, each cell's moderated over its variant's other cells (attnprof.analysis.stats.squeeze_var)
     noise = repeat_noise(per_pair)
     expected = int(env["config"]["repeats"])
     summary = [combine_repeats(rows, sm.params.confidence, noise[key], expected) for key, rows in per_pair.items()]

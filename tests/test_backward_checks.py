@@ -16,7 +16,7 @@ from attnprof.findings.rules.status import rule_grad_correctness
 from attnprof.measure.capture import capture
 from attnprof.measure.forwards import gradient_relative_errors
 from attnprof.model.variants import Shape
-from attnprof.render.report import backward_numbers, in_brief
+from attnprof.findings.brief import backward_numbers, in_brief
 from attnprof.runtime.isolation import run_isolated
 from test_backward import synthetic
 from test_capture import SHAPE, spec

@@ -104,7 +104,7 @@ def test_a_template_without_a_tables_section_is_refused():
 
 def test_the_report_summary_headers_come_from_the_registry(h200, monkeypatch):
     """A header changed in the registry changes the report; the CPU run's CPU header replaces the GPU one."""
-    from attnprof.render.report import render_html
+    from attnprof.render.common import render_html
 
     col = columns_of("summary")["timed_ms_median"]
     changed = registry.ReportHeader("steady ms", "a hint of our own")

@@ -123,7 +123,8 @@ def report_of(h200, h200_data):
     import yaml
 
     from attnprof.findings import compute
-    from attnprof.render.report import build_context, render_html
+    from attnprof.render.common import render_html
+    from attnprof.render.report import build_context
 
     root = Path(__file__).resolve().parents[1]
     expectations = yaml.safe_load((root / "config" / "expectations.yaml").read_text())

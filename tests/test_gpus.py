@@ -252,7 +252,7 @@ def test_page_one_says_on_how_many_gpus_and_whether_they_are_alike():
     import pandas as pd
 
     from attnprof.model.formats import current_table
-    from attnprof.render.report import brief_notes, gpu_note, gpus_used
+    from attnprof.findings.brief import brief_notes, gpu_note, gpus_used
 
     def repeats(*gpus):
         return pd.DataFrame([{"variant": "v", "repeat": k, "gpu_uuid": x.uuid, "gpu_name": x.name,

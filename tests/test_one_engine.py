@@ -19,7 +19,9 @@ from attnprof.analysis.records import load_env
 from attnprof.analysis.tables import SUMMARY_COLUMNS, result_note
 from attnprof.findings import compute, load_expectations, load_run_data
 from attnprof.findings.ranking import wrong_result_warnings
-from attnprof.render.report import build_context, compare_context, render_html
+from attnprof.render.common import render_html
+from attnprof.render.compare import compare_context
+from attnprof.render.report import build_context
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"

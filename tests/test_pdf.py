@@ -138,7 +138,9 @@ def render_example(example: Path, out: Path) -> Path:
     import pandas as pd
 
     from attnprof.findings import load_expectations
-    from attnprof.render.report import build_context, compare_context, render_html, render_pdf
+    from attnprof.render.common import render_html, render_pdf
+    from attnprof.render.compare import compare_context
+    from attnprof.render.report import build_context
 
     root = Path(__file__).resolve().parents[1]
     css = (root / "report" / "report.css").read_text()
@@ -195,7 +197,7 @@ def test_rendered_h200_page_1_names_the_fastest_kernel_its_margin_and_failed_che
     """Computed from summary.csv: at the study's shape, the fastest variant that is not a dispatcher and computes
     the right result, and its margin over the next such variant; any variant with rel_error_ok false."""
     from attnprof.model.variants import DISPATCHERS
-    from attnprof.render.report import _fmt
+    from attnprof.model.fmt import format_value as _fmt
 
     summary, _, pdf = rendered_h200
     first = re.sub(r"\s+", " ", pdf.pages[0].extract_text() or "")
@@ -244,7 +246,8 @@ def test_rendered_cpu_pdf_is_a_document_of_at_most_4_pages(tmp_path):
     import pandas as pd
 
     from attnprof.findings import load_expectations
-    from attnprof.render.report import build_context, render_html, render_pdf
+    from attnprof.render.common import render_html, render_pdf
+    from attnprof.render.report import build_context
 
     root = Path(__file__).resolve().parents[1]
     summary = pd.read_csv(CPU_RUN / "summary.csv")
@@ -315,7 +318,7 @@ def test_broken_words_finds_a_word_broken_inside_and_allows_the_marked_breaks(tm
     reads clean, the second names what it broke."""
     import weasyprint
 
-    from attnprof.render.report import render_pdf
+    from attnprof.render.common import render_pdf
     from pdf_breaks import broken_words
 
     cell = ("aten::_efficient_attention_forward EFFICIENT_ATTENTION cudaLaunchKernel 0.943&ndash;1.255 "

@@ -156,7 +156,9 @@ def test_support_changes_are_diffed_in_pytorchs_words():
 def test_the_compare_report_escapes_kernel_names_and_opens_with_what_changed():
     from pathlib import Path
 
-    from attnprof.render.report import compare_context, render_html
+    from attnprof.render.common import render_html
+
+    from attnprof.render.compare import compare_context
 
     a, b = [recipe([GEMM80, MUL, SOFTMAX], [[1, 1, 1]])], [recipe([GEMM90, ADD, SOFTMAX], [[1, 1, 1]])]
     d = diff_recipes(a, b, classify)

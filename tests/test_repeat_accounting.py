@@ -74,7 +74,7 @@ def test_a_host_draw_its_timed_calls_contradict_is_named_not_averaged():
 def test_page_1_and_the_row_name_the_repeat_that_was_not_counted():
     import pandas as pd
 
-    from attnprof.render.report import brief_notes
+    from attnprof.findings.brief import brief_notes
 
     out = combine_repeats([_row(1), _row(2, DAMAGED / "naive_r2_dur_nan_all.json.gz"), _row(3)], expected=3)
     summary = pd.DataFrame([out])

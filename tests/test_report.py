@@ -7,7 +7,8 @@ import yaml
 
 from attnprof.model.formats import current_record
 from attnprof.findings import compute
-from attnprof.render.report import RenderError, build_context, render_html, render_pdf
+from attnprof.render.common import RenderError, render_html, render_pdf
+from attnprof.render.report import build_context
 from attnprof.analysis.tables import concat_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,7 @@ def test_pdf_fails_on_a_broken_image(tmp_path):
 
 
 def test_cudnn_version_has_one_spelling():
-    from attnprof.render.report import cudnn_version
+    from attnprof.render.common import cudnn_version
 
     assert cudnn_version(91900) == "9.19.0" and cudnn_version(90100) == "9.1.0" and cudnn_version(8902) == "8.9.2"
     assert cudnn_version(None) == "" and cudnn_version("9.19") == "9.19"
@@ -111,7 +112,7 @@ def test_in_brief_leads_with_wrong_results_and_ranks_distinct_kernels_only():
     sentence links its evidence."""
     import pandas as pd
 
-    from attnprof.render.report import in_brief
+    from attnprof.findings.brief import in_brief
 
     summary = _brief_summary()
     kernels = pd.DataFrame([{"variant": v, "shape_key": "b1_s1", "kernel": k, "label": k, "us_per_forward": 1.0}
@@ -133,7 +134,7 @@ def test_in_brief_leads_with_wrong_results_and_ranks_distinct_kernels_only():
 
 
 def test_expectations_in_words():
-    from attnprof.render.report import expectations_words
+    from attnprof.findings.brief import expectations_words
 
     checks = [{"verdict": "same", "claim": "A"}, {"verdict": "different", "claim": "B", "observed": {"value": 2, "unit": "ms"}},
               {"verdict": "within noise", "claim": "C"}]
@@ -142,7 +143,7 @@ def test_expectations_in_words():
 
 
 def test_an_out_of_memory_reason_is_printed_without_pytorchs_closing_advice():
-    from attnprof.render.report import short_reason
+    from attnprof.findings.brief import short_reason
 
     oom = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 GiB. GPU 0 has a total capacity of 139.80 GiB of "
            "which 4.85 GiB is free. Of the allocated memory 134.16 GiB is allocated by PyTorch, and 32.00 MiB is reserved by "
@@ -162,7 +163,7 @@ def test_memory_bound_shapes_are_named_with_the_fastest_kernels_gb_per_s():
     rerun interval is the same bytes over the device time's (2000 GB/s x 0.1 ms over 0.125 and 0.08 ms)."""
     import pandas as pd
 
-    from attnprof.render.report import memory_bound, memory_bound_brief
+    from attnprof.findings.brief import memory_bound, memory_bound_brief
 
     base = {"status": "ok", "dtype": "bf16", "rel_error_ok": True}
     rows = [
@@ -194,7 +195,7 @@ def test_a_host_time_is_never_labelled_a_rerun_interval():
     "28.9 ms (rerun 27.1-28.9)", the min and max of its three captures). One function words it
     (attnprof.findings.ranking.spread_words); the template asks it instead of deciding itself."""
     from attnprof.findings.ranking import spread_words
-    from attnprof.render.report import _interval
+    from attnprof.findings.brief import _interval
 
     row = {"cpu_ms_run_lo": 27.08, "cpu_ms_run_hi": 28.92, "device_ms_run_lo": 0.0573, "device_ms_run_hi": 0.0584}
     assert _interval(row, "cpu_ms") == " (captures 27.1\u201328.9 ms)"
@@ -212,7 +213,7 @@ def test_a_cpu_runs_page_1_calls_its_host_ranges_captures_not_rerun_intervals():
     explains a "rerun" interval it does not print; a GPU run's note explains the device time's rerun interval."""
     import pandas as pd
 
-    from attnprof.render.report import brief_notes
+    from attnprof.findings.brief import brief_notes
 
     cpu = pd.DataFrame([{"variant": "sdpa_flash", "shape_key": "s", "status": "ok", "repeats": 4, "device_ms_run_lo": None,
                          "cpu_ms_run_lo": 11.3, "cpu_ms_run_hi": 11.8, "repeats_note": ""}])

@@ -10,7 +10,8 @@ import yaml
 
 from attnprof.model.formats import current_record
 from attnprof.findings import compute
-from attnprof.render.report import build_context, calibration_numbers, compare_context
+from attnprof.render.compare import compare_context
+from attnprof.render.report import build_context, calibration_numbers
 from attnprof.analysis.tables import concat_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +99,7 @@ def test_compare_page_1_says_nothing_changed_with_the_detection_limit():
     import sys
 
     from attnprof.analysis.compare import compare_runs
-    from attnprof.render.report import render_html
+    from attnprof.render.common import render_html
 
     sys.path.insert(0, str(ROOT / "tests"))
     from test_repeats_cpu import load
@@ -127,7 +128,7 @@ def test_compare_page_1_names_both_torch_builds_and_writes_the_differences_as_li
     """Issue 35 items 4 and 7: an A/B of a CPU torch against a CUDA build names both builds with their local suffix,
     each environment or config difference is a line 'key: old -> new' with lists and mappings written out (no Python
     repr), and a detection limit that every row reaches says so once, not 'from 2 % to 2 %'."""
-    from attnprof.render.report import render_html
+    from attnprof.render.common import render_html
 
     import sys
 
@@ -176,7 +177,7 @@ def test_page_1_states_the_backward_and_the_compile_of_the_beyond_example():
     """The beyond example profiles the backward and two compiled variants: page 1 names the fastest backward among the
     variants whose gradients passed (counted here from summary.csv, dispatchers left out), how many gradient checks
     ran, and each compiled variant's kernels against the variant it compiles, with its first call."""
-    from attnprof.render.report import in_brief
+    from attnprof.findings.brief import in_brief
 
     ex = ROOT / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56-beyond"
     s, k = pd.read_csv(ex / "summary.csv"), pd.read_csv(ex / "kernels.csv")

@@ -165,7 +165,8 @@ def test_the_report_shows_the_block_beside_the_static_figure(tmp_path, h200):
 
     from attnprof.analysis.tables import concat_tables
     from attnprof.model.names import TIMELINE
-    from attnprof.render.report import build_context, render_html
+    from attnprof.render.common import render_html
+    from attnprof.render.report import build_context
 
     png = tmp_path / "t.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n")

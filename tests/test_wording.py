@@ -128,7 +128,8 @@ def _rendered(name: str) -> tuple[pd.DataFrame, str]:
     """(summary.csv, report HTML) of a committed example, rendered by this checkout from its tables (no plots)."""
     from attnprof.analysis.records import load_env
     from attnprof.findings import load_expectations
-    from attnprof.render.report import build_context, render_html
+    from attnprof.render.common import render_html
+    from attnprof.render.report import build_context
 
     folder = ROOT / "examples" / name
     summary = pd.read_csv(folder / "summary.csv")
@@ -176,7 +177,7 @@ def test_the_tables_label_a_host_range_captures_and_a_device_interval_rerun(name
 def test_a_variable_one_ab_environment_does_not_set_reads_not_set():
     """compare's environment differences: a variable under ab.env. that one environment lacks is "not set" (it was
     recorded: the environment sets none), while another field a result set lacks stays "not recorded"."""
-    from attnprof.render.report import compare_context
+    from attnprof.render.compare import compare_context
 
     pair = {"a": "x@base", "b": "x@sleep", "rows": [], "threshold": 0.02,
             "env_diff": [{"key": "ab.env.ATTNPROF_AB_EXTRA_SLEEP", "a": None, "b": "1"},

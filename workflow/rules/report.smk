@@ -6,6 +6,8 @@ rule report_html:
         code("report_html"),
         script=script_file("report_html"),
         template=str(REPORT_DIR / "report.html.j2"),
+        # page 1's findings, included by the report's template
+        brief_template=str(REPORT_DIR / "brief.html.j2"),
         css=str(REPORT_DIR / "report.css"),
         expectations=EXPECTATIONS,
         summary=run_file("summary"),

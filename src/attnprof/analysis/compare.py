@@ -350,6 +350,18 @@ def _only_in(sx: pd.DataFrame, sy: pd.DataFrame) -> list[str]:
     return sorted(set(sx["variant"] + "/" + sx["shape_key"]) - set(sy["variant"] + "/" + sy["shape_key"]))
 
 
+def nothing_in_common(pair: dict) -> str | None:
+    """The words for a pair of :func:`compare_runs` whose result sets share no (variant, shape): nothing was compared
+    (its page says so, and the compare says it on the terminal); None where a row was compared."""
+    if pair["rows"]:
+        return None
+    held = {side: pair[f"only_in_{side}"] for side in ("a", "b")}
+    said = "; ".join(f"{pair[side]} holds {len(cells)} ({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''})"
+                     for side, cells in held.items())
+    return (f"{pair['b']} and {pair['a']} share no variant at any shape: nothing was compared ({said}). Compare result "
+            "sets captured with the same grid: the same config before and after an upgrade, or an A/B run")
+
+
 def _backward_change(ra: pd.Series, rb: pd.Series, forward_col: str) -> dict:
     """The backward pass of one (variant, shape) in both result sets (config passes): kernels per
     backward (``bwd_kernels_a``/``_b``), ms per backward (device on a GPU run, host on a CPU run, as

@@ -151,3 +151,13 @@ def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, 
 
 def _of_shape(df: pd.DataFrame, shape_key: str) -> pd.DataFrame:
     return df[df["shape_key"] == shape_key].reset_index(drop=True) if len(df) else pd.DataFrame()
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    """A table's rows as dicts, a missing value as None (not NaN), for the sentences and the templates."""
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
+def at_shape(table: pd.DataFrame, shape_key: str) -> pd.DataFrame:
+    """The rows of a table at one shape, with their index (an empty table as it is)."""
+    return table[table["shape_key"] == shape_key] if len(table) else table

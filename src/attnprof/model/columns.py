@@ -5,7 +5,7 @@ mean and, for a column the report's summary table heads, its header (:class:`Rep
 ``docs/results.md`` is generated from it (``python -m attnprof.model.columns > docs/results.md``: the
 prose of ``results_template.md`` beside this file, each ``{{columns <table>}}`` line replaced by that
 table's columns), and the report's summary table takes its headers from it
-(attnprof.render.report: template global ``columns``). tests/test_columns.py fails when a table
+(attnprof.render.common: template global ``columns``). tests/test_columns.py fails when a table
 that the pipeline writes has a column not declared here, or a declared column it does not write.
 
 Adding a summary column: compute it (attnprof.analysis.tables), declare it here, and, to show it in the
@@ -167,8 +167,8 @@ declare(_S, "repeats repeats_ok repeats_note", "",
         "differ between repeats, then left empty")
 declare(_S, "device_ms_run_lo device_ms_run_hi", "ms",
         "the rerun interval, same machine and same sitting: 95 % prediction interval for the median a rerun with as "
-        "many repeats will state (Student's t over the log repeat medians, the between-process variance pooled over "
-        "the variant's shapes: `attnprof.analysis.stats.between_run_interval`, `pool_noise`)")
+        "many repeats will state (Student's t over the log repeat medians, each cell's between-process variance "
+        "moderated over the other cells of its variant: `attnprof.analysis.stats.between_run_interval`, `squeeze_var`)")
 declare(_S, "cpu_ms_run_lo cpu_ms_run_hi", "ms",
         "host time over the captures, no parametric interval: the lowest capture median (the floor) and the highest; "
         "one new capture falls inside with probability (n-1)/(n+1) for n captures (`attnprof.analysis.stats.host_range`)")

@@ -24,3 +24,15 @@ def format_range(lo: float | str, hi: float | str, unit: str = "", digits: int =
     ends = [end if isinstance(end, str) else format_number(end, digits) for end in (lo, hi)]
     space = "" if not unit or unit in _UNSPACED else " "
     return f"{ends[0]}{EN_DASH}{ends[1]}{space}{unit}"
+
+
+def format_value(value, digits: int = 3) -> str:
+    """A table cell or a sentence's number as the report writes it: a number with :func:`format_number`, '' for a
+    missing value (None, NaN), 'yes'/'no' for a bool, anything else as text."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return format_number(value, digits)
+    return str(value)

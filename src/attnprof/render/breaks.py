@@ -1,6 +1,6 @@
 """Where a rendered report may break a line (issue 35 item 5): never inside an identifier or an interval.
 
-Applied to the finished HTML of the report and the comparison as it is printed (attnprof.render.report.render_pdf),
+Applied to the finished HTML of the report and the comparison as it is printed (attnprof.render.common.render_pdf),
 so that every template and every sentence made in Python gets the same rule; the HTML file itself is left as it is:
 
 - an interval (``0.943–1.255``, ``min–max``: an en dash between two words) is wrapped in ``<span class="iv">``, which
@@ -29,10 +29,7 @@ _SEPARATOR = re.compile(r"(::|_|,(?=[^\W\d]))(?=\S)")
 
 
 def _identifier(match: re.Match) -> str:
-    word = match.group(0)
-    if "&#8203;" in word or "\u200b" in word:  # the template marked its breaks already
-        return word
-    return _SEPARATOR.sub(r"\1<wbr>", word)
+    return _SEPARATOR.sub(r"\1<wbr>", match.group(0))
 
 
 def _text(text: str) -> str:

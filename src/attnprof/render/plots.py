@@ -32,7 +32,7 @@ FULL_WIDTH = {"kernel_split", "timeline", "scaling_time", "scaling_tflops", "sca
 CAPTIONS = {
     "device_time": "Device time per forward of each variant: the median of the repeats, whiskers the 95 % interval a rerun's median will hold (with one repeat: median over the timed forwards, whiskers from the fastest to the slowest forward).",
     "kernels_per_forward": "Kernels, memcpys and memsets each variant launches per forward, counted in the trace.",
-    "kernel_split": "Where each variant's device time goes, by kind of kernel, as a share of its own device time (total per forward at the right).",
+    "kernel_split": "Where each variant's device time goes, by kind of kernel, as a share of its own device time in repeat 1 (total per forward at the right: repeat 1's kernels, the mean over its profiled forwards; the times elsewhere are the median of the repeats).",
     "cpu_vs_device": "Host time to issue a forward against the device time it launches (log scale): a longer CPU bar means launch-bound.",
     "timeline": "One profiled forward per variant as the trace records it: launch calls on the CPU row, kernels, memcpys and memsets on the GPU row; each row has its own time scale.",
     "scaling_time": "Device time per forward against seq_len, one panel per head_dim; a variant's x at the top marks a point that ran out of memory.",

@@ -48,6 +48,7 @@ PRELOAD = [
     "attnprof.findings",
     "attnprof.render.plots",
     "attnprof.render.report",
+    "attnprof.render.compare",
     "attnprof.analysis.compare",
     "attnprof.runtime.isolation",  # the capture clients (without torch: the capture itself runs in the worker or a fresh process)
     "attnprof.runtime.worker",

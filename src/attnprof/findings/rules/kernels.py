@@ -45,6 +45,13 @@ def _ampere_on(props: dict, info: dict) -> str:
     return f"; built for Ampere, running on this sm{major}{minor} GPU without Hopper's wgmma/TMA"
 
 
+def occupancy_not_estimated(est_occupancy_pct, launch_api) -> bool:
+    """Whether a kernel's estimated achieved occupancy of 0 % is the profiler's artefact: a launch through the driver
+    API (:data:`DRIVER_LAUNCH`, as cuBLAS's nvjet and cuDNN's generated kernels are launched), for which Kineto
+    computes no estimate. One rule by launch API, never by the kernel's name."""
+    return est_occupancy_pct == 0 and launch_api == DRIVER_LAUNCH
+
+
 def rule_occupancy(d: RunData) -> list[dict]:
     """Estimated achieved occupancy of each variant's longest kernel, the register-limited
     theoretical value, and 0 % on driver-API launches flagged as a profiler artefact."""
@@ -72,8 +79,7 @@ def _occupancy_of(d: RunData, variant: str, main) -> dict:
     text = (f"{variant}: {kernel_label(main['kernel'])} has {fmt_ref(nums['est_occupancy'])} estimated achieved occupancy "
             f"({fmt_ref(nums['registers'])} registers/thread, block {main['block']})")
     text += f"; registers and shared memory allow {theo * 100:.1f} % at most" if theo is not None else ""
-    artefact = est == 0 and main["launch_api"] == DRIVER_LAUNCH
-    if artefact:
+    if occupancy_not_estimated(est, main["launch_api"]):
         text += (f"; 0 % is an artefact: the kernel was launched through the driver API ({DRIVER_LAUNCH}), for which "
                  "the profiler's estimate is not computed; it ran for real")
         return finding("occupancy", d, [variant], text, nums, evidence, kind="artefact",

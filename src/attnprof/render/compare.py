@@ -1,0 +1,262 @@
+"""The comparison page (compare.html, compare.pdf): compare.json (attnprof.analysis.compare) turned into the
+template's context (report/compare.html.j2) and nothing else: per pair, the verdict counts, the rows called changed,
+what differs in kernels, ops and recipes, the dispatches that changed, the top-up rounds and the detection limit.
+
+The verdicts themselves are compare's; :func:`detection_limit` and the top-up levels call the statistics
+(attnprof.analysis.stats) thinly, as they are.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
+from attnprof.analysis.stats import CONFIDENCE, look_levels
+from attnprof.model.fmt import format_range
+from attnprof.model.variants import DISPATCHERS
+from attnprof.render.common import cudnn_version, setting
+
+
+def compare_context(doc: dict, css: str) -> dict:
+    """What the compare template needs: compare.json (``cmp``) with the practical threshold in %
+    (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
+    pair as :func:`pair_context` gives it, and the CSS."""
+    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
+           "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
+    cmp["pairs"] = [pair_context(pair, doc["noise_floor"], doc.get("confidence", CONFIDENCE)) for pair in doc["pairs"]]
+    return {"cmp": cmp, "css": css}
+
+
+def _differ(rows: list[dict], what: str) -> list[str]:
+    """'variant at shape' of the rows whose ``what`` (kernels, ops) were added or removed, once each."""
+    return list(dict.fromkeys(f"{r['variant']} at {r['shape_key']}" for r in rows
+                              if r.get(f"{what}_added") or r.get(f"{what}_removed")))
+
+
+def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE) -> dict:
+    """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
+    (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
+    verdicts could find (``detection``, :func:`detection_limit`; where none, ``no_detection``: why), the dispatches
+    that changed (``dispatch_changed``: a dispatcher that ran on both sides, each with its dispatcher, ``variant``)
+    and those known on one side only (``dispatch_one_side``), page 1's ``headline`` (:func:`headline`) and
+    ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass) of every row called slower or
+    faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
+    rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
+    changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
+    threshold = pair.get("threshold", noise_floor)
+    dispatch = _dispatches(pair)
+    out = {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
+           "dispatch_changed": [d for d in dispatch if d.get("a") and d.get("b") and d["a"] != d["b"]],
+           "dispatch_one_side": [d for d in dispatch if bool(d.get("a")) != bool(d.get("b"))],
+           "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
+           "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
+           "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, pair),
+           "no_detection": _no_detection(rows), "claims": _compare_claims(changed, dispatch),
+           "top_up": _top_up_rows(rows, pair.get("design"), confidence), "env_diff": _env_diff_rows(pair.get("env_diff") or [])}
+    return {**out, "headline": headline(out)}
+
+
+def headline(p: dict) -> str:
+    """The first words of a comparison's page 1: 'Nothing to compare' (no (variant, shape) in both result sets: no
+    row, no recipe), 'What changed' (a time called changed, kernels, ops, recipes, support or a dispatch that
+    differ), 'No change shown' (none, but some row inconclusive: a change up to the detection limit is not ruled
+    out), else 'Nothing changed'."""
+    if not p["rows"] and not p["recipes_total"]:
+        return "Nothing to compare"
+    if any(p[k] for k in ("changed", "kernels_differ", "ops_differ", "recipes_changed", "support", "dispatch_changed",
+                          "dispatch_one_side")):
+        return "What changed"
+    return "No change shown" if p["counts"].get("inconclusive") else "Nothing changed"
+
+
+def _no_detection(rows: list[dict]) -> str:
+    """Why no row of a comparison was judged (the detection limit's place when there is none): its host times of two
+    sittings, its rows with one repeat on a side, rows of an older compare.json (no standard error), or no row."""
+    why = []
+    if any(r["verdict"] == "not judged" for r in rows):
+        why.append("host times of two sittings are not judged (a host-time verdict needs the paired rounds of an A/B run)")
+    if any(r["verdict"] != "not judged" and 1 in (r.get("repeats_a"), r.get("repeats_b")) for r in rows):
+        why.append("a side with one repeat has no between-run spread")
+    if not why and rows:
+        why.append("its compare.json was written before compare simulated each row's detectable change")
+    return "; ".join(why) or "no (variant, shape) in both result sets"
+
+
+def _env_diff_rows(diff: list[dict]) -> list[dict]:
+    """compare.json's environment differences for the page: a variable an A/B environment does not set (a key under
+    ``ab.env.`` absent on one side) reads "not set", not "not recorded" (which says a result set lacks the field);
+    the cuDNN version as major.minor.patch (:func:`attnprof.render.common.cudnn_version`); keys of one parent
+    recorded on one side only (a ``--config`` grid: ``config.shapes.cpu.seq_len``, ``...head_dim``) on one line,
+    ``parent.*``, the other side's ``key=value`` pairs joined by '; '."""
+    out = []
+    for one_sided, group in itertools.groupby(diff, key=_one_sided_parent):
+        group = list(group)
+        if one_sided and len(group) > 1:
+            parent, side = one_sided
+            value = "; ".join(f"{d['key'][len(parent) + 1:]}={setting(d[side])}" for d in group)
+            out.append({"key": f"{parent}.*", "a": None, "b": None, side: value})
+        else:
+            out += [_env_value(d) for d in group]
+    return out
+
+
+def _one_sided_parent(d: dict) -> tuple[str, str] | None:
+    """(parent, the side that records it) of an environment difference recorded on one side only
+    (``config.shapes.cpu`` of ``config.shapes.cpu.seq_len``); None for one on both sides, a top-level key or an
+    ``ab.env.`` variable."""
+    if (d.get("a") is None) == (d.get("b") is None) or "." not in d["key"] or d["key"].startswith("ab.env."):
+        return None
+    return d["key"].rsplit(".", 1)[0], "b" if d.get("a") is None else "a"
+
+
+def _env_value(d: dict) -> dict:
+    """One environment difference as the page words it ("not set", the cuDNN version)."""
+    d = {**d, **{side: "not set" for side in ("a", "b") if d.get(side) is None and d["key"].startswith("ab.env.")}}
+    if d["key"] == "cudnn":
+        d.update({side: cudnn_version(d[side]) or None for side in ("a", "b")})
+    return d
+
+
+def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> dict:
+    """The rows that got rounds added after look 1 (attnprof.analysis.verdict): ``rows`` (each with ``added``
+    rounds) and how many of them the rounds decided (``decided``), and the interval levels of each look in %
+    (``changed_pct``, ``same_pct``: attnprof.analysis.stats.look_levels)."""
+    topped = [{**r, "added": r["top_up"]["rounds"] - r["top_up"]["base"]} for r in rows if r.get("top_up")]
+    changed, same = look_levels(confidence, (design or {}).get("looks") or 1)
+    return {"rows": topped, "decided": sum(r["verdict"] != "inconclusive" for r in topped),
+            "changed_pct": 100 * changed, "same_pct": 100 * same}
+
+
+def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
+    """Rows per verdict: the pair's own counts, each verdict it lacks (a compare.json written before that verdict
+    existed) counted from its rows."""
+    return {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
+
+
+def _pct(fraction) -> float | None:
+    return 100 * fraction if fraction else None
+
+
+#: What a compare row of an older compare.json lacks, as None (or '').
+_ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
+                 "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None}
+
+
+#: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
+#: the joint control and the sitting term were recorded, none stated.
+_PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
+                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None, "sitting": None,
+                  "design": None}
+
+
+def _extra(row: dict) -> bool:
+    """Whether a compare row goes in the backward / torch.compile table: a backward or a compile record in either
+    result set."""
+    return bool(row.get("bwd_verdict") or row.get("compile_a_s") or row.get("compile_b_s"))
+
+
+#: A dispatch finding's statement (attnprof.findings.rules.kernels): '<dispatcher> dispatched to <backend>: same
+#: kernels as <variant>'.
+_DISPATCHED = re.compile(r"^(?P<dispatcher>\S+) dispatched to \S+: same .*? as (?P<target>\S+?)(?:;|$)")
+
+
+def _dispatches(pair: dict) -> list[dict]:
+    """A pair's dispatch entries (compare.json: what a dispatcher ran at each shape in either set), each with the
+    dispatcher it is about (``variant``)."""
+    return [{**d, "variant": _dispatcher_of(d)} for d in pair.get("dispatch") or []]
+
+
+def _dispatcher_of(entry: dict) -> str:
+    """The dispatcher a compare.json dispatch entry is about, from its statements (the registry's dispatchers,
+    attnprof.model.variants.DISPATCHERS, when neither names one)."""
+    for side in ("statement_a", "statement_b"):
+        m = _DISPATCHED.match(entry.get(side) or "")
+        if m:
+            return m["dispatcher"]
+    return ", ".join(DISPATCHERS)
+
+
+def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]:
+    """``claims`` of :func:`pair_context`: ``both`` (the verdicts) and ``a``/``b`` (each side's dispatches)."""
+    out = {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": set(), "b": set()}
+    for d in dispatch:
+        for side in ("a", "b"):
+            m = _DISPATCHED.match(d.get(f"statement_{side}") or "")
+            if m:
+                out[side].add((f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward"))
+    return out
+
+
+def _torch_builds(pair: dict) -> dict | None:
+    """{a, b}: the torch build of each result set of a compare pair (``2.13.0+cpu``), from compare.json, or for one
+    written before it recorded them, from its environment difference; None when neither says."""
+    if pair.get("torch"):
+        return pair["torch"]
+    diff = next((d for d in pair.get("env_diff") or [] if d["key"] == "torch"), None)
+    return {"a": diff["a"], "b": diff["b"]} if diff else None
+
+
+def recipe_context(recipes: list[dict]) -> dict:
+    """The compare template's recipe section from a pair's ``recipes`` (attnprof.analysis.compare.recipe_changes):
+    ``recipes_changed`` (the (variant, shape, pass) entries whose recipe differs or one of whose kept steps changed
+    its time, each group's rows without the kept steps whose time verdict is not slower/faster, so that a table shows
+    only what differs; ``kept_hidden`` counts the rows left out), of which ``recipes_differ`` (steps added, removed,
+    replaced or moved) and ``recipes_retimed`` (the same steps, some slower or faster), ``recipes_same`` (how many
+    entries have the same steps in the same order) and ``recipe_counts`` (rows of each kind over every entry)."""
+    changed = [c for c in map(_recipe_shown, recipes) if c is not None]
+    differ = [r for r in changed if not r.get("same")]
+    return {"recipes_changed": changed, "recipes_same": len(recipes) - len(differ), "recipe_counts": _recipe_totals(recipes),
+            "recipes_total": len(recipes), "recipes_differ": differ,
+            "recipes_retimed": [r for r in changed if r.get("same")]}
+
+
+def _recipe_totals(recipes: list[dict]) -> dict[str, int]:
+    """Rows of each kind (kept, added, removed...) over every recipe entry."""
+    totals: dict[str, int] = {}
+    for r in recipes:
+        for k, n in (r.get("counts") or {}).items():
+            totals[k] = totals.get(k, 0) + n
+    return totals
+
+
+def _kept_unchanged(row: dict) -> bool:
+    """A recipe row the tables leave out: a kept step whose time is not slower/faster and whose launch is the same."""
+    return row["kind"] == "kept" and row.get("verdict") not in ("slower", "faster") and not row.get("launch_changed")
+
+
+def _recipe_shown(r: dict) -> dict | None:
+    """A recipe entry as the compare's tables show it: each group without its unchanged kept steps (``kept_hidden``
+    counts them); None when its steps are the same and none changed."""
+    groups = r.get("groups") or []
+    shown = [{**g, "rows": [x for x in g["rows"] if not _kept_unchanged(x)]} for g in groups]
+    hidden = sum(len(g["rows"]) for g in groups) - sum(len(g["rows"]) for g in shown)
+    if r.get("same") and not any(g["rows"] for g in shown):
+        return None
+    return {**r, "groups": shown, "kept_hidden": hidden}
+
+
+def detection_limit(rows: list[dict], pair: dict) -> dict | None:
+    """The smallest change the verdicts of one comparison find with 80 % power as a lone change, per row from the
+    pair's simulation (compare.json ``joint.detectable``: attnprof.analysis.verdict_sim.detectable, the pair's own
+    rounds resampled). ``pct``: the limit that most rows (more than half of those judged) reach, with how many
+    (``within`` of ``rows``), the range over the rows, the rows not found even at the largest change simulated
+    (``unreached``) and the repeats per side. None when no row was judged, or for a compare.json made before the
+    simulation."""
+    found = (pair.get("joint") or {}).get("detectable") or {}
+    if not found:
+        return None
+    limits = sorted(100 * v for v in found.values() if v is not None)
+    repeats = {(r.get("repeats_a"), r.get("repeats_b")) for r in rows if r.get("p") is not None}
+    ra = sorted({a for a, _ in repeats if a is not None})
+    rb = sorted({b for _, b in repeats if b is not None})
+
+    def side(v):
+        return "?" if not v else (str(v[0]) if len(v) == 1 else format_range(str(v[0]), str(v[-1])))
+    most = len(found) // 2 + 1
+    pct = limits[min(most, len(limits)) - 1] if limits else None
+    within = sum(limit <= pct for limit in limits) if limits else 0
+    return {"pct": pct, "within": within, "rows": len(found), "min_pct": limits[0] if limits else None,
+            "max_pct": limits[-1] if limits else None, "unreached": len(found) - len(limits),
+            "at_threshold": bool(limits) and limits[0] <= 100 * pair.get("threshold", 0) + 1e-6,
+            "repeats": f"{side(ra)} / {side(rb)}"}
