@@ -123,7 +123,7 @@ def test_no_detection_limit_of_an_older_compare_json_says_its_rows_lack_the_stan
     rows = doc["pairs"][0]["rows"]
     assert rows and not any("se" in r or "repeats_a" in r for r in rows)
     text = _detection(_compare_html(doc))
-    assert "its rows record no standard error" in text and "one repeat" not in text
+    assert "written before compare simulated each row's detectable change" in text and "one repeat" not in text
 
 
 # --- a dispatcher absent on one side -------------------------------------------------------------------------------

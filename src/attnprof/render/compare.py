@@ -140,7 +140,7 @@ def _pct(fraction) -> float | None:
 
 #: What a compare row of an older compare.json lacks, as None (or '').
 _ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
-                 "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None}
+                 "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None, "probably": None}
 
 
 #: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
