@@ -241,10 +241,14 @@ class ResultSetState:
                    f"read with its base rounds only: {self._top_up_fix()}")
 
     def _recorded_top_up(self, run: str) -> dict | None:
-        from attnprof.model.plan import load_top_up
+        """``run``'s top_up.json, checked against its grid, its design (this config's top_up.rounds, or the one its
+        env.json records) and the captures on disk (attnprof.model.plan.load_top_up)."""
+        from attnprof.model.plan import captured_rounds, load_top_up, recorded_top_up_rounds
 
+        g = self.grid(run)
+        added = self.plan.top_up["rounds"] if run in self.plan.this_runs else recorded_top_up_rounds(self.layout, run)
         try:
-            return load_top_up(self.layout.run_file("top_up", run))
+            return load_top_up(self.layout.run_file("top_up", run), g, added, captured_rounds(self.layout, run, g))
         except ValueError as exc:
             refuse(str(exc))
 
