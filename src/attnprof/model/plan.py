@@ -348,7 +348,10 @@ def recorded_grid(layout: Layout, run: str) -> Grid:
     if legacy := layout.legacy_captures(run):
         raise ValueError(f"{layout.run_dir(run)} was made before repeats ({legacy[0]} is not in a {REPEAT_PREFIX}<k>/ "
                          f"folder): move its captures with: python tools/migrate_repeats.py {layout.run_dir(run)}")
-    control = shapes[:1] if shapes and layout.has_control(run, shapes[0]) else ()
+    # the control is held to what env.json records (captures_control: the version that captured it captures the
+    # control), as compare does; one on disk counts too (a version-1 env.json that cannot say)
+    with_control = recorded.get("captures_control") is True or (shapes and layout.has_control(run, shapes[0]))
+    control = shapes[:1] if shapes and with_control else ()
     return Grid(shapes, tuple(cfg["variants"]), int(cfg["repeats"]), control)
 
 

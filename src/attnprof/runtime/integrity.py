@@ -292,13 +292,26 @@ class ResultSetState:
         captures = [f for n in ("repeats", "control") if run in self.plan.this_runs
                     for f in lost_captures(lay.run_dir(run), lay.run_file(n, run), list(CAPTURE_FILES.values()))]
         derived = self.derived(run)
-        # a result set from elsewhere may come without derived files it can make again (an example holds its
-        # traces, not its tables): only this config's own are judged by what is gone; every one by its checksums
-        lost = lost_files(lay.run_file("html", run), derived) if run in self.plan.this_runs else []
+        # every result set is judged by what is gone and by its checksums; one from elsewhere that holds none of its
+        # per-capture tables (an example holds its traces, not its tables) derives them all anyway
+        whole = run in self.plan.this_runs or any(Path(t).exists() for t in self.tables(run))
+        lost = lost_files(lay.run_file("html", run), derived) if whole else []
         changed = changed_files(lay.run_dir(run), derived + [lay.run_file("html", run), lay.run_file("pdf", run)])
         bump = bool(captures or lost or changed)
         return {"subset": self._subset(run, g), "lost_captures": captures, "lost": lost, "changed": changed,
-                "epoch": rebuild_epoch(lay.run_dir(run), bump), "bump": bump}
+                "epoch": rebuild_epoch(lay.run_dir(run), bump), "bump": bump, "gone": self._gone_captures(run)}
+
+    def _gone_captures(self, run: str) -> list[str]:
+        """The capture files (trace, status) of a result set from elsewhere that its grid (env.json: its shapes,
+        variants, repeats, the rounds top-up added, the control) holds and that are gone: nothing captures them here
+        (a re-render would count what is left as the whole). [] for this config's own (captured again)."""
+        if run in self.plan.this_runs:
+            return []
+        from attnprof.model.names import CAPTURE_FILES
+
+        files = [f for name in CAPTURE_FILES for f in self.per_capture(run, name, "capture", all_repeats=True)
+                 + self.control_capture(run, name, "capture")]
+        return sorted(f for f in files if not Path(f).exists())
 
     def _subset(self, run, g):
         """A config with fewer shapes or variants than this config's result set ``run`` was made with (its
@@ -333,6 +346,12 @@ class ResultSetState:
         state = self.check(run)
         if state["subset"]:
             refuse(state["subset"])
+        if gone := state["gone"]:
+            refuse(f"{len(gone)} capture files of {self.layout.run_dir(run)} are gone ({', '.join(gone[:5])}"
+                   f"{', ...' if len(gone) > 5 else ''}), which its env.json (its grid, repeats and control) and "
+                   f"top_up.json say it holds; it was captured elsewhere, so nothing captures them again here, and a "
+                   f"re-render would read what is left as the whole. Copy {self.layout.run_dir(run)} again from "
+                   "where it was captured, whole, then run again")
         if edited := [p for p in state["changed"] if "/tables/" in p]:
             refuse(f"{len(edited)} per-capture tables of {self.layout.run_dir(run)} were changed after extract wrote "
                    f"them ({', '.join(edited[:5])}{', ...' if len(edited) > 5 else ''}); a deleted table is made again "
