@@ -217,4 +217,10 @@ def _assert_ab_outputs(clone: Path, configfile: Path):
         assert (clone / "results" / f"{run}@{env}" / "report.pdf").exists(), env
     compare = clone / "results" / "compare" / f"{run}-ab"
     assert all((compare / f"compare.{ext}").exists() for ext in ("json", "html", "pdf")), compare
-    assert json.loads((compare / "compare.json").read_text())["pairs"][0]["paired"] is True
+    pair = json.loads((compare / "compare.json").read_text())["pairs"][0]
+    assert pair["paired"] is True
+    if "extra_attn" in cfg["variants"]:  # config/ab-variable.yaml: B adds one scores matmul (transpose, matmul, mul)
+        recipes = {r["variant"]: r for r in pair["recipes"]}
+        added = [row["b"]["name"] for g in recipes["extra_attn"]["groups"] for row in g["rows"] if row["kind"] == "added"]
+        assert sorted(added) == ["aten::matmul", "aten::mul", "aten::transpose"], added
+        assert recipes["naive"]["same"] is True
