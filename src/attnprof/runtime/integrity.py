@@ -19,7 +19,9 @@ stays, so nothing reruns a second time.
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import json
 from pathlib import Path
 
 #: Folder of the checksum sidecars, inside a result set.
@@ -38,16 +40,57 @@ def _sidecar(run_dir: Path, path: Path) -> Path:
     return run_dir / CHECKSUM_DIR / (str(Path(path).resolve().relative_to(run_dir.resolve())) + ".sha256")
 
 
+class Ties:
+    """What ties a derived file to its result set (docs/trust.md): the SHA-256 of the result set's identity (env.json's
+    ``run``) and of the capture records (status.json) it was derived from: its own capture's for a per-capture table,
+    every capture's for a file of the whole result set. Two result sets never share a capture record (each records
+    when its capture ran), so a sidecar of another result set's file, or of a file made from other captures, does not
+    match. Each record is hashed once per instance."""
+
+    def __init__(self, run_dir: str | Path):
+        from attnprof.model.plan import Layout
+
+        self.run_dir = Path(run_dir)
+        self.layout, self.run = Layout(str(self.run_dir.parent)), self.run_dir.name
+        self._hashes: dict[str, str] = {}
+
+    def _hash(self, path: str) -> str:
+        if path not in self._hashes:
+            self._hashes[path] = _sha256(Path(path)) if Path(path).is_file() else "-"
+        return self._hashes[path]
+
+    def _records(self, path: Path) -> list[str]:
+        """The capture records ``path`` was derived from (:class:`Ties`)."""
+        from attnprof.model.names import REPEAT_PREFIX
+
+        parts = path.resolve().relative_to(self.run_dir.resolve()).parts
+        if parts[0] == "tables" and len(parts) == 5 and parts[3].startswith(REPEAT_PREFIX):
+            return [self.layout.capture_file("status", self.run, shape=parts[1], variant=parts[2],
+                                             repeat=parts[3][len(REPEAT_PREFIX):])]
+        folder = self.layout.run_dir(self.run)  # escaped: a folder's name may hold [ or *
+        pattern = self.layout.capture_file("status", self.run, shape="*", variant="*", repeat="*")
+        return sorted(glob.glob(glob.escape(folder) + pattern[len(folder):]))
+
+    def of(self, path: str | Path) -> str:
+        """The tie (32 hex digits) of derived file ``path`` of this result set."""
+        try:
+            run = json.loads(Path(self.layout.run_file("env", self.run)).read_text()).get("run")
+        except (OSError, ValueError, AttributeError):
+            run = None
+        parts = [f"run={run}"] + [f"{Path(r).relative_to(self.run_dir)}={self._hash(r)}" for r in self._records(Path(path))]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
 def record_checksums(run_dir: str | Path, paths: list[str | Path]) -> None:
     """Write the SHA-256 of each file of ``paths`` (inside result set ``run_dir``) to its sidecar, with the file's
-    size and modification time (a file with both unchanged is not read again). Called after a rule wrote them.
-    Raises ValueError for a path outside ``run_dir``."""
-    run_dir = Path(run_dir)
+    size and modification time (a file with both unchanged is not read again) and its tie to the result set and its
+    captures (:class:`Ties`). Called after a rule wrote them. Raises ValueError for a path outside ``run_dir``."""
+    run_dir, ties = Path(run_dir), Ties(run_dir)
     for path in map(Path, paths):
         side = _sidecar(run_dir, path)
         side.parent.mkdir(parents=True, exist_ok=True)
         st = path.stat()
-        side.write_text(f"{_sha256(path)} {st.st_size} {st.st_mtime_ns}\n")
+        side.write_text(f"{_sha256(path)} {st.st_size} {st.st_mtime_ns} {ties.of(path)}\n")
 
 
 def _differs(path: Path, recorded: list[str]) -> bool:
@@ -62,14 +105,26 @@ def _differs(path: Path, recorded: list[str]) -> bool:
 def changed_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
     """The files of ``paths`` that exist, have a recorded checksum and no longer match it (edited by hand,
     or cut short). Files without a sidecar (written before checksums were recorded) are not judged."""
+    return _judged(run_dir, paths, lambda path, recorded, ties: _differs(path, recorded))
+
+
+def foreign_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
+    """The files of ``paths`` whose sidecar ties them to another result set or to other captures than this one's
+    (:class:`Ties`: copied in from elsewhere with their sidecars, or made before a capture was made again). A sidecar
+    written before ties were recorded (three fields) is not judged here."""
+    return _judged(run_dir, paths, lambda path, recorded, ties: len(recorded) > 3 and recorded[3] != ties.of(path))
+
+
+def _judged(run_dir, paths, test) -> list[str]:
+    """The files of ``paths`` that exist, have a sidecar and fail ``test(path, sidecar fields, ties)``, sorted."""
     run_dir = Path(run_dir)
-    out = []
+    ties, out = Ties(run_dir), []
     for path in map(Path, paths):
         try:
             recorded = _sidecar(run_dir, path).read_text().split()
         except (OSError, ValueError):
             continue
-        if recorded and path.exists() and _differs(path, recorded):
+        if recorded and path.exists() and test(path, recorded, ties):
             out.append(str(path))
     return sorted(out)
 
@@ -85,14 +140,21 @@ def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
     side = _sidecar(run_dir, path)
     if not path.is_file():
         return "missing"
-    try:
-        recorded = side.read_text().split()[0]  # the SHA-256, then (since 2026-12) the size and modification time
+    try:  # the SHA-256, the size and modification time, the tie to the result set and its captures
+        recorded = side.read_text().split()
+        recorded[0]
     except (OSError, ValueError, IndexError):
         return (f"no SHA-256 recorded for it ({side} is missing: made before checksums were recorded, or copied "
                 "without its logs/checksums/), so it cannot be checked")
-    if _sha256(path) != recorded:
+    if _sha256(path) != recorded[0]:
         return (f"damaged: its content is not what its writer wrote (its SHA-256 differs from the one recorded in "
                 f"{side}): cut short or edited after it was written")
+    if len(recorded) < 4:
+        return f"not tied to its result set: {side} was written before sidecars recorded the captures a file came from"
+    if recorded[3] != Ties(run_dir).of(path):
+        return (f"not this result set's: {side} ties it to another result set or to other captures than those in "
+                f"{run_dir} (copied in from elsewhere with its sidecar, or made before a capture was deleted or made "
+                "again)")
     return None
 
 
@@ -296,7 +358,9 @@ class ResultSetState:
         # per-capture tables (an example holds its traces, not its tables) derives them all anyway
         whole = run in self.plan.this_runs or any(Path(t).exists() for t in self.tables(run))
         lost = lost_files(lay.run_file("html", run), derived) if whole else []
-        changed = changed_files(lay.run_dir(run), derived + [lay.run_file("html", run), lay.run_file("pdf", run)])
+        judged = derived + [lay.run_file("html", run), lay.run_file("pdf", run)]
+        changed = changed_files(lay.run_dir(run), judged)
+        lost += [p for p in foreign_files(lay.run_dir(run), judged) if p not in changed]  # made again, as if lost
         bump = bool(captures or lost or changed)
         return {"subset": self._subset(run, g), "lost_captures": captures, "lost": lost, "changed": changed,
                 "epoch": rebuild_epoch(lay.run_dir(run), bump), "bump": bump, "gone": self._gone_captures(run)}
