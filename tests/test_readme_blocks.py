@@ -164,6 +164,20 @@ def test_commands_split_a_block_as_bash_would():
 BLOCKS = readme_blocks()
 
 
+def test_every_a_b_a_readme_block_runs_needs_only_the_readme_s_install():
+    """Issue 43 item 1: the README's A/B block needed a second venv with torch 2.14.1, whose CPU build only PyTorch's
+    CPU index has (a plain index gives the CUDA build, which does not install there). Every config file a README block
+    runs with environments names only the interpreter step 1 installs, and no README block makes another venv."""
+    import yaml
+
+    runs = [f for block in BLOCKS for f in re.findall(r"--configfile ((?:config/[\w.-]+\.yaml ?)+)", block)]
+    ab = [f for files in runs for f in files.split() if "environments" in yaml.safe_load((ROOT / f).read_text())]
+    assert ab == ["config/ab-variable.yaml"], ab
+    for name, spec in yaml.safe_load((ROOT / ab[0]).read_text())["environments"].items():
+        assert spec["python"] == ".venv/bin/python", name
+    assert not [b for b in BLOCKS if re.search(r"python3 -m venv (?!\.venv\b)", b)]
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
     """A fresh clone of this checkout's HEAD, this checkout's .venv linked in."""

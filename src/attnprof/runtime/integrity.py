@@ -410,12 +410,7 @@ class ResultSetState:
         state = self.check(run)
         if state["subset"]:
             refuse(state["subset"])
-        if gone := state["gone"]:
-            refuse(f"{len(gone)} capture files of {self.layout.run_dir(run)} are gone ({', '.join(gone[:5])}"
-                   f"{', ...' if len(gone) > 5 else ''}), which its env.json (its grid, repeats and control) and "
-                   f"top_up.json say it holds; it was captured elsewhere, so nothing captures them again here, and a "
-                   f"re-render would read what is left as the whole. Copy {self.layout.run_dir(run)} again from "
-                   "where it was captured, whole, then run again")
+        self._refuse_gone(run, state["gone"])
         if edited := [p for p in state["changed"] if "/tables/" in p]:
             refuse(f"{len(edited)} per-capture tables of {self.layout.run_dir(run)} were changed after extract wrote "
                    f"them ({', '.join(edited[:5])}{', ...' if len(edited) > 5 else ''}); a deleted table is made again "
@@ -429,6 +424,15 @@ class ResultSetState:
             _announce(self.layout.run_dir(run), state, dryrun)
         path = self.layout.rebuild_marker(run, state["epoch"])
         return [path] if state["bump"] or Path(path).exists() else []
+
+    def _refuse_gone(self, run: str, gone: list[str]) -> None:
+        """End the run naming the captures ``gone`` from result set ``run`` from elsewhere (:meth:`_gone_captures`)."""
+        if gone:
+            refuse(f"{len(gone)} capture files of {self.layout.run_dir(run)} are gone ({', '.join(gone[:5])}"
+                   f"{', ...' if len(gone) > 5 else ''}), which its env.json (its grid, repeats and control) and "
+                   f"top_up.json say it holds; it was captured elsewhere, so nothing captures them again here, and a "
+                   f"re-render would read what is left as the whole. Copy {self.layout.run_dir(run)} again from "
+                   "where it was captured, whole, then run again")
 
     def remade(self, run: str) -> list[str]:
         """What of result set ``run`` is made again (the marker's text)."""
