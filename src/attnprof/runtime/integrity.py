@@ -72,13 +72,19 @@ class Ties:
         return sorted(glob.glob(glob.escape(folder) + pattern[len(folder):]))
 
     def of(self, path: str | Path) -> str:
-        """The tie (32 hex digits) of derived file ``path`` of this result set."""
-        try:
-            run = json.loads(Path(self.layout.run_file("env", self.run)).read_text()).get("run")
-        except (OSError, ValueError, AttributeError):
-            run = None
-        parts = [f"run={run}"] + [f"{Path(r).relative_to(self.run_dir)}={self._hash(r)}" for r in self._records(Path(path))]
+        """The tie (32 hex digits) of derived file ``path`` of this result set: a per-capture table's, its capture
+        record (which extract may read before env.json is written); any other's, env.json's ``run`` and every record."""
+        records = self._records(Path(path))
+        parts = [f"{Path(r).relative_to(self.run_dir)}={self._hash(r)}" for r in records]
+        if Path(path).resolve().relative_to(self.run_dir.resolve()).parts[0] != "tables":
+            parts.insert(0, f"run={self._run_name()}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+    def _run_name(self):
+        try:
+            return json.loads(Path(self.layout.run_file("env", self.run)).read_text()).get("run")
+        except (OSError, ValueError, AttributeError):
+            return None
 
 
 def record_checksums(run_dir: str | Path, paths: list[str | Path]) -> None:
