@@ -60,13 +60,16 @@ class Ties:
         return self._hashes[path]
 
     def _records(self, path: Path) -> list[str]:
-        """The capture records ``path`` was derived from (:class:`Ties`)."""
+        """The capture records ``path`` was derived from (:class:`Ties`); none for a plot (a timeline is drawn from
+        one shape's first round, before env.json and the other captures are made: a plot is checked by its content)."""
         from attnprof.model.names import REPEAT_PREFIX
 
         parts = path.resolve().relative_to(self.run_dir.resolve()).parts
         if parts[0] == "tables" and len(parts) == 5 and parts[3].startswith(REPEAT_PREFIX):
             return [self.layout.capture_file("status", self.run, shape=parts[1], variant=parts[2],
                                              repeat=parts[3][len(REPEAT_PREFIX):])]
+        if parts[0] == "plots":
+            return []
         folder = self.layout.run_dir(self.run)  # escaped: a folder's name may hold [ or *
         pattern = self.layout.capture_file("status", self.run, shape="*", variant="*", repeat="*")
         return sorted(glob.glob(glob.escape(folder) + pattern[len(folder):]))
@@ -76,7 +79,7 @@ class Ties:
         record (which extract may read before env.json is written); any other's, env.json's ``run`` and every record."""
         records = self._records(Path(path))
         parts = [f"{Path(r).relative_to(self.run_dir)}={self._hash(r)}" for r in records]
-        if Path(path).resolve().relative_to(self.run_dir.resolve()).parts[0] != "tables":
+        if Path(path).resolve().relative_to(self.run_dir.resolve()).parts[0] not in DERIVED_DIRS:
             parts.insert(0, f"run={self._run_name()}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
