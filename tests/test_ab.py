@@ -263,7 +263,7 @@ VENV_B = ROOT / ".venv-b" / "bin" / "python"
 
 
 @pytest.mark.workflow
-@pytest.mark.skipif(not VENV_B.exists(), reason=".venv-b not here (the README's A/B block makes it: torch 2.14.1 from PyTorch's CPU index, then pip install -e .)")
+@pytest.mark.skipif(not VENV_B.exists(), reason=".venv-b not here (docs/running.md's A/B after an upgrade makes it: torch 2.14.1 from PyTorch's CPU index, then pip install -e .)")
 def test_ab_run_of_two_torch_builds(tmp_path):
     envs = f"  a: {{python: {sys.executable}}}\n  b: {{python: {VENV_B}}}"
     _, sets, _ = _ab_run(tmp_path, envs, ["a", "b"])

@@ -246,6 +246,8 @@ def _predating_control(folder):
     for control in folder.glob("captures/*/control"):
         shutil.rmtree(control)
     (folder / "control.csv").unlink(missing_ok=True)
+    # as that version's render wrote them: sidecars of these captures (a re-render now writes the same)
+    record_checksums(folder, [folder / RUN_FILES[k] for k in RUN_TABLES if (folder / RUN_FILES[k]).exists()])
     return folder
 
 

@@ -50,7 +50,8 @@ def test_a_row_with_added_paired_rounds_is_still_judged_twice():
     assert out["look"] == 2 and out["top_up"]["base"] == 2 and out["top_up"]["rounds"] == 3
 
 
-RECORD = {"base": 2, "rows": [{"variant": "naive", "shape_key": "s", "rounds": 4}]}
+S = "b1_h2_s64_d32_fp32_causal"  # the tiny grid's first shape
+RECORD = {"base": 2, "rows": [{"variant": "naive", "shape_key": S, "rounds": 4}]}
 
 
 def _state(tmp_path, top_up, records):
@@ -68,7 +69,10 @@ def test_a_top_up_record_left_from_a_run_with_top_up_on_adds_no_rounds_once_it_i
     plan, state = _state(tmp_path, {"rounds": 0, "time_s": 240}, {})
     assert all(state.rounds(run) == {} for run in plan.ab_runs)
     plan, state = _state(tmp_path, {"rounds": 3, "time_s": 240}, {})
-    assert all(state.rounds(run) == {("s", "naive"): 4} for run in plan.ab_runs)
+    assert all(state.rounds(run) == {(S, "naive"): 4} for run in plan.ab_runs)
+
+
+OTHER = "b1_h1_s8_d8_fp32_causal"  # the grid of the result set from elsewhere below
 
 
 def test_a_result_set_from_elsewhere_captured_with_top_up_off_ignores_a_stale_record(tmp_path):
@@ -76,7 +80,7 @@ def test_a_result_set_from_elsewhere_captured_with_top_up_off_ignores_a_stale_re
     lay = plan.layout
     path = Path(lay.run_file("top_up", "other"))
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(RECORD))
+    path.write_text(json.dumps({"base": 2, "rows": [{"variant": "naive", "shape_key": OTHER, "rounds": 4}]}))
     env = {"device": "cpu", "config": {"shapes": {"cpu": {"batch": [1], "heads": [1], "seq_len": [8], "head_dim": [8],
                                                           "dtype": ["fp32"], "causal": [True]}},
                                        "variants": ["naive"], "repeats": 2, "top_up": {"rounds": 0, "time_s": 240}}}
@@ -84,12 +88,12 @@ def test_a_result_set_from_elsewhere_captured_with_top_up_off_ignores_a_stale_re
     assert state.rounds("other") == {}
     env["config"]["top_up"]["rounds"] = 3
     Path(lay.run_file("env", "other")).write_text(json.dumps(env))
-    assert ResultSetState(plan).rounds("other") == {("s", "naive"): 4}
+    assert ResultSetState(plan).rounds("other") == {(OTHER, "naive"): 4}
 
 
 def test_two_environments_whose_top_up_records_differ_are_refused_naming_both(tmp_path, capsys):
     plan, state = _state(tmp_path, {"rounds": 3, "time_s": 240},
-                         {"next": {"base": 2, "rows": [{"variant": "naive", "shape_key": "s", "rounds": 3}]}})
+                         {"next": {"base": 2, "rows": [{"variant": "naive", "shape_key": S, "rounds": 3}]}})
     with pytest.raises(SystemExit):
         state.rounds(next(iter(plan.ab_runs)))
     said = capsys.readouterr().err
@@ -124,3 +128,50 @@ def test_a_deleted_top_up_record_is_named_with_the_command_that_writes_it_again(
     assert record.read_text() == kept
     proc = snakemake_cli.run([target, "--cores", "1", *where], timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# --- issue 43 item 9: a record is held to its grid, its design and the captures on disk ----------------------------
+
+def _refusal(state, run, capsys) -> str:
+    with pytest.raises(SystemExit):
+        state.rounds(run)
+    return capsys.readouterr().err
+
+
+def _capture(plan, run, variant, repeat, shape=S):
+    path = Path(plan.layout.capture_file("status", run, shape=shape, variant=variant, repeat=repeat))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+
+
+@pytest.mark.parametrize("row, said", [
+    ({"variant": "naive", "shape_key": S, "rounds": 100}, "gives rounds beyond its design (naive at " + S + ": 100; "
+     "at most 5: repeats 2 plus top_up.rounds 3)"),  # the input: rounds 100 planned 188 captures
+    ({"variant": "naive", "shape_key": S, "rounds": 6}, f"gives rounds beyond its design (naive at {S}: 6; at most 5"),  # one round past the design, the same kind
+    ({"variant": "no_such", "shape_key": S, "rounds": 3}, "names rows outside the result set's grid (no_such at"),
+    ({"variant": "naive", "shape_key": "b1_h2_s99_d32_fp32_causal", "rounds": 3},
+     "names rows outside the result set's grid (naive at b1_h2_s99_d32_fp32_causal)"),
+], ids=["rounds-100", "rounds-design-plus-1", "unknown-variant", "unknown-shape"])
+def test_a_hand_edited_record_both_environments_agree_on_is_refused_naming_the_file(tmp_path, capsys, row, said):
+    record = {"base": 2, "rows": [row]}
+    plan, state = _state(tmp_path, {"rounds": 3, "time_s": 240}, {"base": record, "next": record})
+    run = next(iter(plan.ab_runs))
+    err = _refusal(state, run, capsys)
+    assert f"{plan.layout.run_file('top_up', run)} {said}" in err and "copy it again" in err, err
+
+
+def test_emptied_rows_with_their_added_captures_on_disk_are_refused(tmp_path, capsys):
+    """The input: a copied pair whose rows were emptied in both records while naive's rounds 3 and 4 stay captured
+    (repeats.csv would drop them, silently); the same kind: a record that gives naive 3 rounds while r4 is on disk.
+    A record that accounts for every capture is read."""
+    emptied = {"base": 2, "rows": []}
+    plan, state = _state(tmp_path, {"rounds": 3, "time_s": 240}, {"base": emptied, "next": emptied})
+    run = next(iter(plan.ab_runs))
+    for k in (1, 2, 3, 4):
+        _capture(plan, run, "naive", k)
+    assert "leaves captures on disk unaccounted for (naive at " + S + ": r4 captured" in _refusal(state, run, capsys)
+    short = {"base": 2, "rows": [{"variant": "naive", "shape_key": S, "rounds": 3}]}
+    plan, state = _state(tmp_path, {"rounds": 3, "time_s": 240}, {"base": short, "next": short})
+    assert "unaccounted for (naive at " + S + ": r4" in _refusal(state, run, capsys)
+    plan, state = _state(tmp_path, {"rounds": 3, "time_s": 240}, {})  # RECORD: naive 4 rounds
+    assert state.rounds(run) == {(S, "naive"): 4}

@@ -182,3 +182,25 @@ def test_thresholds_and_the_seed_are_bounded_and_the_message_names_the_key_and_t
         why = msg(seed=bad)
         assert why and f"seed = {bad}" in why and "0 to 4294967295" in why and "seed=0" in why, why
     assert msg(seed=2 ** 32 - 1) is None
+
+
+def test_nan_and_infinities_are_refused_by_key():
+    """Issue 43 item 8's input: NaN passes every bound of the schema (each comparison with it is false), so
+    top_up.time_s: .nan turned top-up off in silence and compare.noise_floor: .nan printed '±nan %'. Each of the four
+    keys, and an infinity (the same kind), is refused naming its key; the defaults pass."""
+    from attnprof.model.config import config_problems
+
+    cmp = {"runs": ["a", "b"], "name": "x", "noise_floor": 0.02}
+    nan, inf = float("nan"), float("inf")
+    cases = {"top_up.time_s": {"top_up": {"rounds": 3, "time_s": nan}},
+             "compare.noise_floor": {"compare": {**cmp, "noise_floor": nan}},
+             "compare.confidence": {"compare": {**cmp, "confidence": nan}},
+             "compare.noise_floor_host": {"compare": {**cmp, "noise_floor_host": nan}},
+             "capture_timeout_s": {"capture_timeout_s": inf}}
+    for key, over in cases.items():
+        problems = config_problems({**DEFAULTS, **over})
+        assert len(problems) == 1 and problems[0].startswith(f"{key}: ") and "NaN and infinities" in problems[0], problems
+    assert config_problems(DEFAULTS) == []
+    # the text a --config value arrives as ('.nan') is read as NaN by the schema's typing, then refused
+    typed = coerce_to_schema({**DEFAULTS, "top_up": {"rounds": "3", "time_s": ".nan"}}, SCHEMA)
+    assert [p.split(":")[0] for p in config_problems(typed)] == ["top_up.time_s"]

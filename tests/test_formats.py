@@ -6,6 +6,7 @@ The expected values are written out by hand below, not computed with attnprof's 
 (version 1, no key) are read in place, never written."""
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -205,6 +206,47 @@ def test_compare_refuses_a_result_set_of_a_future_version_with_the_fix(tmp_path)
     env = write(tmp_path / "x" / "env.json", json.dumps({"format": 3, "device": "cpu", "config": {}}))
     with pytest.raises(ResultSetError, match=r"x/env.json: format 3 is newer .* Fix: upgrade attnprof"):
         load_result_set("x", {"env": str(env), "summary": str(tmp_path / "x" / "summary.csv")}, lambda *a: None)
+
+
+def _current_env(**config) -> dict:
+    """A format-2 env.json as scripts/environment.py writes it (the fields of version 2 written out here)."""
+    return {"format": 2, "run": "x", "device": "cpu", "torch": "2.13.0+cpu", "captures_control": True,
+            "config": {"repeats": 3, "top_up": {"rounds": 0, "time_s": 0.0},
+                       "compare": {"noise_floor": 0.02, "noise_floor_host": 0.2}, **config}}
+
+
+def test_compare_refuses_a_format_2_env_without_captures_control_naming_the_field_and_the_fix(tmp_path):
+    """Issue 43 item 12's input: a format-2 env.json whose 'captures_control' was deleted ended compare in a bare
+    KeyError."""
+    env = _current_env()
+    del env["captures_control"]
+    path = write(tmp_path / "x" / "env.json", json.dumps(env))
+    with pytest.raises(ResultSetError, match=r"x/env.json: format 2 records 'captures_control', which this file "
+                                             r"lacks.* Fix: copy it again from where the result set was captured"):
+        load_result_set("x", {"env": str(path), "summary": str(tmp_path / "x" / "summary.csv")}, lambda *a: None)
+
+
+@pytest.mark.parametrize("field", ["config.repeats", "config.compare.noise_floor_host", "config.top_up"])
+def test_a_format_2_env_without_a_version_2_field_is_refused_by_every_reader(tmp_path, field):
+    """The report's input (KeyError 'repeats' before) and its kind: each nested field of version 2 deleted."""
+    env = _current_env()
+    *parents, last = field.split(".")
+    node = env
+    for key in parents:
+        node = node[key]
+    del node[last]
+    path = write(tmp_path / "x" / "env.json", json.dumps(env))
+    with pytest.raises(FormatError, match=rf"env.json: format 2 records '{re.escape(field)}', which this file lacks"):
+        load_env(path)
+    whole = _current_env()
+    assert current_record("env", whole, tmp_path / "y" / "env.json") == whole  # the whole record reads as written
+
+
+def test_a_format_2_status_without_its_repeat_is_refused_naming_the_folder_to_capture_again(tmp_path):
+    path = status_at(tmp_path, {**COMMON, "format": 2, "capture_started_at": 1800000000.25})
+    with pytest.raises(FormatError, match=r"status.json: format 2 records 'repeat', which this file lacks.*"
+                                          r"delete .*naive/r2 to capture it again"):
+        load_status(path)
 
 
 # --- the migrations and the committed examples ----------------------------------------------------------------------

@@ -60,3 +60,26 @@ def test_the_test_module_is_named_as_no_user_is_told_to_name_theirs():
             for m in re.findall(r"[\"']([A-Za-z_][A-Za-z0-9_.]*):[A-Za-z_][A-Za-z0-9_]*[\"']", text)}
     assert "my_attention" in told  # the README's example
     assert not told & {p.stem for p in USER_DIR.glob("*.py")}
+
+
+def test_a_misspelt_function_or_setup_is_refused_at_parse_time_naming_the_config_key(tmp_path, monkeypatch):
+    """Issue 43 item 5's input: custom_variants {x: {function: "mod:typo"}} was found only by the capture, 95 s into
+    the run; now the fingerprint (a param every capture job takes at parse time) refuses it, as a missing module
+    already was, without importing the module (its import would import torch)."""
+    (tmp_path / "typo_attn.py").write_text(
+        "import torch as th\nfrom math import sqrt as root\n\ndef forward(q, k, v, *, causal, scale):\n    return q\n\n"
+        "try:\n    import numpy\n    def setup(shape, device):\n        return {}\nexcept ImportError:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"custom_variants\.x\.function 'typo_attn:forwrd': .*typo_attn.py defines "
+                                         r"no 'forwrd' at top level.* fix the name after the ':' in "
+                                         r"custom_variants\.x\.function"):
+        variant_fingerprint("x", {"function": "typo_attn:forwrd"})
+    with pytest.raises(ValueError, match=r"custom_variants\.x\.setup 'typo_attn:set_up'"):  # the same kind: setup
+        variant_fingerprint("x", {"function": "typo_attn:forward", "setup": "typo_attn:set_up"})
+    assert "typo_attn" not in sys.modules
+    # names bound at top level in every way the source shows are found: a def, one inside a try, an import's alias
+    for target in ("typo_attn:forward", "typo_attn:setup", "typo_attn:root", "typo_attn:th"):
+        assert len(variant_fingerprint("x", {"function": target})) == 16
+    # a module that may bind any name (a star import) is left to the import
+    (tmp_path / "star_attn.py").write_text("from typo_attn import *\n")
+    assert len(variant_fingerprint("x", {"function": "star_attn:anything"})) == 16

@@ -634,6 +634,8 @@ def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], 
     env = _record(files["env"], (), f"Fix: restore {files['env']} from the result set's original copy (a re-render "
                   "keeps env.json as captured)", "env")
     control = _control_path(run_dir, env)
+    if env["captures_control"] and (why := _control_folder_lost(run_dir)):  # before the sidecars, which it unties
+        raise ResultSetError(why)
     problems = [f"{p}: {why}" for p in _checked_files(files, control) if (why := file_problem(run_dir, p))]
     if problems:
         raise ResultSetError(f"result set {name} cannot be compared: " + "; ".join(problems) + f". {fix}")
@@ -641,6 +643,7 @@ def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], 
            **{k: _table(files[k], k, fix) for k in ("summary", "kernels", "repeats")},
            "ops": concat_tables([_table(p, "ops", fix) for p in files.get("ops") or []])}
     _check_repeats_cover(run, files["repeats"], fix)
+    _check_started_at(run["repeats"], files["repeats"], run_dir)
     run["recipes"], run["recipe_problems"] = _recipes(files, fix), []
     if control:
         run["control_check"] = _control_check(control, run_dir, device_of(run), env)
@@ -729,6 +732,31 @@ def _check_repeats_cover(run: dict, path, fix: str) -> None:
                              f"{int((s['status'] == 'ok').sum())} ok rows made from them. {fix}")
 
 
+def _check_started_at(repeats: pd.DataFrame, path, run_dir: Path) -> None:
+    """Each row of repeats.csv says when its capture began (``started_at``), which its capture's status.json records
+    (``capture_started_at``, to the millisecond): a row that disagrees with the capture on disk was not made from it
+    (the table of another result set, or edited with its sidecar), which a sidecar alone cannot tell (docs/trust.md).
+    Rows whose capture is not here (a result set copied without its captures) are not judged. Raises ResultSetError
+    naming both files, both times and the fix."""
+    from attnprof.analysis.records import load_status
+    from attnprof.model.plan import Layout
+
+    lay, run = Layout(str(run_dir.parent)), run_dir.name
+    for row in repeats[["shape_key", "variant", "repeat", "started_at"]].dropna().itertuples(index=False):
+        status = Path(lay.capture_file("status", run, shape=row.shape_key, variant=row.variant, repeat=int(row.repeat)))
+        if not status.is_file():
+            continue
+        try:
+            began = float(load_status(status, ())["capture_started_at"])
+        except (RecordError, FormatError, TypeError, ValueError):
+            continue  # a damaged record is the folder check's to name (attnprof.analysis.records)
+        if abs(began - float(row.started_at)) > 0.001:
+            raise ResultSetError(f"{path}: not made from this result set's captures: its row for {row.variant} at "
+                                 f"{row.shape_key}, repeat {int(row.repeat)}, says the capture began at "
+                                 f"{float(row.started_at):.3f}, while {status} records {began:.3f}. "
+                                 f"{rerender_fix(run_dir)}")
+
+
 def _recipes(files: dict, fix: str) -> dict:
     """{(variant, shape_key, pass): [recipe table per repeat, repeat 1 first]} from ``files``' recipe tables
     (.../tables/<shape>/<variant>/r<k>/recipe.csv; none when the result set was copied without its captures), each
@@ -760,17 +788,28 @@ def _control_check(path: Path, run_dir: Path, device: str, env: dict) -> dict:
     return check
 
 
+def _since(run_dir: Path) -> str:
+    return (f"while {run_dir / RUN_FILES['env']} records a version that captures it (config.environments present): "
+            "the result set is damaged, its profiler self-check lost, never one from before the self-check.")
+
+
+def _control_folder_lost(run_dir: Path) -> str | None:
+    """Why a result set captured with the control, whose captures are here, holds none of the control's, with the
+    fix; None where it holds them or its captures are not here."""
+    layout, run = Layout.around(run_dir)
+    if layout.has_captures(run) and not layout.control_shapes(run):
+        control = layout.in_run(Layout.CAPTURES, "<shape>", CONTROL, None)
+        return (f"{layout.run_dir(run)}/{Layout.CAPTURES} holds no capture of the control ({control} deleted?), "
+                f"{_since(run_dir)} Fix: restore {control} from the original copy of the result set and re-render "
+                f"({RERENDER.format(run_dir=run_dir)}); a re-render cannot remake a capture")
+    return None
+
+
 def _control_lost(path: Path, table: pd.DataFrame, run_dir: Path) -> str | None:
     """Why a result set captured with the control has lost it, with the fix, or None: its control captures deleted
     (a re-render would then write a control.csv without them), or control.csv without rows."""
-    layout, run = Layout.around(run_dir)
-    since = (f"while {layout.run_file('env', run)} records a version that captures it (config.environments present): "
-             "the result set is damaged, its profiler self-check lost, never one from before the self-check.")
-    if layout.has_captures(run) and not layout.control_shapes(run):
-        control = layout.in_run(Layout.CAPTURES, "<shape>", CONTROL, None)
-        return (f"{layout.run_dir(run)}/{Layout.CAPTURES} holds no capture of the control ({control} deleted?), {since} "
-                f"Fix: restore {control} from the original copy of the result set and re-render "
-                f"({RERENDER.format(run_dir=run_dir)}); a re-render cannot remake a capture")
+    if why := _control_folder_lost(run_dir):
+        return why
     if not len(table):
-        return f"{path} lists no capture of the control, {since} {rerender_fix(run_dir)}"
+        return f"{path} lists no capture of the control, {_since(run_dir)} {rerender_fix(run_dir)}"
     return None

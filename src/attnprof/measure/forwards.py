@@ -212,19 +212,46 @@ def _called_here(fn: Callable) -> list[Callable]:
     return seen
 
 
-def _module_source(target: str) -> str:
-    """The source text of the module of a ``"module:function"`` target, found without running
-    it (importlib.util.find_spec; a dotted module's parent packages are imported). Raises
-    ValueError naming the target when the module cannot be found."""
+def _module_source(target: str, key: str) -> str:
+    """The source text of the module of a ``"module:function"`` target (config ``key``), found without running it
+    (importlib.util.find_spec; a dotted module's parent packages are imported). Raises ValueError naming the key and
+    the fix when the module cannot be found, or when its source defines no such name at top level (:func:`_defines`):
+    a misspelt function is then refused at parse time, not by the capture that imports it."""
     import importlib.util
     from pathlib import Path
 
-    module = target.partition(":")[0]
+    module, _, name = target.partition(":")
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin or not Path(spec.origin).is_file():
-        raise ValueError(f"custom variant {target!r}: module {module!r} not found (it must be importable from the "
+        raise ValueError(f"{key} {target!r}: module {module!r} not found (it must be importable from the "
                          "working directory or installed)")
-    return Path(spec.origin).read_text()
+    text = Path(spec.origin).read_text()
+    if name and not _defines(text, name):
+        raise ValueError(f"{key} {target!r}: {spec.origin} defines no {name!r} at top level (a def, a class, an "
+                         f"assignment or an import of that name); fix the name after the ':' in {key}")
+    return text
+
+
+def _defines(text: str, name: str) -> bool:
+    """Whether module source ``text`` may bind ``name`` at top level (also inside a top-level if, try, with or for):
+    a def, class, assignment or import of it; also for a ``from x import *`` or a module ``__getattr__``, which may
+    bind any name, and for source that does not parse (left to the import, which names the syntax error)."""
+    import ast
+
+    try:
+        todo = list(ast.parse(text).body)
+    except SyntaxError:
+        return True
+    bound = set()
+    while todo:
+        node = todo.pop()
+        bound |= {getattr(node, "name", None)} | {(a.asname or a.name).partition(".")[0] for a in getattr(node, "names", [])
+                                                   if isinstance(a, ast.alias)}
+        for target in getattr(node, "targets", None) or [getattr(node, "target", None)]:
+            bound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            todo += [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])]
+    return bool(bound & {name, "*", "__getattr__"})
 
 
 @functools.cache
@@ -247,7 +274,8 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
 
     if custom:
         builder = _custom_forward
-        own = [repr(sorted(custom.items()))] + [_module_source(custom[k]) for k in ("function", "setup") if custom.get(k)]
+        own = [repr(sorted(custom.items()))] + [_module_source(custom[k], f"custom_variants.{variant}.{k}")
+                                                for k in ("function", "setup") if custom.get(k)]
     elif variant == CONTROL:  # the profiler's control: its matrices' size is in variants.py, not in its builder
         builder = _control_forward
         own = [f"CONTROL_SIZE={CONTROL_SIZE} CONTROL_K={CONTROL_K}"]

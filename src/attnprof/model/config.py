@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -190,8 +192,22 @@ def config_problems(config: dict) -> list[str]:
     passes = config.get("passes")
     if isinstance(passes, list) and "forward" not in passes:
         problems.append(f"passes {passes}: must list forward (each profiled step runs the forward, then its backward)")
-    problems += _counter_variant_problems(config)
+    problems += _counter_variant_problems(config) + non_finite_problems(config)
     return problems + _environments_problems(config.get("environments"))
+
+
+def non_finite_problems(value, key: str = "") -> list[str]:
+    """The keys of ``value`` (the config, walked) that hold NaN or an infinity: every bound of the schema holds for
+    NaN (each comparison with it is false), so ``top_up.time_s: .nan`` would turn top-up off in silence and
+    ``compare.noise_floor: .nan`` print "+-nan %" (issue 43 item 8)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{key}: {value} is not a number this key can hold (NaN and infinities are refused; give a finite "
+                "value, or leave the key out for its default)"]
+    if isinstance(value, Mapping):
+        return [p for k, v in value.items() for p in non_finite_problems(v, f"{key}.{k}" if key else str(k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in non_finite_problems(v, f"{key}[{i}]")]
+    return []
 
 
 def _counter_variant_problems(config: dict) -> list[str]:

@@ -56,6 +56,13 @@ COMPARE_DEFAULTS = {"noise_floor": 0.02, "noise_floor_host": 0.20}
 REPEATS_ADDED = ("started_at", "gpu_uuid", "gpu_name", "gpu_power_limit_w", "gpu_max_sm_clock_mhz")
 
 
+#: The fields each kind's current version records (dotted: nested in an object), checked after the migrations: a
+#: record of the current version without one was edited or cut short, never written so (issue 43 item 12).
+FIELDS = {"status": ("repeat", "capture_started_at"),
+          "env": ("captures_control", "config.repeats", "config.compare.noise_floor",
+                  "config.compare.noise_floor_host", "config.top_up")}
+
+
 class FormatError(ValueError):
     """A file in a format version this code cannot read: newer than it knows, or a version key that is no version.
     The message names the file, the version found and the command that fixes it."""
@@ -99,7 +106,26 @@ def current_record(kind: str, record: Mapping, path) -> dict:
     """JSON record ``record`` of ``kind`` (status, env), read from ``path``, in the current format (a new dict; a
     record of the current format is returned as a copy). Raises :class:`FormatError` for a version it cannot read."""
     version = _checked(kind, path, record.get(FORMAT_KEY, 1))
-    return _migrated(kind, dict(record), path, version)
+    current = _migrated(kind, dict(record), path, version)
+    fields = FIELDS.get(kind, ()) if version == CURRENT[kind] else ()  # a migration fills in what it lacks
+    if missing := [field for field in fields if _lacks(current, field.split("."))]:
+        raise FormatError(f"{path}: format {version} records {', '.join(repr(f) for f in missing)}, which this file "
+                          f"lacks: it was edited or cut short after it was written. Fix: {_restore(kind, path)}")
+    return current
+
+
+def _lacks(record, keys: list) -> bool:
+    """Whether object ``record`` lacks the nested key ``keys`` (an object on the way that is missing, or a value there
+    that is no object, is left to the readers' own check of it: "no key 'config'")."""
+    if len(keys) > 1 and keys[0] not in record:
+        return False
+    for key in keys:
+        if not isinstance(record, Mapping):
+            return False
+        if key not in record:
+            return True
+        record = record[key]
+    return False
 
 
 def current_table(kind: str, table, path):

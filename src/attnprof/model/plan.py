@@ -233,10 +233,15 @@ def rounds_of(record: Mapping | None, base: int) -> dict[tuple[str, str], int]:
     return {(r["shape_key"], r["variant"]): max(int(r["rounds"]), base) for r in (record or {}).get("rows", [])}
 
 
-def load_top_up(path: str | Path) -> dict | None:
+def load_top_up(path: str | Path, grid: Grid | None = None, added: int = 0,
+                on_disk: Mapping | None = None) -> dict | None:
     """A result set's top_up.json (None where it has none), checked: an object whose ``rows`` is a list of
-    objects each with a text ``variant`` and ``shape_key`` and whole ``rounds`` from 1 to 100. Raises ValueError
-    naming the file, what is wrong and the fix (its rounds decide which captures a result set holds)."""
+    objects each with a text ``variant`` and ``shape_key`` and whole ``rounds`` from 1 to 100; with the result set's
+    ``grid`` (its base rounds: ``grid.repeats``) and the most rounds its design adds (``added``: config
+    top_up.rounds), each row a cell of the grid with at most ``repeats + added`` rounds; with ``on_disk``
+    ({(shape_key, variant): the highest repeat captured}, :func:`captured_rounds`), no cell holding captures beyond
+    the rounds the record gives it (they would be left out of repeats.csv, silently). Raises ValueError naming the
+    file, what is wrong and the fix (its rounds decide which captures a result set holds)."""
     path = Path(path)
     if not path.exists():
         return None
@@ -248,7 +253,47 @@ def load_top_up(path: str | Path) -> dict | None:
     if not isinstance(rows, list) or not all(_top_up_row(r) for r in rows):
         raise ValueError(f"{path} is not a top-up record attnprof wrote (rows must list variant, shape_key and "
                          f"rounds from 1 to 100): {_top_up_fix(path)}")
+    if grid is not None and (why := _top_up_beyond(record, grid, added, on_disk or {})):
+        raise ValueError(f"{path} {why} (edited by hand, or of another result set?): {_top_up_fix(path)}")
     return record
+
+
+def _top_up_beyond(record: Mapping, grid: Grid, added: int, on_disk: Mapping) -> str | None:
+    """What of top-up ``record`` lies outside ``grid`` and its design (:func:`load_top_up`), or None."""
+    cells = {(s, v) for s in grid.shapes for v in grid.variants}
+    if outside := [f"{r['variant']} at {r['shape_key']}" for r in record["rows"] if (r["shape_key"], r["variant"]) not in cells]:
+        return f"names rows outside the result set's grid ({', '.join(outside[:5])})"
+    most = grid.repeats + added
+    if over := [f"{r['variant']} at {r['shape_key']}: {r['rounds']}" for r in record["rows"] if r["rounds"] > most]:
+        return (f"gives rounds beyond its design ({', '.join(over[:5])}; at most {most}: repeats {grid.repeats} plus "
+                f"top_up.rounds {added})")
+    rounds = rounds_of(record, grid.repeats)
+    if left := [f"{v} at {s}: r{k}" for (s, v), k in sorted(on_disk.items()) if k > rounds.get((s, v), grid.repeats)]:
+        return (f"leaves captures on disk unaccounted for ({', '.join(left[:5])}{', ...' if len(left) > 5 else ''}"
+                " captured, beyond the rounds the record gives those rows)")
+    return None
+
+
+def captured_rounds(layout: Layout, run: str, grid: Grid) -> dict[tuple[str, str], int]:
+    """{(shape_key, variant): the highest repeat of the cell with a capture record on disk} of ``run``'s grid."""
+    found = {}
+    for s in grid.shapes:
+        for v in grid.variants:
+            folder = Path(layout.capture_dir(run, s, v, 1)).parent
+            reps = [layout.repeat_of(p.name) for p in folder.iterdir()] if folder.is_dir() else []
+            reps = [k for k in reps if k and Path(layout.capture_file("status", run, shape=s, variant=v, repeat=k)).exists()]
+            found[(s, v)] = max(reps, default=0)
+    return found
+
+
+def recorded_top_up_rounds(layout: Layout, run: str) -> int:
+    """The most rounds top-up could add to a row of result set ``run`` (config top_up.rounds its env.json records;
+    0 where it records none, or top-up off)."""
+    try:
+        top_up = _recorded(layout, run)["config"].get("top_up")
+        return int(top_up["rounds"]) if top_up_on(top_up) else 0
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return 0
 
 
 def _top_up_fix(path: Path) -> str:
@@ -334,7 +379,10 @@ def recorded_grid(layout: Layout, run: str) -> Grid:
     if legacy := layout.legacy_captures(run):
         raise ValueError(f"{layout.run_dir(run)} was made before repeats ({legacy[0]} is not in a {REPEAT_PREFIX}<k>/ "
                          f"folder): move its captures with: python tools/migrate_repeats.py {layout.run_dir(run)}")
-    control = shapes[:1] if shapes and shapes[0] in layout.control_shapes(run) else ()
+    # the control is held to what env.json records (captures_control: the version that captured it captures the
+    # control), as compare does; one on disk counts too (a version-1 env.json that cannot say)
+    with_control = recorded.get("captures_control") is True or (shapes and shapes[0] in layout.control_shapes(run))
+    control = shapes[:1] if shapes and with_control else ()
     return Grid(shapes, tuple(cfg["variants"]), int(cfg["repeats"]), control)
 
 

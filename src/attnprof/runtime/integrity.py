@@ -19,7 +19,9 @@ stays, so nothing reruns a second time.
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import json
 from pathlib import Path
 
 #: Folder of the checksum sidecars, inside a result set.
@@ -38,16 +40,66 @@ def _sidecar(run_dir: Path, path: Path) -> Path:
     return run_dir / CHECKSUM_DIR / (str(Path(path).resolve().relative_to(run_dir.resolve())) + ".sha256")
 
 
+class Ties:
+    """What ties a derived file to its result set (docs/trust.md): the SHA-256 of the result set's identity (env.json's
+    ``run``) and of the capture records (status.json) it was derived from: its own capture's for a per-capture table,
+    every capture's for a file of the whole result set. Two result sets never share a capture record (each records
+    when its capture ran), so a sidecar of another result set's file, or of a file made from other captures, does not
+    match. Each record is hashed once per instance."""
+
+    def __init__(self, run_dir: str | Path):
+        from attnprof.model.plan import Layout
+
+        self.run_dir = Path(run_dir)
+        self.layout, self.run = Layout(str(self.run_dir.parent)), self.run_dir.name
+        self._hashes: dict[str, str] = {}
+
+    def _hash(self, path: str) -> str:
+        if path not in self._hashes:
+            self._hashes[path] = _sha256(Path(path)) if Path(path).is_file() else "-"
+        return self._hashes[path]
+
+    def _records(self, path: Path) -> list[str]:
+        """The capture records ``path`` was derived from (:class:`Ties`); none for a plot (a timeline is drawn from
+        one shape's first round, before env.json and the other captures are made: a plot is checked by its content)."""
+        from attnprof.model.names import REPEAT_PREFIX
+
+        parts = path.resolve().relative_to(self.run_dir.resolve()).parts
+        if parts[0] == "tables" and len(parts) == 5 and parts[3].startswith(REPEAT_PREFIX):
+            return [self.layout.capture_file("status", self.run, shape=parts[1], variant=parts[2],
+                                             repeat=parts[3][len(REPEAT_PREFIX):])]
+        if parts[0] == "plots":
+            return []
+        folder = self.layout.run_dir(self.run)  # escaped: a folder's name may hold [ or *
+        pattern = self.layout.capture_file("status", self.run, shape="*", variant="*", repeat="*")
+        return sorted(glob.glob(glob.escape(folder) + pattern[len(folder):]))
+
+    def of(self, path: str | Path) -> str:
+        """The tie (32 hex digits) of derived file ``path`` of this result set: a per-capture table's, its capture
+        record (which extract may read before env.json is written); any other's, env.json's ``run`` and every record."""
+        records = self._records(Path(path))
+        parts = [f"{Path(r).relative_to(self.run_dir)}={self._hash(r)}" for r in records]
+        if Path(path).resolve().relative_to(self.run_dir.resolve()).parts[0] not in (self.layout.TABLES, self.layout.PLOTS):
+            parts.insert(0, f"run={self._run_name()}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+    def _run_name(self):
+        try:
+            return json.loads(Path(self.layout.run_file("env", self.run)).read_text()).get("run")
+        except (OSError, ValueError, AttributeError):
+            return None
+
+
 def record_checksums(run_dir: str | Path, paths: list[str | Path]) -> None:
     """Write the SHA-256 of each file of ``paths`` (inside result set ``run_dir``) to its sidecar, with the file's
-    size and modification time (a file with both unchanged is not read again). Called after a rule wrote them.
-    Raises ValueError for a path outside ``run_dir``."""
-    run_dir = Path(run_dir)
+    size and modification time (a file with both unchanged is not read again) and its tie to the result set and its
+    captures (:class:`Ties`). Called after a rule wrote them. Raises ValueError for a path outside ``run_dir``."""
+    run_dir, ties = Path(run_dir), Ties(run_dir)
     for path in map(Path, paths):
         side = _sidecar(run_dir, path)
         side.parent.mkdir(parents=True, exist_ok=True)
         st = path.stat()
-        side.write_text(f"{_sha256(path)} {st.st_size} {st.st_mtime_ns}\n")
+        side.write_text(f"{_sha256(path)} {st.st_size} {st.st_mtime_ns} {ties.of(path)}\n")
 
 
 def _differs(path: Path, recorded: list[str]) -> bool:
@@ -62,14 +114,26 @@ def _differs(path: Path, recorded: list[str]) -> bool:
 def changed_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
     """The files of ``paths`` that exist, have a recorded checksum and no longer match it (edited by hand,
     or cut short). Files without a sidecar (written before checksums were recorded) are not judged."""
+    return _judged(run_dir, paths, lambda path, recorded, ties: _differs(path, recorded))
+
+
+def foreign_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
+    """The files of ``paths`` whose sidecar ties them to another result set or to other captures than this one's
+    (:class:`Ties`: copied in from elsewhere with their sidecars, or made before a capture was made again). A sidecar
+    written before ties were recorded (three fields) is not judged here."""
+    return _judged(run_dir, paths, lambda path, recorded, ties: len(recorded) > 3 and recorded[3] != ties.of(path))
+
+
+def _judged(run_dir, paths, test) -> list[str]:
+    """The files of ``paths`` that exist, have a sidecar and fail ``test(path, sidecar fields, ties)``, sorted."""
     run_dir = Path(run_dir)
-    out = []
+    ties, out = Ties(run_dir), []
     for path in map(Path, paths):
         try:
             recorded = _sidecar(run_dir, path).read_text().split()
         except (OSError, ValueError):
             continue
-        if recorded and path.exists() and _differs(path, recorded):
+        if recorded and path.exists() and test(path, recorded, ties):
             out.append(str(path))
     return sorted(out)
 
@@ -85,14 +149,21 @@ def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
     side = _sidecar(run_dir, path)
     if not path.is_file():
         return "missing"
-    try:
-        recorded = side.read_text().split()[0]  # the SHA-256, then (since 2026-12) the size and modification time
+    try:  # the SHA-256, the size and modification time, the tie to the result set and its captures
+        recorded = side.read_text().split()
+        recorded[0]
     except (OSError, ValueError, IndexError):
         return (f"no SHA-256 recorded for it ({side} is missing: made before checksums were recorded, or copied "
                 "without its logs/checksums/), so it cannot be checked")
-    if _sha256(path) != recorded:
+    if _sha256(path) != recorded[0]:
         return (f"damaged: its content is not what its writer wrote (its SHA-256 differs from the one recorded in "
                 f"{side}): cut short or edited after it was written")
+    if len(recorded) < 4:
+        return f"not tied to its result set: {side} was written before sidecars recorded the captures a file came from"
+    if recorded[3] != Ties(run_dir).of(path):
+        return (f"not this result set's: {side} ties it to another result set or to other captures than those in "
+                f"{run_dir} (copied in from elsewhere with its sidecar, or made before a capture was deleted or made "
+                "again)")
     return None
 
 
@@ -257,10 +328,14 @@ class ResultSetState:
                    f"read with its base rounds only: {self._top_up_fix()}")
 
     def _recorded_top_up(self, run: str) -> dict | None:
-        from attnprof.model.plan import load_top_up
+        """``run``'s top_up.json, checked against its grid, its design (this config's top_up.rounds, or the one its
+        env.json records) and the captures on disk (attnprof.model.plan.load_top_up)."""
+        from attnprof.model.plan import captured_rounds, load_top_up, recorded_top_up_rounds
 
+        g = self.grid(run)
+        added = self.plan.top_up["rounds"] if run in self.plan.this_runs else recorded_top_up_rounds(self.layout, run)
         try:
-            return load_top_up(self.layout.run_file("top_up", run))
+            return load_top_up(self.layout.run_file("top_up", run), g, added, captured_rounds(self.layout, run, g))
         except ValueError as exc:
             refuse(str(exc))
 
@@ -300,13 +375,28 @@ class ResultSetState:
         # captures are made again only in this config's own result sets (one from elsewhere is never captured here)
         captures = [f for n in ("repeats", "control") if run in self.plan.this_runs for f in lost_captures(lay, run, n)]
         derived = self.derived(run)
-        # a result set from elsewhere may come without derived files it can make again (an example holds its
-        # traces, not its tables): only this config's own are judged by what is gone; every one by its checksums
-        lost = lost_files(lay.run_file("html", run), derived) if run in self.plan.this_runs else []
-        changed = changed_files(lay.run_dir(run), derived + [lay.run_file("html", run), lay.run_file("pdf", run)])
+        # every result set is judged by what is gone and by its checksums; one from elsewhere that holds none of its
+        # per-capture tables (an example holds its traces, not its tables) derives them all anyway
+        whole = run in self.plan.this_runs or any(Path(t).exists() for t in self.tables(run))
+        lost = lost_files(lay.run_file("html", run), derived) if whole else []
+        judged = derived + [lay.run_file("html", run), lay.run_file("pdf", run)]
+        changed = changed_files(lay.run_dir(run), judged)
+        lost += [p for p in foreign_files(lay.run_dir(run), judged) if p not in changed]  # made again, as if lost
         bump = bool(captures or lost or changed)
         return {"subset": self._subset(run, g), "lost_captures": captures, "lost": lost, "changed": changed,
-                "epoch": rebuild_epoch(lay, run, bump), "bump": bump}
+                "epoch": rebuild_epoch(lay, run, bump), "bump": bump, "gone": self._gone_captures(run)}
+
+    def _gone_captures(self, run: str) -> list[str]:
+        """The capture files (trace, status) of a result set from elsewhere that its grid (env.json: its shapes,
+        variants, repeats, the rounds top-up added, the control) holds and that are gone: nothing captures them here
+        (a re-render would count what is left as the whole). [] for this config's own (captured again)."""
+        if run in self.plan.this_runs:
+            return []
+        from attnprof.model.names import CAPTURE_FILES
+
+        files = [f for name in CAPTURE_FILES for f in self.per_capture(run, name, "capture", all_repeats=True)
+                 + self.control_capture(run, name, "capture")]
+        return sorted(f for f in files if not Path(f).exists())
 
     def _subset(self, run, g):
         """A config with fewer shapes or variants than this config's result set ``run`` was made with (its
@@ -341,6 +431,7 @@ class ResultSetState:
         state = self.check(run)
         if state["subset"]:
             refuse(state["subset"])
+        self._refuse_gone(run, state["gone"])
         if edited := [p for p in state["changed"] if self.layout.capture_of(p, self.layout.TABLES)]:
             refuse(f"{len(edited)} per-capture tables of {self.layout.run_dir(run)} were changed after extract wrote "
                    f"them ({', '.join(edited[:5])}{', ...' if len(edited) > 5 else ''}); a deleted table is made again "
@@ -354,6 +445,15 @@ class ResultSetState:
             _announce(self.layout.run_dir(run), state, dryrun)
         path = self.layout.rebuild_marker(run, state["epoch"])
         return [path] if state["bump"] or Path(path).exists() else []
+
+    def _refuse_gone(self, run: str, gone: list[str]) -> None:
+        """End the run naming the captures ``gone`` from result set ``run`` from elsewhere (:meth:`_gone_captures`)."""
+        if gone:
+            refuse(f"{len(gone)} capture files of {self.layout.run_dir(run)} are gone ({', '.join(gone[:5])}"
+                   f"{', ...' if len(gone) > 5 else ''}), which its env.json (its grid, repeats and control) and "
+                   f"top_up.json say it holds; it was captured elsewhere, so nothing captures them again here, and a "
+                   f"re-render would read what is left as the whole. Copy {self.layout.run_dir(run)} again from "
+                   "where it was captured, whole, then run again")
 
     def remade(self, run: str) -> list[str]:
         """What of result set ``run`` is made again (the marker's text)."""
