@@ -280,7 +280,7 @@ def captured_rounds(layout: Layout, run: str, grid: Grid) -> dict[tuple[str, str
     for s in grid.shapes:
         for v in grid.variants:
             folder = Path(layout.capture_dir(run, s, v, 1)).parent
-            reps = [layout.repeat_of(p.name) for p in folder.iterdir()] if folder.is_dir() else []
+            reps = [repeat_of(p.name) for p in folder.iterdir()] if folder.is_dir() else []
             reps = [k for k in reps if k and Path(layout.capture_file("status", run, shape=s, variant=v, repeat=k)).exists()]
             found[(s, v)] = max(reps, default=0)
     return found
