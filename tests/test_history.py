@@ -19,7 +19,8 @@ import pandas as pd
 import pytest
 
 from attnprof.analysis.compare import compare_pair
-from attnprof.analysis.history import find_events, history, mark_state, together
+from attnprof.analysis.history import find_events, history, link_recoveries, mark_state, together
+from attnprof.model.config import ab_priority
 
 AA = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration" / "results"
 STUDY = "b8_h16_s1024_d64_bf16_causal"
@@ -142,8 +143,9 @@ def test_event_rules_by_hand():
              (1, 3): "same"}
     ev = find_events(["slower", "same", "same", "faster"], _ends(links))
     assert [(e["kind"], e["start"], e["end"]) for e in ev] == [("step", 0, 1), ("step", 3, 4)]
-    states = [mark_state(e, 4, _ends(links))["state"] for e in ev]
-    assert states == ["gone", "still present"]  # the regression recovered; the step back is the newest link
+    marked = link_recoveries([mark_state(e, 4, _ends(links)) for e in ev])
+    assert [e["state"] for e in marked] == ["gone", "still present"]  # the regression recovered at the newest link
+    assert marked[0]["undone_by"] == [3, 4] and marked[1]["undoes"] == [0, 1]
     # up then down at once, but build 2 still differs from build 0: two steps, not an excursion
     partial_back = {(0, 1): "slower", (1, 2): "faster", (0, 2): "slower"}
     assert [e["kind"] for e in find_events(["slower", "faster"], _ends(partial_back))] == ["step", "step"]
@@ -183,8 +185,46 @@ def test_structural_steps_are_exact():
     s1 = [(s["variant"], s["what"], s["a"], s["b"]) for s in doc["links"][1]["structural"]]
     assert s0 == [("naive", "kernels added", None, ["softmax_warp_forward"])]
     assert s1 == [("naive", "kernels removed", None, ["softmax_warp_forward"]), ("sdpa_flash", "correctness", "correct", "wrong")]
+    assert not any(c["events"] for c in doc["cells"])  # the times did not change: structural changes are no step
 
 
 def test_history_refuses_one_build():
     with pytest.raises(ValueError, match="at least two result sets"):
         history(simulate(np.random.default_rng(0), [{}]), JUDGE)
+
+
+@pytest.mark.parametrize("names", [["A", "B"], ["A", "B", "C"], ["A", "B", "C", "D", "E"]])
+def test_mirror_order_cancels_a_linear_drift_for_every_pair(names):
+    """The captures of an N-environment A/B run, in Snakemake's order (higher priority first: round by round, the
+    environments as listed in odd rounds and reversed in even ones, A B C C B A), at times 0, 1, 2, ...: over each
+    two rounds every environment's mean time is the same, so a drift linear in time adds the same to every side and
+    cancels from every pair's paired ratio. Two environments keep ABBA."""
+    rounds = 4
+    jobs = sorted(((k, e) for k in range(1, rounds + 1) for e in names), key=lambda j: -ab_priority(j[0], j[1], names, rounds))
+    at = {job: t for t, job in enumerate(jobs)}
+    if len(names) == 2:
+        assert [e for _, e in jobs] == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert [e for k, e in jobs if k <= 2] == names + names[::-1]
+    for k in range(1, rounds + 1, 2):
+        means = {e: (at[(k, e)] + at[(k + 1, e)]) / 2 for e in names}
+        assert len(set(means.values())) == 1, means
+
+
+# --- the page: page 1's words and the template ---------------------------------------------------------------
+
+def test_page_one_states_each_event_once_with_its_builds():
+    from attnprof.render.history import history_context
+    from attnprof.render.report import render_html
+
+    rng = np.random.default_rng(12)
+    # sdpa_flash: 2.12 only, 5 % slower; naive: a 5 % step at 2.11 -> 2.12 undone at 2.13 -> 2.14
+    builds = simulate(rng, [{}, {}, {"sdpa_flash": 1.05, "naive": 1.05}, {"naive": 1.05}, {}])
+    doc = {**history(builds, JUDGE), "confidence": 0.95}
+    ctx = history_context(doc, "", {})
+    flash = [s for s in ctx["page1"] if s.startswith("sdpa_flash")]
+    naive = [s for s in ctx["page1"] if s.startswith("naive")]
+    assert len(flash) == 1 and "2.12 only" in flash[0] and "slower" in flash[0] and "back at 2.13" in flash[0]
+    assert len(naive) == 2 and "slower at 2.11 \u2192 2.12" in naive[0] and "recovered at 2.13 \u2192 2.14" in naive[0]
+    assert "faster at 2.13 \u2192 2.14" in naive[1] and "undoing the change at 2.11 \u2192 2.12" in naive[1]
+    html = render_html(ctx, Path(__file__).resolve().parents[1] / "report", "history.html.j2")
+    assert "2.12 only" in html and html.count('class="badge bad">slower') == 2  # the two slower links of the page

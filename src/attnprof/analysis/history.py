@@ -113,6 +113,20 @@ def mark_state(event: dict, newest: int, ends: Callable[[int, int], dict | None]
     return {**event, "state": state, "newest": {k: row.get(k) for k in ("verdict", "ratio", "ratio_lo", "ratio_hi")}}
 
 
+def link_recoveries(events: list[dict]) -> list[dict]:
+    """``events`` (one variant and shape, in order) with each step or drift that is gone at the newest build linked
+    to the first later event of the other direction, which undid it: ``undone_by`` on the first and ``undoes`` on
+    the second (each the other's start and end builds)."""
+    for i, e in enumerate(events):
+        if e["kind"] == "excursion" or e.get("state") != "gone":
+            continue
+        later = next((x for x in events[i + 1:] if x["kind"] != "excursion" and x["direction"] != e["direction"]
+                      and "undoes" not in x), None)
+        if later:
+            e["undone_by"], later["undoes"] = [later["start"], later["end"]], [e["start"], e["end"]]
+    return events
+
+
 def build_time(run: dict, key: tuple[str, str], col: str) -> dict:
     """The time of (variant, shape) ``key`` in one build: its repeat medians of column ``col`` (ms) with their
     interval: the rerun interval (attnprof.analysis.stats.between_run_interval) for device times, the lowest to
@@ -133,11 +147,10 @@ def _flag(summary: pd.DataFrame, key: tuple[str, str], col: str):
 
 def structural(pair: dict, a: dict, b: dict) -> list[dict]:
     """The exact changes of one link (compare_pair's dict ``pair`` of result sets ``a`` -> ``b``): each {variant,
-    shape_key, what, a, b} for kernels added/removed, a status change with PyTorch's reason (compare_pair's
+    shape_key, what, a, b} for kernels (names without template arguments) and aten ops added/removed, a status change with PyTorch's reason (compare_pair's
     ``support``), sdpa_auto's dispatch, correctness (``rel_error_ok``) and torch.compile's first call."""
-    out = [{"variant": r["variant"], "shape_key": r["shape_key"], "what": what, "a": None, "b": r[key]}
-           for r in pair["rows"] for what, key in (("kernels added", "kernels_added"), ("kernels removed", "kernels_removed"))
-           if r.get(key)]
+    out = [{"variant": r["variant"], "shape_key": r["shape_key"], "what": key.replace("_", " "), "a": None, "b": r[key]}
+           for r in pair["rows"] for key in ("kernels_added", "kernels_removed", "ops_added", "ops_removed") if r.get(key)]
     out += [{"variant": s["variant"], "shape_key": s["shape_key"], "what": "status",
              "a": _status_text(s["status_a"], s["reason_a"]), "b": _status_text(s["status_b"], s["reason_b"])}
             for s in pair["support"]]
@@ -155,14 +168,17 @@ def _checks(pair: dict, a: dict, b: dict) -> list[dict]:
     out = []
     for r in pair["rows"]:
         key = (r["variant"], r["shape_key"])
-        ca, cb = (_flag(x["summary"], key, "rel_error_ok") for x in (a, b))
-        if ca is not None and cb is not None and bool(ca) != bool(cb):
-            out.append({"variant": key[0], "shape_key": key[1], "what": "correctness",
-                        "a": "correct" if ca else "wrong", "b": "correct" if cb else "wrong"})
-        if (r.get("compile_a_s") is None) != (r.get("compile_b_s") is None):
-            out.append({"variant": key[0], "shape_key": key[1], "what": "compile",
-                        "a": "compiled" if r.get("compile_a_s") else "no compile", "b": "compiled" if r.get("compile_b_s") else "no compile"})
+        ok = [_flag(x["summary"], key, "rel_error_ok") for x in (a, b)]
+        compiled = [r.get(k) is not None for k in ("compile_a_s", "compile_b_s")]
+        if None not in ok and bool(ok[0]) != bool(ok[1]):
+            out.append(_change(key, "correctness", *("correct" if x else "wrong" for x in ok)))
+        if compiled[0] != compiled[1]:
+            out.append(_change(key, "compile", *("compiled" if x else "no compile" for x in compiled)))
     return out
+
+
+def _change(key: tuple[str, str], what: str, a, b) -> dict:
+    return {"variant": key[0], "shape_key": key[1], "what": what, "a": a, "b": b}
 
 
 def together(pair: dict) -> str | None:
@@ -205,7 +221,7 @@ def history(runs: list[dict], judge: Callable[[dict, dict], dict]) -> dict:
 def _cell(runs: list[dict], key: tuple[str, str], links: list[dict], pair, col: str) -> dict:
     rows = [row_of(p, key) or {"verdict": "not comparable"} for p in links]
     ends = lambda i, j: row_of(pair(i, j), key)  # noqa: E731
-    events = [mark_state(e, len(runs) - 1, ends) for e in find_events([r["verdict"] for r in rows], ends)]
+    events = link_recoveries([mark_state(e, len(runs) - 1, ends) for e in find_events([r["verdict"] for r in rows], ends)])
     return {"variant": key[0], "shape_key": key[1], "times": [build_time(x, key, col) for x in runs],
             "links": [{k: r.get(k) for k in ("verdict", "ratio", "ratio_lo", "ratio_hi", "why", "repeats_needed",
                                                 "paired")} for r in rows], "events": events}

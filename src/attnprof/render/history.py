@@ -34,33 +34,53 @@ def event_sentence(e: dict, cell: dict, labels: list[str]) -> str:
     if e["kind"] == "excursion":
         return (f"{at}: {labels[e['start'] + 1]} only: {_pct(e['ratio'])} {e['direction']} there ({_interval(e)}), "
                 f"back at {labels[e['end']]} (one event, not two steps)")
-    span = f"{labels[e['start']]} \u2192 {labels[e['end']]}"
     what = "drifted" if e["kind"] == "drift" else "stepped"
     tail = " (no single link beyond the threshold)" if e["kind"] == "drift" else ""
-    return (f"{at}: {what} {_pct(e['ratio'])} {e['direction']} at {span} ({_interval(e)}){tail}; "
-            f"{STATE_WORDS.get((e['direction'], e.get('state')), '')}")
+    return (f"{at}: {what} {_pct(e['ratio'])} {e['direction']} at {_span(labels, e['start'], e['end'])} "
+            f"({_interval(e)}){tail}; {_state_words(e, labels)}")
+
+
+def _span(labels: list[str], start: int, end: int) -> str:
+    return f"{labels[start]} \u2192 {labels[end]}"
+
+
+def _state_words(e: dict, labels: list[str]) -> str:
+    """An event's state at the newest build in words: the change it undoes, the change that undid it, or its state."""
+    if e.get("undoes"):
+        return f"undoing the change at {_span(labels, *e['undoes'])}"
+    if e.get("undone_by"):
+        return f"{'recovered' if e['direction'] == 'slower' else 'lost again'} at {_span(labels, *e['undone_by'])}"
+    return STATE_WORDS.get((e["direction"], e.get("state")), "")
 
 
 def _structural_sentence(s: dict, span: str) -> str:
-    if s["what"].startswith("kernels"):
+    if isinstance(s["b"], list):  # kernels or ops added or removed: their names
         return f"{span}: {s['variant']} at {s['shape_key']}: {s['what']}: {', '.join(s['b'])}"
     return f"{span}: {s['variant']} at {s['shape_key']}: {s['what']} {s['a']} \u2192 {s['b']}"
 
 
 def page1(doc: dict) -> list[str]:
-    """Page 1's sentences: every event (by its first build), every structural change, every link where all variants
-    moved together; one sentence that nothing happened where nothing did."""
+    """Page 1's sentences: every event (by its first build), or one sentence that no time changed; every structural
+    change; every link where all variants moved together."""
     labels = [b["label"] for b in doc["builds"]]
     events = sorted((e["start"], event_sentence(e, c, labels)) for c in doc["cells"] for e in c["events"])
-    out = [s for _, s in events]
+    out = [s for _, s in events] or [_no_event(doc)]
     for i, link in enumerate(doc["links"]):
         span = f"{labels[i]} \u2192 {labels[i + 1]}"
         out += [_structural_sentence(s, span) for s in link["structural"]]
         if link["together"]:
             out.append(f"{span}: every variant judged moved {link['together']} together: that is the machine (or "
                        "something every variant shares), not one variant's code")
-    return out or [f"No step, one-build excursion or drift beyond \u00b1{format_number(_threshold(doc) * 100)} % over the "
-                   f"{len(labels)} builds, and no kernel, status, dispatch, correctness or compile change"]
+    return out
+
+
+def _no_event(doc: dict) -> str:
+    """Page 1's sentence where no time changed: the threshold, and how many link verdicts were left undetermined."""
+    verdicts = [lk["verdict"] for c in doc["cells"] for lk in c["links"]]
+    open_ = sum(v == "inconclusive" for v in verdicts)
+    return (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(_threshold(doc) * 100)} % over "
+            f"the {len(doc['builds'])} builds; {open_} of the {len(verdicts)} link verdicts undetermined (a change up to "
+            "their intervals cannot be ruled out there)")
 
 
 def _threshold(doc: dict) -> float:
@@ -76,9 +96,12 @@ def multiplicity(doc: dict) -> dict:
 
 
 def _cell_rows(cell: dict) -> dict:
-    """A (variant, shape)'s row of the per-variant table: each build's time and each link's verdict."""
-    return {"shape_key": cell["shape_key"], "times": cell["times"], "links": cell["links"],
-            "events": {e["end"]: e["kind"] for e in cell["events"]}}
+    """A (variant, shape)'s row of the per-variant table: per build its time, the verdict of the link that leads to it
+    (None for the first) and the kind of the event that ends there."""
+    ends = {e["end"]: e["kind"] for e in cell["events"]}
+    return {"shape_key": cell["shape_key"],
+            "builds": [{"time": t, "link": cell["links"][j - 1] if j else None, "event": ends.get(j)}
+                       for j, t in enumerate(cell["times"])]}
 
 
 def _recipe_changes(link: dict, cell: dict) -> list[dict]:

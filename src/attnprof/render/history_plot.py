@@ -31,15 +31,14 @@ def variant_plot(cells: list[dict], labels: list[str], ylabel: str, path: Path, 
 
 def _panel(ax, cell: dict, x: list[int]) -> None:
     for e in cell["events"]:
-        lo, hi = (e["start"] + 0.5, e["end"] - 0.5) if e["kind"] == "excursion" else (e["start"] + 0.1, e["end"] - 0.1)
-        ax.axvspan(lo, hi, color=EVENT_COLORS.get(e["direction"], "#999"), alpha=0.18,
+        half = 0.5 if e["kind"] == "excursion" else 0.1  # an excursion around its one build
+        ax.axvspan(e["start"] + half, e["end"] - half, color=EVENT_COLORS.get(e["direction"], "#999"), alpha=0.18,
                    hatch="//" if e["kind"] == "drift" else None, lw=0)
-    pts = [(i, t) for i, t in zip(x, cell["times"]) if t["center"] is not None]
-    xs = [i for i, _ in pts]
-    ys = [t["center"] for _, t in pts]
-    err = [[t["center"] - (t["lo"] if t["lo"] is not None else t["center"]) for _, t in pts],
-           [(t["hi"] if t["hi"] is not None else t["center"]) - t["center"] for _, t in pts]]
-    ax.errorbar(xs, ys, yerr=err, fmt="o-", ms=3, lw=1, capsize=2, color="#4C72B0")
+    pts = [(i, t["center"], t["lo"] or t["center"], t["hi"] or t["center"]) for i, t in zip(x, cell["times"])
+           if t["center"] is not None]
+    xs, ys, lo, hi = (list(v) for v in zip(*pts)) if pts else ([], [], [], [])
+    ax.errorbar(xs, ys, yerr=[[y - v for y, v in zip(ys, lo)], [v - y for y, v in zip(ys, hi)]], fmt="o-", ms=3, lw=1,
+                capsize=2, color="#4C72B0")
     ax.set_title(cell["shape_key"], fontsize=7, loc="left")
     ax.tick_params(labelsize=7)
     ax.margins(x=0.05, y=0.25)
