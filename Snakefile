@@ -62,6 +62,7 @@ include: "workflow/rules/plots.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/history.smk"
 include: "workflow/rules/ab.smk"
 include: "workflow/rules/counters.smk"
 
@@ -95,6 +96,8 @@ onsuccess:
             L.run_file("pdf", "*"),
             L.compare_file("html", "*"),
             L.compare_file("pdf", "*"),
+            L.history_file("html", "*"),
+            L.history_file("pdf", "*"),
         )
         for p in Path().glob(pattern)
         if p.stat().st_mtime >= _STARTED_AT

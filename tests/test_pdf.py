@@ -338,3 +338,15 @@ def test_broken_words_finds_a_word_broken_inside_and_allows_the_marked_breaks(tm
     # each a word of the cell, named with where it broke (EFFICIENT_ATTENTI|ON)
     assert found["anywhere"] and {f.removeprefix("page 1: ").replace("|", "") for f in found["anywhere"]} <= \
         set(cell.replace("&ndash;", "\u2013").split()), found
+
+
+def test_committed_history_pdf_reads_cleanly_and_breaks_no_identifier():
+    """The history example's PDF (examples/history_cpu/): no text running into the next cell, nothing under 7 pt, no
+    word of its HTML broken in print but after _, :: or an interval's dash, and a figure per variant with a time."""
+    from pdf_breaks import broken_words
+
+    folder = EXAMPLE.parent / "history_cpu"
+    assert pdf_problems(folder / "history.pdf", folder / "history.html", 110, document=False) == []
+    assert broken_words(folder / "history.pdf", (folder / "history.html").read_text()) == []
+    with pdfplumber.open(folder / "history.pdf") as pdf:
+        assert sum(len(p.images) for p in pdf.pages) == len(json.loads((folder / "history.json").read_text())["cells"])

@@ -39,6 +39,8 @@ TOO_SLOW = [
     (r"--config run=s256", "a second CPU result set (7 variants x 3 repeats captured again, about 1 min on 2 cores)"),
     (r"^\.venv/bin/snakemake --cores 1 compare\b",
      "re-renders the -beyond example too before it compares (about 1.5 min on 2 cores)"),
+    (r"^\.venv/bin/snakemake --cores 1 history\b",
+     "re-renders the four result sets of the history example before the history (about 4 min on 2 cores)"),
 ]
 
 

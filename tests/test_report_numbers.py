@@ -17,7 +17,7 @@ from attnprof.analysis.tables import concat_tables
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("template", ["report.html.j2", "compare.html.j2"])
+@pytest.mark.parametrize("template", ["report.html.j2", "compare.html.j2", "history.html.j2"])
 def test_the_templates_compute_nothing(template):
     """No arithmetic inside a template's expressions: ratios, spreads, shares and unit conversions
     are computed in Python, where the findings' references and the tests can reach them."""

@@ -106,6 +106,10 @@ class Layout:
     def compare_log(self, step: str, name: str = "{name}") -> str:
         return f"{self.root}/compare/{name}/compare_{step}.log"
 
+    def history_file(self, ext: str, name: str = "{name}") -> str:
+        """A history's file (config history; attnprof.analysis.history): history.{json,csv,html,pdf}."""
+        return f"{self.root}/history/{name}/history.{ext}"
+
     def legacy_captures(self, run: str) -> list[Path]:
         """Status records of a result set made before repeats (not in an r<k>/ folder)."""
         return sorted(Path(self.run_dir(run)).glob(f"{self.in_run(self.CAPTURES, '*', '*', None)}/{CAPTURE_FILES['status']}"))
@@ -186,6 +190,9 @@ class Plan:
     # an A/B run's rounds added where undecided (config top_up; attnprof.analysis.verdict): rounds 0 when off or
     # when this is no A/B run
     top_up: Mapping = field(default_factory=lambda: {"rounds": 0, "time_s": 0.0})
+    # config history: the result sets of the series in build order, and its folder under results/history/
+    history_runs: tuple[str, ...] = ()
+    history_name: str = "unset"
     layout: Layout = Layout()
 
     # --- per result set -------------------------------------------------------------------------------------
@@ -436,6 +443,14 @@ def _compare_name(config: Mapping) -> str:
     return ("__vs__".join(config["compare"]["runs"]) if name == "auto" else name) or "unset"
 
 
+def _history(config: Mapping) -> tuple[tuple[str, ...], str]:
+    """(runs, name) of config ``history``; name auto: the first and last run joined by ``__to__``."""
+    history = config.get("history") or {}
+    runs = tuple(history.get("runs") or ())
+    name = history.get("name", "auto")
+    return runs, (("__to__".join(runs[:1] + runs[-1:]) if name == "auto" else name) or "unset")
+
+
 def _top_up(config: Mapping, ab: bool) -> dict:
     """config ``top_up`` of an A/B run ({rounds, time_s}); rounds 0 (off) for any other run (nothing to pair) and
     for ``time_s`` 0, which could add no round and would only split the error rate over a second look."""
@@ -473,7 +488,7 @@ def build_plan(config: Mapping, machine: Machine, name_run: Callable, slug: Call
         custom=dict(config.get("custom_variants") or {}), gpus=gpus, capture_mode=mode,
         capture_threads=machine.cores if device == "cpu" else 1, gpu_units=units, gpu_choice=choice,
         compare_runs=tuple(config["compare"]["runs"]), compare_name=_compare_name(config),
-        top_up=_top_up(config, bool(ab_runs)),
+        top_up=_top_up(config, bool(ab_runs)), history_runs=_history(config)[0], history_name=_history(config)[1],
     )
 
 

@@ -480,6 +480,13 @@ class ResultSetState:
             files.update(self._compare_files(run))
         return files
 
+    def history_inputs(self) -> dict:
+        """:meth:`compare_inputs`' files of every result set of config history.runs (keys '<run>/<name>')."""
+        if len(self.plan.history_runs) < 2:
+            refuse("history needs at least two result sets in build order: set history.runs (e.g. --configfile "
+                   "history.yaml)")
+        return {k: v for run in self.plan.history_runs for k, v in self._compare_files(run).items()}
+
     def _compare_files(self, run: str) -> dict:
         g, lay = self.grid(run), self.layout
         names = ["summary", "kernels", "env", "findings", "repeats"] + (["control"] if g.control_shapes else [])

@@ -1,0 +1,143 @@
+"""The history page's context (report/history.html.j2) from history.json (attnprof.analysis.history): page 1's
+sentences (the steps that matter, in words, with their numbers), the one multiplicity statement of the page, and per
+variant its time per build, the link verdicts and the recipe changes of each step's link. Every number comes from
+history.json, which compare's own function made; nothing is judged here."""
+
+from __future__ import annotations
+
+from attnprof.model.fmt import format_number, format_range
+
+#: Words of an event's kind on page 1.
+KIND_WORDS = {"step": "step", "excursion": "one-build excursion", "drift": "gradual drift"}
+#: Words of a change's state at the newest build, by its direction.
+STATE_WORDS = {("slower", "gone"): "recovered by the newest build", ("faster", "gone"): "lost again by the newest build",
+               ("slower", "still present"): "still present at the newest build",
+               ("faster", "still present"): "still present at the newest build",
+               ("slower", "undetermined"): "undetermined at the newest build",
+               ("faster", "undetermined"): "undetermined at the newest build"}
+
+
+def _pct(ratio: float | None) -> str:
+    return "" if ratio is None else format_number(abs(ratio - 1) * 100, 2) + " %"
+
+
+def _interval(e: dict) -> str:
+    if e.get("ratio") is None:
+        return ""
+    inner = f", {format_range(e['ratio_lo'], e['ratio_hi'], digits=4)}" if e.get("ratio_lo") is not None else ""
+    return f"{format_number(e['ratio'], 4)}x{inner}"
+
+
+def event_sentence(e: dict, cell: dict, labels: list[str]) -> str:
+    """One event of one (variant, shape) in words, with its ratio and interval and its state at the newest build."""
+    at = f"{cell['variant']} at {cell['shape_key']}"
+    if e["kind"] == "excursion":
+        return (f"{at}: {labels[e['start'] + 1]} only: {_pct(e['ratio'])} {e['direction']} there ({_interval(e)}), "
+                f"back at {labels[e['end']]} (one event, not two steps)")
+    what = "drifted" if e["kind"] == "drift" else "stepped"
+    tail = " (no single link beyond the threshold)" if e["kind"] == "drift" else ""
+    return (f"{at}: {what} {_pct(e['ratio'])} {e['direction']} at {_span(labels, e['start'], e['end'])} "
+            f"({_interval(e)}){tail}; {_state_words(e, labels)}")
+
+
+def _span(labels: list[str], start: int, end: int) -> str:
+    return f"{labels[start]} \u2192 {labels[end]}"
+
+
+def _state_words(e: dict, labels: list[str]) -> str:
+    """An event's state at the newest build in words: the change it undoes, the change that undid it, or its state."""
+    if e.get("undoes"):
+        return f"undoing the change at {_span(labels, *e['undoes'])}"
+    if e.get("undone_by"):
+        return f"{'recovered' if e['direction'] == 'slower' else 'lost again'} at {_span(labels, *e['undone_by'])}"
+    return STATE_WORDS.get((e["direction"], e.get("state")), "")
+
+
+def _structural_sentence(s: dict, span: str) -> str:
+    if isinstance(s["b"], list):  # kernels or ops added or removed: their names
+        return f"{span}: {s['variant']} at {s['shape_key']}: {s['what']}: {', '.join(s['b'])}"
+    return f"{span}: {s['variant']} at {s['shape_key']}: {s['what']} {s['a']} \u2192 {s['b']}"
+
+
+def page1(doc: dict) -> list[str]:
+    """Page 1's sentences: every event (by its first build), or one sentence that no time changed; every structural
+    change; every link where all variants moved together."""
+    labels = [b["label"] for b in doc["builds"]]
+    events = sorted((e["start"], event_sentence(e, c, labels)) for c in doc["cells"] for e in c["events"])
+    out = [s for _, s in events] or [_no_event(doc)]
+    for i, link in enumerate(doc["links"]):
+        span = f"{labels[i]} \u2192 {labels[i + 1]}"
+        out += [_structural_sentence(s, span) for s in link["structural"]]
+        if link["together"]:
+            out.append(f"{span}: every variant judged moved {link['together']} together: that is the machine (or "
+                       "something every variant shares), not one variant's code")
+    return out
+
+
+def _no_event(doc: dict) -> str:
+    """Page 1's sentence where no time changed: the threshold, and how many link verdicts were left undetermined."""
+    verdicts = [lk["verdict"] for c in doc["cells"] for lk in c["links"]]
+    open_ = sum(v == "inconclusive" for v in verdicts)
+    return (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(_threshold(doc) * 100)} % over "
+            f"the {len(doc['builds'])} builds; {open_} of the {len(verdicts)} link verdicts undetermined (a change up to "
+            "their intervals cannot be ruled out there)")
+
+
+def _threshold(doc: dict) -> float:
+    return doc["links"][0]["threshold"]
+
+
+def multiplicity(doc: dict) -> dict:
+    """The page's one multiplicity statement: rows judged over every link and every end-build comparison, and the
+    expected number of false "changed" rows among them if nothing changed (each comparison's joint control)."""
+    joints = [link["joint"] for link in doc["links"]] + [p["joint"] for p in doc["extra_pairs"]]
+    return {"rows": sum(j.get("rows", 0) for j in joints), "expected_false": sum(j.get("expected_false") or 0 for j in joints),
+            "links": len(doc["links"]), "extra": len(doc["extra_pairs"])}
+
+
+def _cell_rows(cell: dict) -> dict:
+    """A (variant, shape)'s row of the per-variant table: per build its time, the verdict of the link that leads to it
+    (None for the first) and the kind of the event that ends there."""
+    ends = {e["end"]: e["kind"] for e in cell["events"]}
+    return {"shape_key": cell["shape_key"],
+            "builds": [{"time": t, "link": cell["links"][j - 1] if j else None, "event": ends.get(j)}
+                       for j, t in enumerate(cell["times"])]}
+
+
+def _recipe_changes(link: dict, cell: dict) -> list[dict]:
+    """The recipe steps of ``cell``'s forward at ``link`` that are not kept unchanged: added, removed, replaced or
+    moved, or kept with a time called slower or faster."""
+    out = []
+    for r in link.get("recipes") or []:
+        if (r["variant"], r["shape_key"], r["pass"]) != (cell["variant"], cell["shape_key"], "forward"):
+            continue
+        out += [x for g in r["groups"] for x in g["rows"] if x["kind"] != "kept" or x.get("verdict") in ("slower", "faster")]
+    return out
+
+
+def explained(doc: dict) -> list[dict]:
+    """Each step's and excursion's link, explained: the recipe changes of the variant's forward there, the
+    environment differences of the link and whether every variant moved together."""
+    labels = [b["label"] for b in doc["builds"]]
+    out = []
+    for c in doc["cells"]:
+        for e in (e for e in c["events"] if e["kind"] != "drift"):
+            for i in range(e["start"], e["end"]):
+                link = doc["links"][i]
+                out.append({"variant": c["variant"], "shape_key": c["shape_key"], "span": f"{labels[i]} \u2192 {labels[i + 1]}",
+                            "verdict": c["links"][i], "recipe": _recipe_changes(link, c), "env_diff": link["env_diff"],
+                            "together": link["together"]})
+    return out
+
+
+def history_context(doc: dict, css: str, plots: dict[str, str]) -> dict:
+    """The template's context: ``doc`` (history.json), the CSS and each variant's plot (a data URI)."""
+    variants = list(dict.fromkeys(c["variant"] for c in doc["cells"]))
+    host = doc["time_column"].startswith("cpu_")
+    return {"doc": doc, "css": css, "labels": [b["label"] for b in doc["builds"]], "page1": page1(doc),
+            "multiplicity": multiplicity(doc), "threshold_pct": _threshold(doc) * 100, "explained": explained(doc),
+            "time_words": "host (CPU) time per forward" if host else "device time per forward",
+            "interval_words": ("lowest to highest capture" if host else
+                               f"{format_number(doc['confidence'] * 100)} % rerun interval"),
+            "variants": [{"name": v, "plot": plots.get(v), "rows": [_cell_rows(c) for c in doc["cells"] if c["variant"] == v]}
+                         for v in variants]}
