@@ -20,7 +20,8 @@ from attnprof.render.common import render_html
 from attnprof.render.report import build_context
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/summary.csv"))
+# every committed example that publishes a report (the history series examples hold tables and findings only)
+EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/summary.csv") if (p.parent / "report.html").exists())
 
 
 class _Page1(HTMLParser):
