@@ -14,6 +14,7 @@ import pytest
 
 from attnprof.analysis.tables import analyse_trace, forward_table, summary_row
 from attnprof.analysis.trace import load_trace
+from moderation_by_hand import moderated
 from test_trust import independent_forwards
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nvidia-h200_torch2.11.0-cu130_cu13.0_cudnn9.19.0.56"
@@ -52,57 +53,40 @@ def test_summary_row_recomputed_from_the_trace(shape, variant):
     _check_summary_row_of_repeat_1(shape, variant)
 
 
-def _pooled_by_hand(cells: dict) -> dict:
-    """docs/statistics.md's noise model, written here with numpy and scipy (attnprof.analysis.stats has its own code):
-    per cell the sample variance of the log repeat medians; a cell whose variance the others' pool (df-weighted mean)
-    does not explain at 1 % (one-sided F test) keeps its own, every other cell gets the pool of those not kept apart.
-    Returns {cell: (sd, df)}."""
-    from scipy import stats as st
-
-    own = {k: (np.var(np.log(v), ddof=1), len(v) - 1) for k, v in cells.items() if len(v) >= 2}
-
-    def pool(items):
-        df = sum(d for _, d in items)
-        return (sum(v * d for v, d in items) / df, df) if df else None
-
-    apart = set()
-    for k, (v, d) in own.items():
-        rest = pool([s for j, s in own.items() if j != k])
-        if rest is not None and (v > 0 if rest[0] == 0 else st.f.sf(v / rest[0], d, rest[1]) < 0.01):
-            apart.add(k)
-    shared = pool([s for k, s in own.items() if k not in apart])
-    return {k: (np.sqrt(own[k][0]), own[k][1]) if k in apart else (np.sqrt(shared[0]), shared[1]) for k in cells}
-
-
 def test_between_run_intervals_recomputed_from_the_per_repeat_table():
     """Every summary time over the repeats: the median of repeats.csv's medians; the device time's rerun interval by
-    the formula of docs/statistics.md with the noise pooled over the variant's shapes (by hand: _pooled_by_hand),
+    the formula of docs/statistics.md with each cell's noise moderated over the other cells of its variant (by hand:
+    tests/moderation_by_hand.py),
     exp(mean of logs ± t(0.975, df) × sd × sqrt((1 + π/2) / n)); the host time's range the lowest and highest capture."""
     from scipy import stats as st
 
     summary = SUMMARY.set_index(["variant", "shape_key"])
     ok = REPEATS[REPEATS["status"] == "ok"]
     checked = 0
+    cells = {(v, k): r["device_ms_per_forward"].dropna().to_numpy(float) for (v, k), r in ok.groupby(["variant", "shape_key"])}
+    cells = {key: m for key, m in cells.items() if len(m)}
+    noise = moderated({key: (float(np.var(np.log(m), ddof=1)) if len(m) > 1 else 0.0, len(m) - 1) for key, m in cells.items()},
+                      {key: key[0] for key in cells})
     for variant, rows in ok.groupby("variant"):
-        cells = {shape: rep["device_ms_per_forward"].dropna().to_numpy(float) for shape, rep in rows.groupby("shape_key")}
-        noise = _pooled_by_hand({k: v for k, v in cells.items() if len(v)})
-        for shape, m in cells.items():
+        for shape in sorted({k for v, k in cells if v == variant}):
+            m = cells[(variant, shape)]
             row = summary.loc[(variant, shape)]
             if row["status"] != "ok" or not len(m):
                 continue
-            sd, df = noise[shape]
+            var, df = noise[(variant, shape)]
+            sd = np.sqrt(var)
             half = st.t.ppf(0.975, df) * sd * np.sqrt((1 + np.pi / 2) / len(m))
             mean = np.log(m).mean()
             lo, hi = min(np.exp(mean - half), np.median(m)), max(np.exp(mean + half), np.median(m))
             assert row["device_ms_per_forward"] == pytest.approx(np.median(m), rel=1e-12)
-            assert row["device_ms_run_df"] == df, (variant, shape)
-            assert (row["device_ms_run_lo"], row["device_ms_run_hi"]) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+            assert row["device_ms_run_df"] == pytest.approx(df, rel=1e-6), (variant, shape)
+            assert (row["device_ms_run_lo"], row["device_ms_run_hi"]) == (pytest.approx(lo, rel=1e-7), pytest.approx(hi, rel=1e-7))
             host = rows[rows["shape_key"] == shape]["cpu_ms_per_forward"].dropna().to_numpy(float)
             assert row["cpu_ms_per_forward"] == pytest.approx(np.median(host), rel=1e-12)
             assert (row["cpu_ms_run_lo"], row["cpu_ms_run_hi"]) == (pytest.approx(host.min()), pytest.approx(host.max()))
             checked += 1
     assert checked >= 55  # every (variant, shape) that ran
-    # the pool is wider in df than one cell: 3 repeats give 2 df alone, a variant's 9 shapes 18 (or its own, kept apart)
+    # the prior adds df where the cells agree: 3 repeats give 2 df alone (a cell beyond its prior keeps them)
     assert (SUMMARY["device_ms_run_df"].dropna() > 2).mean() > 0.8
 
 
