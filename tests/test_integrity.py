@@ -33,3 +33,22 @@ def test_the_rebuild_epoch_is_the_highest_marker_and_one_more_when_bumped(tmp_pa
     assert rebuild_epoch(lay, "x", False) == "12" and rebuild_epoch(lay, "x", True) == "13"
     (tmp_path / "x" / "logs" / "rebuild-epoch").write_text("20\n")  # an earlier version's token counts too
     assert rebuild_epoch(lay, "x", False) == "20"
+
+
+def test_a_file_that_never_existed_is_not_lost(tmp_path):
+    """Issue 43 item 4: after a shape (or variant) is added to a published result set, its per-capture tables and
+    plots do not exist yet; they were never published, so they are not 'gone'. A table or plot of a capture the
+    published repeats.csv lists is lost when deleted; so is a run-wide file."""
+    from attnprof.runtime.integrity import lost_files
+
+    run = tmp_path / "results" / "r"
+    run.mkdir(parents=True)
+    (run / "report.html").write_text("x")
+    (run / "repeats.csv").write_text("variant,shape_key,repeat\nnaive,s1,1\nnaive,s1,2\n")
+    old = run / "tables" / "s1" / "naive" / "r2" / "forwards.csv"
+    new_shape = run / "tables" / "s2" / "naive" / "r1" / "forwards.csv"
+    new_repeat = run / "tables" / "s1" / "naive" / "r3" / "forwards.csv"
+    plots = [run / "plots" / "s1" / "device_time.png", run / "plots" / "s2" / "device_time.png"]
+    paths = [old, new_shape, new_repeat, *plots, run / "summary.csv"]
+    assert lost_files(run / "report.html", paths) == sorted(str(p) for p in (old, plots[0], run / "summary.csv"))
+    assert lost_files(run / "not-published.html", paths) == []

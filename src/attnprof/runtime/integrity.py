@@ -168,11 +168,36 @@ def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
 
 
 def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
-    """The files of ``paths`` that do not exist, when ``published`` (the result set's report) exists; [] for
-    a result set not yet published (a first run makes them anyway)."""
+    """The files of ``paths`` that do not exist, when ``published`` (the result set's report) exists, and that the
+    published result set held: [] for a result set not yet published (a first run makes them anyway); a per-capture
+    table or a shape's plot whose capture or shape the published result set did not have yet (a shape or variant
+    added to the config since) never existed, so it is not lost (issue 43 item 4: "215 derived files are gone")."""
     if not Path(published).exists():
         return []
-    return sorted(str(p) for p in paths if not Path(p).exists())
+    return sorted(str(p) for p in paths if not Path(p).exists() and _was_published(Path(p), Path(published)))
+
+
+def _was_published(path: Path, published: Path) -> bool:
+    """Whether derived file ``path`` belonged to the result set whose report is ``published``: a per-capture table's
+    capture, or a shape plot's shape, is listed in the run tables published beside it (repeats.csv, control.csv); a
+    run-wide file always was."""
+    import csv
+
+    from attnprof.model.names import RUN_FILES
+    from attnprof.model.plan import Layout
+
+    held = set()
+    for table in ("repeats", "control"):
+        try:
+            with open(published.parent / RUN_FILES[table], newline="") as fh:
+                held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
+        except (OSError, csv.Error):
+            continue
+    if cap := Layout.capture_of(path, Layout.TABLES):
+        return (cap["shape_key"], cap["variant"], str(cap["repeat"])) in held
+    if path.parent.parent == published.parent / Layout.PLOTS:
+        return path.parent.name in {shape for shape, _, _ in held}
+    return True
 
 
 #: The result set's rebuild epoch file of earlier versions (read, never written: rule rebuild writes markers).
