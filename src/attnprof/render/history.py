@@ -78,9 +78,13 @@ def _no_event(doc: dict) -> str:
     """Page 1's sentence where no time changed: the threshold, and how many link verdicts were left undetermined."""
     verdicts = [lk["verdict"] for c in doc["cells"] for lk in c["links"]]
     open_ = sum(v == "inconclusive" for v in verdicts)
-    return (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(_threshold(doc) * 100)} % over "
-            f"the {len(doc['builds'])} builds; {open_} of the {len(verdicts)} link verdicts undetermined (a change up to "
-            "their intervals cannot be ruled out there)")
+    shown = (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(_threshold(doc) * 100)} % "
+             f"was shown over the {len(doc['builds'])} builds")
+    if open_ == len(verdicts) and verdicts:
+        return (f"{shown}, and none was ruled out: all {open_} link verdicts are undetermined (the rounds spread too "
+                "much to decide; a change up to their intervals is possible)")
+    return (f"{shown}; {open_} of the {len(verdicts)} link verdicts undetermined (a change up to their intervals cannot "
+            "be ruled out there)")
 
 
 def _threshold(doc: dict) -> float:
