@@ -8,11 +8,11 @@ pass (kernels and time per backward, same noise rule) and torch.compile's first 
 result sets have them, and the environment and config differences.
 
 Change verdict for a time (forward and backward, per variant and shape): from the two result sets'
-repeats (repeats.csv: each repeat's median per forward), :func:`attnprof.analysis.stats.compare_ratio` -- the ratio of
-the geometric-mean repeat medians with its Welch t interval, and *slower*/*faster* (the interval excludes 1
-and the ratio lies beyond ``1 ± noise_floor``; ``noise_floor_host`` for a CPU run's host times), *same* (the interval
-lies inside ``1 ± noise_floor``) or
-*inconclusive* (with the repeats per side that would decide it). A result set with one repeat has no
+repeats (repeats.csv: each repeat's median per forward), the one rule of :mod:`attnprof.analysis.verdict` -- the
+ratio (paired per round in an A/B run) with its t interval, each row's variance moderated over the pair's rows, and
+*slower*/*faster* (the interval lies beyond ``1 ± noise_floor``; ``noise_floor_host`` for a CPU run's host times),
+*same* (it lies inside) or *inconclusive* (with the rounds that would decide it; "probably" where only the joint
+control withholds it). A result set with one repeat has no
 between-run spread: its times are never called changed. The independent timing's ratio (repeat 1's CUDA
 events or perf_counter median) is shown beside it, not judged: it is one measurement per result set.
 Counts and kernel names stay exact comparisons.
@@ -34,7 +34,7 @@ from attnprof.analysis.recipe import diff_recipes, recipe_table_problem, restore
 from attnprof.analysis.records import RecordError, load_record
 from attnprof.analysis.stats import CONFIDENCE, SITTING_DF, SITTING_SD
 from attnprof.analysis.tables import HOST_TIMES, concat_tables
-from attnprof.analysis.verdict import (Design, Sitting, compare_ratio, design_of, judge_rows, paired_verdicts,
+from attnprof.analysis.verdict import (Design, Sitting, design_of, judge_rows, paired_rows, paired_verdicts,
                                        unpaired_row)
 from attnprof.analysis.verdict_sim import aa_false_changed, detectable
 from attnprof.analysis.trace import short_kernel_name
@@ -43,7 +43,7 @@ from attnprof.model.names import FORMATS, RUN_FILES
 from attnprof.model.plan import Layout
 from attnprof.model.variants import CONTROL
 
-#: A time's verdicts (attnprof.analysis.stats.compare_ratio's, and "not comparable" where a side has no time), in the order
+#: A time's verdicts (attnprof.analysis.verdict's, and "not comparable" where a side has no time), in the order
 #: a pair's ``counts`` lists them.
 VERDICTS = ("slower", "faster", "same", "inconclusive", "not judged", "not comparable")
 #: Why an unpaired compare of host times gives no verdict (attnprof.analysis.stats.host_range): a capture's host time
@@ -51,7 +51,7 @@ VERDICTS = ("slower", "faster", "same", "inconclusive", "not judged", "not compa
 HOST_UNJUDGED = ("host times of different sittings are shown, not judged: a verdict on host times needs paired rounds "
                  "(an A/B run, config environments)")
 #: Changes smaller than this fraction are not worth reporting (config ``compare.noise_floor``'s default): the
-#: practical threshold of :func:`attnprof.analysis.stats.compare_ratio` for device times.
+#: practical threshold of the verdict rule (attnprof.analysis.verdict) for device times.
 NOISE_FLOOR = 0.02
 #: The same for host times (CPU runs; config ``compare.noise_floor_host``): the repeats of one session do not
 #: see how far a whole session's host times move. Two CPU default runs minutes apart on a 2-core machine, each
@@ -426,10 +426,10 @@ def check_one_device(runs: list[dict]) -> None:
                          "compare.runs result sets of one device")
 
 
-# --- A/B pairing (issue 20 part 1: config environments; attnprof.analysis.stats.compare_paired) -----------------
+# --- A/B pairing (issue 20 part 1: config environments; attnprof.analysis.verdict.paired_verdicts) --------------
 # Two result sets of one A/B run were captured round by round on one device, A and B back to back (ABBA): their
-# time verdicts pair round k of A with round k of B. Every other pair of result sets keeps compare_ratio's
-# unpaired verdict.
+# time verdicts pair round k of A with round k of B, row by row where that row's rounds were interleaved. Every
+# other row is judged unpaired.
 
 def ab_pairing(a: dict, b: dict) -> bool:
     """True when result sets ``a`` and ``b`` (:func:`compare_pair`'s dicts) are two environments of one A/B run whose
@@ -509,16 +509,19 @@ def time_verdicts(a: dict, b: dict, keys: list[tuple[str, str]], med: str, paire
     raw = paired_verdicts(a["repeats"], b["repeats"], together, threshold, confidence, design) if together else {}
     rows = {(v, k, c): unpaired_row(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c), (v, c))
             for v, k, c in apart}
-    loose = judge_rows({key: r for key, r in rows.items() if r.a and r.b}, threshold, confidence, 1, sitting)
+    rows = {key: r for key, r in rows.items() if r.a and r.b}
+    loose = judge_rows(rows, threshold, confidence, 1, sitting)
     out = {key: {**_row_keys(v), "paired": key in raw, "look": v.get("look", 1), "top_up": v.get("top_up")}
            for key, v in {**loose, **raw}.items()}
     for v, k, c in [(v, k, c) for v, k in keys for c in cols if (v, k, c) not in out]:
-        shown = compare_ratio(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c), threshold, confidence)
-        out[(v, k, c)] = {**_row_keys(_no_verdict((v, k) in paired, c, shown["ratio"])), "paired": False, "look": 1,
+        m = unpaired_row(_repeat_medians(a, (v, k), c), _repeat_medians(b, (v, k), c)).moments()[0]
+        ratio = math.exp(m) if math.isfinite(m) else None
+        out[(v, k, c)] = {**_row_keys(_no_verdict((v, k) in paired, c, ratio)), "paired": False, "look": 1,
                           "top_up": None}
-    if together:
-        return out, joint_statement(a, b, together, raw, True, threshold, confidence, design, Sitting())
-    return out, joint_statement(a, b, apart, loose, False, threshold, confidence, Design(None, 1), sitting)
+    if together:  # the simulation resamples look 1's rounds, as the run judged them first
+        sim = paired_rows(a["repeats"], b["repeats"], together, design.base)
+        return out, joint_statement(a["env"], sim, raw, threshold, confidence, design, Sitting())
+    return out, joint_statement(a["env"], rows, loose, threshold, confidence, Design(None, 1), sitting)
 
 
 def _no_verdict(paired: bool, col: str, ratio: float | None) -> dict:
@@ -529,35 +532,26 @@ def _no_verdict(paired: bool, col: str, ratio: float | None) -> dict:
             "hi": None, "n_a": None, "n_b": None, "repeats_needed": None, "why": why}
 
 
-def joint_statement(a: dict, b: dict, judged: list, raw: dict, paired: bool, threshold: float, confidence: float,
-                    design: Design, sitting: Sitting) -> dict:
-    """What page 1 states about the pair's rows as a whole: how many were judged, how many lay beyond X
-    (candidates) and how many of those the joint control withheld ("probably"), and -- simulated with this pair's
-    own rows' noise resampled (attnprof.analysis.verdict_sim) -- the expected number of false "changed" rows of an
-    A/A and each row's detectable change (the smallest change found with 80 % power as a lone change)."""
-    judged_rows = [k for k in judged if raw.get(k, {}).get("p") is not None]
-    out = {"rows": len(judged_rows), "candidates": sum(raw[k]["p"] <= 0.5 for k in judged_rows),
-           "withheld": sum(raw[k].get("probably") is not None for k in judged_rows), "expected_false": None,
+def joint_statement(env: dict, rows: dict, raw: dict, threshold: float, confidence: float, design: Design,
+                    sitting: Sitting) -> dict:
+    """What page 1 states about the pair's rows as a whole (``rows``: {key: attnprof.analysis.verdict.RowData} as
+    the rule judged them, ``raw``: its verdicts; ``env``: the baseline's env.json, for top-up's rounds): how many were
+    judged, how many lay beyond X (candidates) and how many of those the joint control withheld ("probably"), and --
+    simulated with this pair's own rows' noise resampled (attnprof.analysis.verdict_sim) -- the expected number of
+    false "changed" rows of an A/A and each row's detectable change (the smallest change found with 80 % power as a
+    lone change)."""
+    judged = {k: r for k, r in rows.items() if raw.get(k, {}).get("p") is not None}
+    out = {"rows": len(judged), "candidates": sum(raw[k]["p"] <= 0.5 for k in judged),
+           "withheld": sum(raw[k].get("probably") is not None for k in judged), "expected_false": None,
            "detectable": None, "simulated": 0}
-    if not judged_rows:
+    if not judged:
         return out
-    rows = _sim_rows(a, b, judged_rows, paired, design)
-    top_up = int(((a["env"].get("config") or {}).get("top_up") or {}).get("rounds") or 0) if design.looks > 1 else 0
-    aa = aa_false_changed(rows, threshold, design, top_up, confidence, sitting)
-    limits = detectable(rows, threshold, design, top_up, confidence, sitting)
+    top_up = int(((env.get("config") or {}).get("top_up") or {}).get("rounds") or 0) if design.looks > 1 else 0
+    aa = aa_false_changed(judged, threshold, design, top_up, confidence, sitting)
+    limits = detectable(judged, threshold, design, top_up, confidence, sitting)
     out.update(expected_false=aa["false_changed"], simulated=aa["sims"],
-               detectable={f"{k[0]}/{k[1]}/{k[2]}": lim for k, lim in zip(rows, limits)})
+               detectable={f"{k[0]}/{k[1]}/{k[2]}": lim for k, lim in zip(judged, limits)})
     return out
-
-
-def _sim_rows(a: dict, b: dict, keys: list, paired: bool, design: Design) -> dict:
-    """The rows a simulation resamples: each judged row's look-1 rounds (paired) or repeat medians."""
-    from attnprof.analysis.verdict import paired_repeat_medians, paired_row
-
-    if paired:
-        ra, rb = (x["repeats"] if design.base is None else x["repeats"][x["repeats"]["repeat"] <= design.base] for x in (a, b))
-        return {k: paired_row(*paired_repeat_medians(ra, rb, *k), (k[0], k[2])) for k in keys}
-    return {k: unpaired_row(_repeat_medians(a, k[:2], k[2]), _repeat_medians(b, k[:2], k[2]), (k[0], k[2])) for k in keys}
 
 
 #: Most seconds between two result sets' captures (the end of one, the start of the other) on the same GPUs for

@@ -340,8 +340,12 @@ def _upto(repeats: pd.DataFrame, rounds: int | None) -> pd.DataFrame:
     return repeats if rounds is None else repeats[repeats["repeat"] <= rounds]
 
 
-def _paired_rows(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequence[tuple[str, str, str]]) -> dict:
-    return {k: paired_row(*paired_repeat_medians(repeats_a, repeats_b, k[0], k[1], k[2]), (k[0], k[2])) for k in keys}
+def paired_rows(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequence[tuple[str, str, str]],
+                rounds: int | None = None) -> dict:
+    """{(variant, shape_key, time column): :class:`RowData`} of two result sets of one A/B run (repeats.csv frames),
+    on their rounds 1..``rounds`` (None: every round), each row's prior group its variant and column."""
+    ra, rb = _upto(repeats_a, rounds), _upto(repeats_b, rounds)
+    return {k: paired_row(*paired_repeat_medians(ra, rb, k[0], k[1], k[2]), (k[0], k[2])) for k in keys}
 
 
 def paired_verdicts(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequence[tuple[str, str, str]],
@@ -351,9 +355,8 @@ def paired_verdicts(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequ
     left undetermined (or probably changed) that has more paired rounds is judged again, with all rows, on all
     rounds. Returns {key: :func:`judge_rows`'s dict plus ``look`` (1 or 2) and ``top_up`` (None, or {"base",
     "rounds", "why"}: its rounds at look 1 and in all, and look 1's words)}."""
-    first = judge_rows(_paired_rows(_upto(repeats_a, design.base), _upto(repeats_b, design.base), keys), threshold,
-                       confidence, design.looks)
-    every = _paired_rows(repeats_a, repeats_b, keys)
+    first = judge_rows(paired_rows(repeats_a, repeats_b, keys, design.base), threshold, confidence, design.looks)
+    every = paired_rows(repeats_a, repeats_b, keys)
     topped = [k for k in keys if design.looks > 1 and first[k]["verdict"] == "inconclusive"
               and len(every[k].d) > first[k]["n_a"]]
     second = judge_rows(every, threshold, confidence, design.looks) if topped else {}

@@ -172,30 +172,39 @@ def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
     published result set held: [] for a result set not yet published (a first run makes them anyway); a per-capture
     table or a shape's plot whose capture or shape the published result set did not have yet (a shape or variant
     added to the config since) never existed, so it is not lost (issue 43 item 4: "215 derived files are gone")."""
-    if not Path(published).exists():
+    published = Path(published)
+    if not published.exists():
         return []
-    return sorted(str(p) for p in paths if not Path(p).exists() and _was_published(Path(p), Path(published)))
+    missing = [Path(p) for p in paths if not Path(p).exists()]
+    held = _published_captures(published.parent) if missing else set()
+    return sorted(str(p) for p in missing if _was_published(p, published.parent, held))
 
 
-def _was_published(path: Path, published: Path) -> bool:
-    """Whether derived file ``path`` belonged to the result set whose report is ``published``: a per-capture table's
-    capture, or a shape plot's shape, is listed in the run tables published beside it (repeats.csv, control.csv); a
-    run-wide file always was."""
+def _published_captures(run_dir: Path) -> set[tuple[str, str, str]]:
+    """{(shape_key, variant, repeat)} of the captures listed in the run tables published in ``run_dir``
+    (repeats.csv, control.csv)."""
     import csv
 
     from attnprof.model.names import RUN_FILES
-    from attnprof.model.plan import Layout
 
     held = set()
     for table in ("repeats", "control"):
         try:
-            with open(published.parent / RUN_FILES[table], newline="") as fh:
+            with open(run_dir / RUN_FILES[table], newline="") as fh:
                 held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
         except (OSError, csv.Error):
             continue
+    return held
+
+
+def _was_published(path: Path, run_dir: Path, held: set) -> bool:
+    """Whether derived file ``path`` belonged to the published result set in ``run_dir``: a per-capture table's
+    capture, or a shape plot's shape, is among ``held`` (:func:`_published_captures`); a run-wide file always was."""
+    from attnprof.model.plan import Layout
+
     if cap := Layout.capture_of(path, Layout.TABLES):
         return (cap["shape_key"], cap["variant"], str(cap["repeat"])) in held
-    if path.parent.parent == published.parent / Layout.PLOTS:
+    if path.parent.parent == run_dir / Layout.PLOTS:
         return path.parent.name in {shape for shape, _, _ in held}
     return True
 
