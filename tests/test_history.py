@@ -228,3 +228,52 @@ def test_page_one_states_each_event_once_with_its_builds():
     assert "faster at 2.13 \u2192 2.14" in naive[1] and "undoing the change at 2.11 \u2192 2.12" in naive[1]
     html = render_html(ctx, Path(__file__).resolve().parents[1] / "report", "history.html.j2")
     assert "2.12 only" in html and html.count('class="badge bad">slower') == 2  # the two slower links of the page
+
+
+# --- each step's kernel shares -------------------------------------------------------------------------------
+
+def _kernels(variant: str, us: dict[str, float], other: float = 100.0) -> pd.DataFrame:
+    """A kernel table (kernels.csv's columns that the shares read): ``us`` {kernel: us per forward} of ``variant``,
+    and one kernel of another variant that must not count."""
+    rows = [{"variant": variant, "shape_key": STUDY, "kernel": f"void {k}<128>(Params)", "label": k, "us_per_forward": t}
+            for k, t in us.items()]
+    return pd.DataFrame(rows + [{"variant": "other", "shape_key": STUDY, "kernel": "void k1<128>(Params)", "label": "k1",
+                                 "us_per_forward": other}])
+
+
+def test_kernel_shares_by_hand():
+    from attnprof.analysis.history import kernel_shares
+
+    a = _kernels("v", {"k1": 10.0, "k2": 5.0, "k3": 2.0})
+    b = _kernels("v", {"k1": 14.0, "k2": 4.0, "k4": 3.0}, other=50.0)
+    got = kernel_shares(a, b, ("v", STUDY))
+    # by hand: sums 17 -> 21 us, a change of +4 us; k1 +4, k4 added +3, k3 removed -2, k2 -1 (the other variant's
+    # k1, 100 -> 50 us, is not v's)
+    assert (got["a_us"], got["b_us"], got["delta_us"]) == (17.0, 21.0, 4.0)
+    assert [(k["label"], k["a_us"], k["b_us"], k["delta_us"], k["share"]) for k in got["kernels"]] == [
+        ("k1", 10.0, 14.0, 4.0, 1.0), ("k4", 0.0, 3.0, 3.0, 0.75), ("k3", 2.0, 0.0, -2.0, -0.5), ("k2", 5.0, 4.0, -1.0, -0.25)]
+    # no kernel times (a CPU run's empty table, or no column of them) and equal sums give none
+    assert kernel_shares(a.iloc[:0], b, ("v", STUDY)) is None
+    assert kernel_shares(a.drop(columns="us_per_forward"), b, ("v", STUDY)) is None
+    assert kernel_shares(a, _kernels("v", {"k1": 12.0, "k2": 5.0}), ("v", STUDY)) is None
+
+
+def test_a_step_states_each_kernels_share_on_its_link_and_page():
+    from attnprof.analysis.history import CHANGED
+    from attnprof.render.common import render_html
+    from attnprof.render.history import history_context
+
+    builds = simulate(np.random.default_rng(21), [{}, {"sdpa_flash": 1.06}])
+    builds[0]["kernels"] = _kernels("sdpa_flash", {"flash_fwd": 80.0, "softmax": 20.0})
+    builds[1]["kernels"] = _kernels("sdpa_flash", {"flash_fwd": 84.0, "softmax": 22.0})
+    doc = {**history(builds, JUDGE), "confidence": 0.95}
+    links = {c["variant"]: c["links"][0] for c in doc["cells"]}
+    assert links["sdpa_flash"]["verdict"] == "slower" and links["naive"]["verdict"] not in CHANGED
+    # by hand: +6 us in all, flash_fwd +4 (2/3 of the step), softmax +2 (1/3); naive's undecided link has none
+    shares = links["sdpa_flash"]["kernel_shares"]
+    assert [(k["label"], k["delta_us"], round(k["share"], 6)) for k in shares["kernels"]] == [
+        ("flash_fwd", 4.0, round(2 / 3, 6)), ("softmax", 2.0, round(1 / 3, 6))]
+    assert links["naive"]["kernel_shares"] is None
+    html = render_html(history_context(doc, "", {}), Path(__file__).resolve().parents[1] / "report", "history.html.j2")
+    assert "<td class=\"num\">+4</td><td class=\"num\">66.7&nbsp;%</td>" in html
+    assert "<td class=\"num\">+2</td><td class=\"num\">33.3&nbsp;%</td>" in html

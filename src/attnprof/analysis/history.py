@@ -14,6 +14,9 @@ lives here. From the links' verdicts, per variant and shape:
 - each step or drift is then **still present** at the newest build, **gone** (a regression recovered, a gain lost) or
   undetermined there, by compare_pair on the build before it and the newest build; every event stays listed.
 
+Each step's link states each kernel's share of the step's change in device time per forward, from the two builds'
+kernel tables (:func:`kernel_shares`).
+
 Structural steps are exact facts of the two builds, never judged: kernels added or removed (compare_pair's rows),
 what ``sdpa_auto`` dispatched to, status changes with PyTorch's reason, correctness (summary ``rel_error_ok``) and
 torch.compile's first call. A link where every variant judged moved the same way is flagged ``together``: one
@@ -203,8 +206,9 @@ def history(runs: list[dict], judge: Callable[[dict, dict], dict]) -> dict:
     """The history of ``runs`` (compare_pair's dicts, in build order, two or more) judged link by link with
     ``judge(a, b)`` (compare_pair with the config's thresholds). Returns a JSON-serialisable dict: builds (name,
     label, torch), links (compare_pair's dict per link, with ``structural`` and ``together``), cells (per variant
-    and shape: the time per build, each link's verdict, and the events with their state at the newest build),
-    and ``extra_pairs`` (the end-build comparisons made beyond the links, for the multiplicity statement)."""
+    and shape: the time per build, each link's verdict (a step's with its :func:`kernel_shares`), and the events
+    with their state at the newest build), and ``extra_pairs`` (the end-build comparisons made beyond the links, for
+    the multiplicity statement)."""
     if len(runs) < 2:
         raise ValueError("history needs at least two result sets (config history.runs), in build order")
     pair = judge_cache(runs, judge)
@@ -218,13 +222,51 @@ def history(runs: list[dict], judge: Callable[[dict, dict], dict]) -> dict:
             "extra_pairs": [{"a": p["a"], "b": p["b"], "joint": p["joint"]} for p in extra]}
 
 
+def kernel_shares(a: pd.DataFrame | None, b: pd.DataFrame | None, key: tuple[str, str]) -> dict | None:
+    """Each kernel's share of the change in device time per forward of (variant, shape) ``key`` from build ``a`` to
+    build ``b`` (their kernel tables, kernels.csv: repeat 1's capture, us per timing-complete forward;
+    attnprof.analysis.tables.kernel_table): share = Δ(the kernel's us per forward) / Δ(the sum over every kernel,
+    memcpy and memset), so the shares sum to 1; a kernel (full name) in one build only counts 0 us in the other, and
+    one that moved against the total has a negative share. Returns {a_us, b_us, delta_us, kernels: [{kernel, label,
+    a_us, b_us, delta_us, share}]}, the largest change first; None where either build has no timed kernel of ``key``
+    (a CPU run has none) or their sums are equal."""
+    per = [_us_per_forward(t, key) for t in (a, b)]
+    if any(x is None for x in per):
+        return None
+    both = pd.concat([per[0]["us"], per[1]["us"]], axis=1, keys=["a_us", "b_us"]).fillna(0.0)
+    both["delta_us"] = both["b_us"] - both["a_us"]
+    total = float(both["delta_us"].sum())
+    if total == 0:
+        return None
+    labels = pd.concat([per[1]["label"], per[0]["label"]]).groupby(level=0).first()
+    both = both.assign(share=both["delta_us"] / total, label=labels).sort_values("delta_us", key=abs, ascending=False)
+    return {"a_us": float(both["a_us"].sum()), "b_us": float(both["b_us"].sum()), "delta_us": total,
+            "kernels": [{"kernel": name, **r} for name, r in both.to_dict("index").items()]}
+
+
+def _us_per_forward(kernels: pd.DataFrame | None, key: tuple[str, str]) -> pd.DataFrame | None:
+    """The us per forward and label of each kernel of ``key`` in a kernel table (index: its full name), or None."""
+    if kernels is None or not {"us_per_forward", "label"} <= set(kernels):
+        return None
+    rows = kernels[(kernels["variant"] == key[0]) & (kernels["shape_key"] == key[1]) & kernels["us_per_forward"].notna()]
+    if rows.empty:
+        return None
+    return rows.groupby("kernel").agg(us=("us_per_forward", "sum"), label=("label", "first"))
+
+
 def _cell(runs: list[dict], key: tuple[str, str], links: list[dict], pair, col: str) -> dict:
     rows = [row_of(p, key) or {"verdict": "not comparable"} for p in links]
     ends = lambda i, j: row_of(pair(i, j), key)  # noqa: E731
     events = link_recoveries([mark_state(e, len(runs) - 1, ends) for e in find_events([r["verdict"] for r in rows], ends)])
     return {"variant": key[0], "shape_key": key[1], "times": [build_time(x, key, col) for x in runs],
-            "links": [{k: r.get(k) for k in ("verdict", "ratio", "ratio_lo", "ratio_hi", "why", "repeats_needed",
-                                                "paired")} for r in rows], "events": events}
+            "links": [_link(r, runs[i:i + 2], key) for i, r in enumerate(rows)], "events": events}
+
+
+def _link(row: dict, ends: list[dict], key: tuple[str, str]) -> dict:
+    """One link of a cell: its verdict (compare_pair's ``row``) and, at a step, each kernel's share of it."""
+    shares = kernel_shares(ends[0]["kernels"], ends[1]["kernels"], key) if row["verdict"] in CHANGED else None
+    return {**{k: row.get(k) for k in ("verdict", "ratio", "ratio_lo", "ratio_hi", "why", "repeats_needed", "paired")},
+            "kernel_shares": shares}
 
 
 def _build(run: dict) -> dict:

@@ -120,8 +120,9 @@ def _recipe_changes(link: dict, cell: dict) -> list[dict]:
 
 
 def explained(doc: dict) -> list[dict]:
-    """Each step's and excursion's link, explained: the recipe changes of the variant's forward there, the
-    environment differences of the link and whether every variant moved together."""
+    """Each step's and excursion's link, explained: the recipe changes of the variant's forward there, each kernel's
+    share of the change (attnprof.analysis.history.kernel_shares; None on a CPU run), the environment differences
+    of the link and whether every variant moved together."""
     labels = [b["label"] for b in doc["builds"]]
     out = []
     for c in doc["cells"]:
@@ -130,7 +131,7 @@ def explained(doc: dict) -> list[dict]:
                 link = doc["links"][i]
                 out.append({"variant": c["variant"], "shape_key": c["shape_key"], "span": f"{labels[i]} \u2192 {labels[i + 1]}",
                             "verdict": c["links"][i], "recipe": _recipe_changes(link, c), "env_diff": link["env_diff"],
-                            "together": link["together"]})
+                            "shares": c["links"][i].get("kernel_shares"), "together": link["together"]})
     return out
 
 
