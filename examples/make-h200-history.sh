@@ -81,7 +81,7 @@ for c in doc["cells"]:
               f"[{num(e['ratio_lo'])}, {num(e['ratio_hi'])}] {e.get('state')}")
     for i, l in enumerate(c["links"]):
         for k in (l.get("kernel_shares") or {}).get("kernels", [])[:3]:
-            print(f"  {labels[i]}->{labels[i + 1]} share {k['share'] * 100:6.1f} % {k['delta_us']:+.2f} us {k['label']}")
+            print(f"  {labels[i]}->{labels[i + 1]} share {k['share_pct']:6.1f} % {k['delta_us']:+.2f} us {k['label']}")
 structural = {(i, s["variant"], s["what"], tuple(s["b"]) if isinstance(s["b"], list) else s["b"])
               for i, l in enumerate(doc["links"]) for s in l["structural"]}
 for i, v, what, b in sorted(structural, key=str):
@@ -111,10 +111,10 @@ print(f"{'PASS' if undone else 'FAIL'} step_kernel: the step at b1->b2 recovered
 carried = True
 for variant, link, name in (("step_kernel", 0, "vectorized_elementwise_kernel"), ("spike", 1, "spin_kernel")):
     top = ((cells.get(variant, {"links": [{}] * 4})["links"][link].get("kernel_shares") or {}).get("kernels") or [{}])[0]
-    shared = name in top.get("label", "") and 0.8 <= top["share"] <= 1.2
+    shared = name in top.get("label", "") and 80 <= top["share_pct"] <= 120
     carried &= shared
     print(f"{'PASS' if shared else 'FAIL'} {variant} {labels[link]}->{labels[link + 1]}: {name} carries the step "
-          f"(largest share: {top.get('label')} {top.get('share')})")
+          f"(largest share: {top.get('label')} {top.get('share_pct')} %)")
 passed = structural == expect_structural
 print(f"{'PASS' if passed else 'FAIL'} structural: want {sorted(expect_structural, key=str)}, extra "
       f"{sorted(structural - expect_structural, key=str)}, missing {sorted(expect_structural - structural, key=str)}")

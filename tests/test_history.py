@@ -250,8 +250,8 @@ def test_kernel_shares_by_hand():
     # by hand: sums 17 -> 21 us, a change of +4 us; k1 +4, k4 added +3, k3 removed -2, k2 -1 (the other variant's
     # k1, 100 -> 50 us, is not v's)
     assert (got["a_us"], got["b_us"], got["delta_us"]) == (17.0, 21.0, 4.0)
-    assert [(k["label"], k["a_us"], k["b_us"], k["delta_us"], k["share"]) for k in got["kernels"]] == [
-        ("k1", 10.0, 14.0, 4.0, 1.0), ("k4", 0.0, 3.0, 3.0, 0.75), ("k3", 2.0, 0.0, -2.0, -0.5), ("k2", 5.0, 4.0, -1.0, -0.25)]
+    assert [(k["label"], k["a_us"], k["b_us"], k["delta_us"], k["share_pct"]) for k in got["kernels"]] == [
+        ("k1", 10.0, 14.0, 4.0, 100.0), ("k4", 0.0, 3.0, 3.0, 75.0), ("k3", 2.0, 0.0, -2.0, -50.0), ("k2", 5.0, 4.0, -1.0, -25.0)]
     # no kernel times (a CPU run's empty table, or no column of them) and equal sums give none
     assert kernel_shares(a.iloc[:0], b, ("v", STUDY)) is None
     assert kernel_shares(a.drop(columns="us_per_forward"), b, ("v", STUDY)) is None
@@ -271,8 +271,8 @@ def test_a_step_states_each_kernels_share_on_its_link_and_page():
     assert links["sdpa_flash"]["verdict"] == "slower" and links["naive"]["verdict"] not in CHANGED
     # by hand: +6 us in all, flash_fwd +4 (2/3 of the step), softmax +2 (1/3); naive's undecided link has none
     shares = links["sdpa_flash"]["kernel_shares"]
-    assert [(k["label"], k["delta_us"], round(k["share"], 6)) for k in shares["kernels"]] == [
-        ("flash_fwd", 4.0, round(2 / 3, 6)), ("softmax", 2.0, round(1 / 3, 6))]
+    assert [(k["label"], k["delta_us"], round(k["share_pct"], 6)) for k in shares["kernels"]] == [
+        ("flash_fwd", 4.0, round(200 / 3, 6)), ("softmax", 2.0, round(100 / 3, 6))]
     assert links["naive"]["kernel_shares"] is None
     html = render_html(history_context(doc, "", {}), Path(__file__).resolve().parents[1] / "report", "history.html.j2")
     assert "<td class=\"num\">+4</td><td class=\"num\">66.7&nbsp;%</td>" in html

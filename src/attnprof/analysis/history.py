@@ -225,10 +225,10 @@ def history(runs: list[dict], judge: Callable[[dict, dict], dict]) -> dict:
 def kernel_shares(a: pd.DataFrame | None, b: pd.DataFrame | None, key: tuple[str, str]) -> dict | None:
     """Each kernel's share of the change in device time per forward of (variant, shape) ``key`` from build ``a`` to
     build ``b`` (their kernel tables, kernels.csv: repeat 1's capture, us per timing-complete forward;
-    attnprof.analysis.tables.kernel_table): share = Δ(the kernel's us per forward) / Δ(the sum over every kernel,
-    memcpy and memset), so the shares sum to 1; a kernel (full name) in one build only counts 0 us in the other, and
+    attnprof.analysis.tables.kernel_table): share_pct = 100 x Δ(the kernel's us per forward) / Δ(the sum over every
+    kernel, memcpy and memset), so the shares sum to 100 %; a kernel (full name) in one build only counts 0 us in the other, and
     one that moved against the total has a negative share. Returns {a_us, b_us, delta_us, kernels: [{kernel, label,
-    a_us, b_us, delta_us, share}]}, the largest change first; None where either build has no timed kernel of ``key``
+    a_us, b_us, delta_us, share_pct}]}, the largest change first; None where either build has no timed kernel of ``key``
     (a CPU run has none) or their sums are equal."""
     per = [_us_per_forward(t, key) for t in (a, b)]
     if any(x is None for x in per):
@@ -239,7 +239,7 @@ def kernel_shares(a: pd.DataFrame | None, b: pd.DataFrame | None, key: tuple[str
     if total == 0:
         return None
     labels = pd.concat([per[1]["label"], per[0]["label"]]).groupby(level=0).first()
-    both = both.assign(share=both["delta_us"] / total, label=labels).sort_values("delta_us", key=abs, ascending=False)
+    both = both.assign(share_pct=100 * both["delta_us"] / total, label=labels).sort_values("delta_us", key=abs, ascending=False)
     return {"a_us": float(both["a_us"].sum()), "b_us": float(both["b_us"].sum()), "delta_us": total,
             "kernels": [{"kernel": name, **r} for name, r in both.to_dict("index").items()]}
 
