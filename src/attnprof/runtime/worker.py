@@ -303,6 +303,14 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
     raise RuntimeError(f"capture worker {key} did not start within {START_TIMEOUT_S:g} s; see {log_path or 'its output'}")
 
 
+def start_worker(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
+                 env: dict | None = None) -> None:
+    """Start the supervisor that :func:`connect_or_start` with these arguments would connect to, and return once it
+    listens (None: it already did). It starts its first capture process and its spare at once where it keeps
+    spares (:func:`prestarts`). Raises as :func:`connect_or_start` does."""
+    connect_or_start(device, idle_s, log_path, python, env).close()  # a connection that sends nothing: not a request
+
+
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
                   worker_log: Path | None = None, python: str | None = None, env: dict | None = None) -> dict:
     """Run one capture in the warm capture process and write ``status_path`` and
@@ -455,23 +463,29 @@ class _Child:
 
 
 class _Ahead:
-    """Where the supervisor gets a fresh process: the spare started ahead, when there is one and it is alive, else a
-    new one; with :func:`prestarts`, each one taken starts the next spare."""
+    """Where the supervisor gets a fresh process: the oldest spare started ahead that is alive, else a new one. With
+    :func:`prestarts` it keeps ``keep`` spares (each one taken starts the next), and starts ``keep`` + 1 at once:
+    the first capture and the check process (repeat 1's checks) find theirs ready, whether the supervisor was
+    started with the run (attnprof.runtime.jobs.start_capture_workers) or by the first capture job."""
 
-    def __init__(self, device: str):
-        self.device, self.on, self.spare = device, prestarts(device), None
+    def __init__(self, device: str, keep: int = 1):
+        self.device, self.keep = device, keep if prestarts(device) else 0
+        self.spares = [_Child(device) for _ in range(self.keep + 1 if self.keep else 0)]
 
     def take(self) -> _Child:
-        child, self.spare = self.spare, None
-        if child is None or child.proc.poll() is not None:
-            child = _Child(self.device)
-        if self.on:
-            self.spare = _Child(self.device)
+        child = None
+        while self.spares and child is None:
+            child = self.spares.pop(0)
+            if child.proc.poll() is not None:
+                child = None
+        child = child or _Child(self.device)
+        while len(self.spares) < self.keep:
+            self.spares.append(_Child(self.device))
         return child
 
     def close(self) -> None:
-        if self.spare is not None:
-            self.spare.kill()
+        for spare in self.spares:
+            spare.kill()
 
 
 def _read_request(conn: socket.socket) -> dict | None:
@@ -497,7 +511,8 @@ def _read_request(conn: socket.socket) -> dict | None:
         why = "malformed request"
     with contextlib.suppress(OSError):
         _send(conn, {"error": why})
-    log(f"dropped a connection: {why}")
+    if why != "empty request":  # a client that only made sure the supervisor listens (start_worker)
+        log(f"dropped a connection: {why}")
     return None
 
 
