@@ -26,10 +26,12 @@ cuDNN/cuBLAS plan choices) while the captures of one round share it.
 Started ahead. A fresh process pays the torch import, the CUDA context and the profiler's first session
 (CUPTI's start-up; about 8 s on the H200) before its first capture. On a GPU run the supervisor keeps one
 **spare** process (:class:`_Ahead`) that pays them while the current process captures: the next round, a
-replacement after a failed capture and the check process take it ready, and a new spare starts. Every process
-starts the same way (import, context, one empty profiler session: :func:`child_main`) and serves nothing until
-it is taken, so every round's process is alike. On a CPU run a spare would share the cores with a capture's
-timings: none is started (:func:`prestarts`).
+replacement after a failed capture and the check process take it ready, and a new spare starts; a supervisor starts
+the first capture process and the spare at once. A GPU run starts its supervisors with the run, while Snakemake builds
+its DAG (:func:`start_worker`, from attnprof.runtime.jobs.start_capture_workers), so the first capture finds both
+ready. Every process starts the same way (import, context, one empty profiler session: :func:`child_main`) and serves
+nothing until it is taken, so every round's process is alike. On a CPU run a spare would share the cores with a
+capture's timings: none is started (:func:`prestarts`), and the first capture job starts the supervisor.
 
 Checks. Repeat 1's later phases (the float64 checks, the timing loops, the op input types) run in a second
 child, the **check process** (:data:`CHECKS_CALL`, :func:`attnprof.measure.capture.run_checks`): the client sends
