@@ -16,7 +16,7 @@ from attnprof.model.variants import KEY_CONSTRAINT
 from attnprof.runtime.integrity import ResultSetState
 from attnprof.runtime.jobs import start_capture_workers
 from attnprof.runtime.machine import cores, plan_of
-from attnprof.runtime.worker import prestarts
+from attnprof.runtime.worker import prestarts, spares_for
 
 if _why := forwards_message(config["profiler"]):
     raise WorkflowError(_why)
@@ -211,7 +211,8 @@ if PLAN.capture_mode == "worker" and prestarts(DEVICE) and _capture_to_make():
         DEVICE,
         WORKER_IDLE_S,
         CAPTURE_THREADS,
-        [
+        spares=spares_for(SHAPES, len(SHAPES) * (len(VARIANTS) + 1)),
+        workers=[
             {
                 **(
                     dict(PLAN.interpreter_of(r))

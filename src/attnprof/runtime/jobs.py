@@ -85,7 +85,8 @@ def start_forkserver() -> None:
     forkserver.ensure_running()
 
 
-def start_capture_workers(workflow, device: str, idle_s: float, threads: int, workers: list[dict]) -> None:
+def start_capture_workers(workflow, device: str, idle_s: float, threads: int, workers: list[dict],
+                          spares: int = 1) -> None:
     """Start the run's capture workers (attnprof.runtime.worker) with the run, while Snakemake builds its DAG,
     instead of with the first capture job: on a GPU run their first capture process and the spare have paid the
     torch import, the CUDA context and CUPTI's start-up (about 8 s on the H200) before the first capture asks.
@@ -98,7 +99,8 @@ def start_capture_workers(workflow, device: str, idle_s: float, threads: int, wo
     rule's resource) and each GPU the run may take, it starts the supervisor a capture job there would connect to:
     the same code path (:func:`attnprof.measure.gpus.job_environ`'s variables, :func:`job_environment` of
     ``threads`` and the system's temporary folder, Snakemake's default ``tmpdir``), so the same key; and it starts
-    the fork server (its imports run during the DAG too, not after it). A supervisor nobody asks goes after
+    the fork server (its imports run during the DAG too, not after it). Each supervisor keeps ``spares`` spares
+    (attnprof.runtime.worker.spares_for). A supervisor nobody asks goes after
     ``idle_s`` seconds. The caller starts them on a GPU run only: on a CPU run their start-up would share the cores
     with the host timings of the first captures."""
     def begin() -> None:
@@ -111,14 +113,14 @@ def start_capture_workers(workflow, device: str, idle_s: float, threads: int, wo
         src = str(Path(__file__).resolve().parents[2])  # this attnprof, as the Snakefile imports it (not on PYTHONPATH:
         code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from attnprof.runtime.jobs import _start_workers; "
                 "_start_workers(*json.loads(sys.argv[2]))")  # the environment is in the worker's key)
-        subprocess.Popen([sys.executable, "-c", code, src, json.dumps([device, idle_s, environ, workers])],
+        subprocess.Popen([sys.executable, "-c", code, src, json.dumps([device, idle_s, environ, workers, spares])],
                          stdin=subprocess.DEVNULL)
         start_forkserver()
 
     threading.Thread(target=begin, daemon=True, name="attnprof-start-workers").start()
 
 
-def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict]) -> None:
+def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict], spares: int) -> None:
     """The interpreter :func:`start_capture_workers` starts: in a capture job's environment, start each worker's
     supervisor for each GPU the job could take, as :func:`attnprof.runtime.worker.connect_or_start` does for a
     job."""
@@ -134,7 +136,7 @@ def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict
         for gpu in gpus or [None]:
             env = w["env"] if gpu is None else pinned_environ(gpu, w["env"])
             Path(w["log"]).parent.mkdir(parents=True, exist_ok=True)
-            start_worker(device, idle_s, Path(w["log"]), w["python"], env)
+            start_worker(device, idle_s, Path(w["log"]), w["python"], env, spares)
 
 
 def job_object(job: dict):

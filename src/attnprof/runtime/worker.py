@@ -123,6 +123,22 @@ CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure
 START_TIMEOUT_S = 30.0
 #: "1": start capture processes ahead on the CPU too (:func:`prestarts`; the tests use it).
 PRESTART_ENV = "ATTNPROF_WORKER_PRESTART"
+#: A grid of short rounds (:func:`spares_for`): at most this many captures a round ...
+SHORT_ROUND_CAPTURES = 16
+#: ... and no shape whose attention scores (batch x heads x q_len x kv_len) hold more elements than this (2^28: the
+#: study shape's are 2^27; 1 GiB in fp32): a second spare's 0.6 GiB of GPU memory is never beside a large capture.
+SMALL_SCORES = 2**28
+
+
+def spares_for(shape_keys, captures_per_round: int) -> int:
+    """How many spares a supervisor started with a run keeps (:class:`_Ahead`): 2 for a grid of short rounds (at most
+    :data:`SHORT_ROUND_CAPTURES` captures a round, every shape's scores at most :data:`SMALL_SCORES` elements), whose
+    rounds end before a process has started (about 8 s on the H200), else 1."""
+    def scores(key: str) -> int:
+        s = Shape.from_key(key)
+        return s.batch * s.heads * (s.q_len or s.seq_len) * s.seq_len
+
+    return 2 if captures_per_round <= SHORT_ROUND_CAPTURES and all(scores(k) <= SMALL_SCORES for k in shape_keys) else 1
 
 
 def prestarts(device: str) -> bool:
@@ -256,16 +272,16 @@ def _connect(addr: str) -> socket.socket | None:
 
 
 def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | None, python: str | None = None,
-                      env: dict | None = None) -> None:
+                      env: dict | None = None, spares: int = 1) -> None:
     """Start the supervisor ``key`` detached, in ``python`` (default this interpreter) with ``env`` set over
     this process's environment (and this checkout's src/ on PYTHONPATH: attnprof.measure.env.interpreter_environ);
-    its capture processes inherit both."""
+    its capture processes inherit both. ``spares``: how many it keeps (:class:`_Ahead`)."""
     out = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
     environ = os.environ if python is None and not env else interpreter_environ(env)
     try:
         subprocess.Popen(
             [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.runtime.worker", "serve", key, device,
-             str(idle_s)],
+             str(idle_s), str(spares)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             env={**environ, "PYTHONUNBUFFERED": "1"},
         )
@@ -275,11 +291,12 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
 
 
 def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
-                     env: dict | None = None) -> socket.socket:
+                     env: dict | None = None, spares: int = 1) -> socket.socket:
     """A connection to the supervisor for this process's :func:`worker_key`, started (detached,
     its output appended to ``log_path``) when none listens. ``python``, ``env``: another Python environment
     (config ``environments``): the supervisor and its capture processes run in that interpreter with those
-    variables (:func:`worker_key`). Raises RuntimeError naming the log
+    variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps. Raises RuntimeError
+    naming the log
     when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
     when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
@@ -295,7 +312,7 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
         if sock:
             return sock
         log(f"starting capture worker {key} (idle exit after {idle_s:g} s)")
-        _start_supervisor(key, device, idle_s, log_path, python, env)
+        _start_supervisor(key, device, idle_s, log_path, python, env, spares)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
@@ -306,11 +323,11 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
 
 
 def start_worker(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
-                 env: dict | None = None) -> None:
+                 env: dict | None = None, spares: int = 1) -> None:
     """Start the supervisor that :func:`connect_or_start` with these arguments would connect to, and return once it
-    listens (None: it already did). It starts its first capture process and its spare at once where it keeps
-    spares (:func:`prestarts`). Raises as :func:`connect_or_start` does."""
-    connect_or_start(device, idle_s, log_path, python, env).close()  # a connection that sends nothing: not a request
+    listens (None: it already did). Where it keeps spares (:func:`prestarts`; ``spares`` of them) it starts its first
+    capture process and the spares at once. Raises as :func:`connect_or_start` does."""
+    connect_or_start(device, idle_s, log_path, python, env, spares).close()  # a connection that sends nothing: not a request
 
 
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
@@ -702,9 +719,9 @@ def _device_lock(device: str):
         yield
 
 
-def serve(key: str, device: str, idle_s: float) -> int:
+def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
     """Supervisor main loop (module docstring). Exits 0 after ``idle_s`` s without a request,
-    or on SIGTERM/SIGINT, killing its capture process."""
+    or on SIGTERM/SIGINT, killing its capture process. ``spares``: how many it keeps (:class:`_Ahead`)."""
     try:
         request_timeout_s()
     except ValueError as exc:
@@ -722,7 +739,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
         return 1
     listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
     procs: dict[str, _Child | None] = {"capture": None, "checks": None}  # the capture process; the check process
-    ahead = _Ahead(device)  # the spare process started ahead (a GPU run)
+    ahead = _Ahead(device, spares)  # the spares started ahead (a GPU run)
     pending: list = []  # (repeat, arrival, conn, request): accepted, not yet served
     seq = 0
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
@@ -831,10 +848,10 @@ def _call(target: str, args: list) -> dict:
 def main(argv: list[str]) -> int:
     if argv[1] == "serve":
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        return serve(argv[2], argv[3], float(argv[4]))
+        return serve(argv[2], argv[3], float(argv[4]), int(argv[5]) if len(argv) > 5 else 1)
     if argv[1] == "child":
         return child_main(argv[2])
-    raise SystemExit(f"usage: python -m attnprof.runtime.worker serve KEY DEVICE IDLE_S | child DEVICE (got {argv[1:]})")
+    raise SystemExit(f"usage: python -m attnprof.runtime.worker serve KEY DEVICE IDLE_S [SPARES] | child DEVICE (got {argv[1:]})")
 
 
 if __name__ == "__main__":
