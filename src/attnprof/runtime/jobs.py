@@ -87,22 +87,16 @@ def start_forkserver() -> None:
 
 def start_capture_workers(workflow, device: str, idle_s: float, threads: int, workers: list[dict],
                           spares: int = 1) -> None:
-    """Start the run's capture workers (attnprof.runtime.worker) with the run, while Snakemake builds its DAG,
-    instead of with the first capture job: on a GPU run their first capture process and the spare have paid the
-    torch import, the CUDA context and CUPTI's start-up (about 8 s on the H200) before the first capture asks.
-
-    ``workflow``: Snakemake's, at parse time; a daemon thread waits for it to begin executing, and does nothing on a
-    dry run, a touch, a cluster executor, a spawned job process or without ``force-use-threads`` (the jobs then do
-    not run in children of this process's fork server, whose environment is in the worker's key). Then, in one new
-    interpreter with this process's environment (the fork server's, its jobs'), for each of ``workers`` (dicts:
-    ``python``, ``env`` of an A/B environment, else None; ``log``: the worker log; ``gpu_choice``: the capture
-    rule's resource) and each GPU the run may take, it starts the supervisor a capture job there would connect to:
-    the same code path (:func:`attnprof.measure.gpus.job_environ`'s variables, :func:`job_environment` of
-    ``threads`` and the system's temporary folder, Snakemake's default ``tmpdir``), so the same key; and it starts
-    the fork server (its imports run during the DAG too, not after it). Each supervisor keeps ``spares`` spares
-    (attnprof.runtime.worker.spares_for). A supervisor nobody asks goes after
-    ``idle_s`` seconds. The caller starts them on a GPU run only: on a CPU run their start-up would share the cores
-    with the host timings of the first captures."""
+    """Start the run's capture workers (attnprof.runtime.worker) while Snakemake builds its DAG, not with the first
+    capture job, so their first processes have started (about 8 s on the H200) when the first capture asks. A daemon
+    thread waits for ``workflow`` (at parse time) to begin executing; on a dry run, a touch, a cluster executor, a job
+    process or without ``force-use-threads`` it does nothing. Else one new interpreter with this process's environment
+    (the fork server's and its jobs') starts, for each of ``workers`` (dicts: ``python`` and ``env`` of an A/B
+    environment, else None; ``log``; ``gpu_choice``: the capture rule's resource) and each GPU the run may take, the
+    supervisor a capture job would connect to, by a job's own code path (:func:`_start_workers`) with a job's
+    variables (:func:`job_environment` of ``threads``, Snakemake's default ``tmpdir``): the same key. Each keeps
+    ``spares`` spares; one nobody asks goes after ``idle_s`` s. The fork server starts then too. The caller does this
+    on a GPU run only: on a CPU run a start-up would share the cores with the first captures' host timings."""
     def begin() -> None:
         while workflow.executor_plugin is None:  # parse time: what kind of run this is, Snakemake says at execute()
             time.sleep(0.02)
@@ -110,9 +104,9 @@ def start_capture_workers(workflow, device: str, idle_s: float, threads: int, wo
                 or not workflow.use_threads):
             return
         environ = job_environment(threads, tempfile.gettempdir())
-        src = str(Path(__file__).resolve().parents[2])  # this attnprof, as the Snakefile imports it (not on PYTHONPATH:
+        src = str(Path(__file__).resolve().parents[2])  # this attnprof (not through PYTHONPATH: the environment is the key)
         code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from attnprof.runtime.jobs import _start_workers; "
-                "_start_workers(*json.loads(sys.argv[2]))")  # the environment is in the worker's key)
+                "_start_workers(*json.loads(sys.argv[2]))")
         subprocess.Popen([sys.executable, "-c", code, src, json.dumps([device, idle_s, environ, workers, spares])],
                          stdin=subprocess.DEVNULL)
         start_forkserver()
@@ -121,9 +115,7 @@ def start_capture_workers(workflow, device: str, idle_s: float, threads: int, wo
 
 
 def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict], spares: int) -> None:
-    """The interpreter :func:`start_capture_workers` starts: in a capture job's environment, start each worker's
-    supervisor for each GPU the job could take, as :func:`attnprof.runtime.worker.connect_or_start` does for a
-    job."""
+    """:func:`start_capture_workers`'s interpreter: each supervisor as a capture job's client would start it."""
     from types import SimpleNamespace
 
     from attnprof.measure.gpus import gpu_choice, pinned_environ, run_gpus
