@@ -14,7 +14,7 @@ import pytest
 from attnprof.analysis.tables import analyse_trace, kernel_table, op_table
 from attnprof.analysis.trace import load_trace
 from attnprof.runtime.isolation import CaptureInterrupted
-from attnprof.runtime.worker import PRESTART_ENV, _order_of, reusable, run_in_worker, spares_for, start_worker
+from attnprof.runtime.worker import PRESTART_ENV, _Ahead, _order_of, reusable, run_in_worker, spares_for, start_worker
 from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
@@ -129,6 +129,14 @@ def test_two_spares_only_for_a_grid_of_few_small_captures():
     assert spares_for([study], 8) == 2
     assert spares_for([study, "b8_h16_s2048_d64_bf16_causal"], 16) == 1
     assert spares_for([study], 17) == 1
+
+
+def test_a_cpu_supervisor_starts_no_process_ahead(monkeypatch):
+    """On a CPU run a spare's start-up would share the cores with a capture's host timings: whatever it is asked to
+    keep, a CPU supervisor starts no process until a request takes one."""
+    monkeypatch.delenv(PRESTART_ENV, raising=False)
+    ahead = _Ahead("cpu", 2)
+    assert ahead.keep == 0 and ahead.spares == []
 
 
 @pytest.mark.slow
