@@ -209,3 +209,20 @@ def test_a_zombie_snakemake_is_gone():
         time.sleep(0.02)
     assert not _alive(child.pid, start)
     child.wait()
+
+
+def test_a_job_of_no_threads_gives_its_libraries_its_threads_param():
+    """A capture client on a GPU run holds no core (0 threads) while its environment is the capture worker's key: its
+    thread variables are the captures' (its ``threads`` param), as the environment record's job of 1 thread has them;
+    a job of its own threads gets those."""
+    from types import SimpleNamespace
+
+    from attnprof.runtime.jobs import THREAD_VARIABLES, script_environment
+
+    scratch = {"tmpdir": "/scratch"}
+    client = SimpleNamespace(threads=0, params=SimpleNamespace(threads=1), resources=scratch)
+    record = SimpleNamespace(threads=1, params=SimpleNamespace(threads=1), resources=scratch)
+    light = SimpleNamespace(threads=3, params=SimpleNamespace(threads=1), resources={})
+    assert script_environment(client) == script_environment(record) == {
+        **dict.fromkeys(THREAD_VARIABLES, "1"), "TMPDIR": "/scratch", "TMP": "/scratch"}
+    assert script_environment(light) == dict.fromkeys(THREAD_VARIABLES, "3")

@@ -14,7 +14,7 @@ import pytest
 from attnprof.analysis.tables import analyse_trace, kernel_table, op_table
 from attnprof.analysis.trace import load_trace
 from attnprof.runtime.isolation import CaptureInterrupted
-from attnprof.runtime.worker import PRESTART_ENV, _order_of, reusable, run_in_worker
+from attnprof.runtime.worker import PRESTART_ENV, _Ahead, _order_of, reusable, run_in_worker, spares_for, start_worker
 from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
@@ -120,6 +120,42 @@ def test_a_rounds_process_was_started_ahead_while_the_last_round_ran(tmp_path, m
     assert len({one["worker"]["pid"], two["worker"]["pid"], one["checks"]["pid"]}) == 3
     waited = {n: r["capture_started_at"] - r["started_at"] for n, r in (("one", one), ("two", two))}
     assert waited["one"] > one["worker"]["startup_s"] and waited["two"] < two["worker"]["startup_s"], waited
+
+
+def test_two_spares_only_for_a_grid_of_few_small_captures():
+    """The study (one shape, 8 captures a round; its scores 8 x 16 x 1024 x 1024 = 2^27 elements) keeps two spares;
+    a grid with a shape of 2^29 score elements, or of 17 captures a round, keeps one."""
+    study = "b8_h16_s1024_d64_bf16_causal"
+    assert spares_for([study], 8) == 2
+    assert spares_for([study, "b8_h16_s2048_d64_bf16_causal"], 16) == 1
+    assert spares_for([study], 17) == 1
+
+
+def test_a_cpu_supervisor_starts_no_process_ahead(monkeypatch):
+    """On a CPU run a spare's start-up would share the cores with a capture's host timings: whatever it is asked to
+    keep, a CPU supervisor starts no process until a request takes one."""
+    monkeypatch.delenv(PRESTART_ENV, raising=False)
+    ahead = _Ahead("cpu", 2)
+    assert ahead.keep == 0 and ahead.spares == []
+
+
+@pytest.mark.slow
+def test_with_two_spares_each_rounds_process_was_started_before_the_last_round_began(tmp_path, monkeypatch):
+    """A supervisor started with the run for a grid of short rounds (start_worker, 2 spares) starts the first
+    capture process and two spares at once, and keeps two: round 2's process had started before round 1's process
+    was up (with one spare it would start only when round 1's checks took the first spare), and round 3's had
+    started before round 2 was asked for (with one spare it would start when round 2 took its process)."""
+    monkeypatch.setenv(PRESTART_ENV, "1")
+    monkeypatch.setenv("ATTNPROF_WORKER_TAG", f"tests-{os.getpid()}-two-spares")  # a worker of its own
+    start_worker("cpu", IDLE_S, tmp_path / "worker.log", spares=2)
+    one = in_worker(tmp_path, spec("naive", repeat=1), "r1")
+    time.sleep(8)  # round 2 comes later than a spare started at round 1's checks takes to reach its first line
+    two = in_worker(tmp_path, spec("naive", repeat=2), "r2")
+    three = in_worker(tmp_path, spec("naive", repeat=3), "r3")
+    assert one["status"] == two["status"] == three["status"] == "ok"
+    assert len({r["worker"]["pid"] for r in (one, two, three)}) == 3
+    assert two["worker"]["started_at"] < one["capture_started_at"], (two["worker"], one["capture_started_at"])
+    assert three["worker"]["started_at"] < two["started_at"], (three["worker"], two["started_at"])
 
 
 @pytest.mark.slow

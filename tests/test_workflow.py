@@ -120,6 +120,15 @@ def test_the_captures_that_end_their_process_run_last_in_their_round(run_dir):
         pids = [r["worker"]["pid"] for r in served]
         assert len(set(pids[:-1])) == 1 and pids[-1] != pids[0], pids
 
+def test_a_cpu_run_starts_no_capture_worker_with_the_run(run_dir):
+    """On a CPU run nothing starts beside the captures' host timings: the supervisor is started by a job that asks it
+    for work (its log says so: attnprof.runtime.worker.connect_or_start), once, not with the run."""
+    logs = run_dir / "results" / "tiny" / "logs"
+    started = [p for p in logs.rglob("*.log") if p.name != "capture_worker.log" and "starting capture worker" in p.read_text()]
+    assert len(started) == 1, started
+    assert (logs / "capture_worker.log").read_text().count(" listening (pid ") == 1
+
+
 def test_the_user_variant_goes_the_whole_path(run_dir):
     """Config to report: the user variant (config custom_variants) gets its capture, checked against
     float64, its tables, summary rows and report rows, at both shapes."""
@@ -458,6 +467,29 @@ def test_gpu_captures_never_overlap(tmp_path):
     # started_at and wall_s are each rounded to the millisecond: an end can read up to 1.5 ms past the next start
     # without any overlap (a run once failed on 1796131240.3000002 > ...0.3); an overlap is a whole capture long
     assert all(prev[1] <= nxt[0] + 0.002 for prev, nxt in zip(spans, spans[1:])), spans
+
+
+def test_a_gpu_run_starts_its_capture_worker_with_the_run_and_its_clients_hold_no_core(tmp_path):
+    """device=cuda (no GPU here: the captures record 'unsupported'), --cores 1. The supervisor and its first capture
+    process start while Snakemake builds the DAG (attnprof.runtime.jobs.start_capture_workers), for the key the
+    capture jobs then ask for: one supervisor served the run, and the process of the first capture began before any
+    capture job had connected. The capture clients hold no core: at --cores 1 several of them waited in the worker's
+    queue at once, never more than the 5 'capture_clients' slots. A dry run starts nothing."""
+    work = copy_repo(tmp_path / "repo")
+    args = ["html", "--until", "capture", "--cores", "1", "--config", "device=cuda", "run=gpu", ONLY_BUILT_IN, ONE_REPEAT]
+    snakemake(work, "-n", *args)
+    assert not (work / "results").exists()  # not even the worker's log
+    snakemake(work, *args)
+    log = (work / "results" / "gpu" / "logs" / "capture_worker.log").read_text()
+    assert log.count(" listening (pid ") == 1, log
+    records = [json.loads(p.read_text()) for p in (work / "results" / "gpu" / "captures").rglob("status.json")]
+    assert len(records) == len(BUILT_IN) + 1
+    # when each client connected (its record's started_at is when the supervisor took it, after its wait in the queue)
+    asked = sorted((r["started_at"] - r["worker"]["queued_s"], r["finished_at"]) for r in records)
+    first = min(records, key=lambda r: r["capture_started_at"])
+    assert first["worker"]["captures_before"] == 0 and first["worker"]["started_at"] < asked[0][0], (first["worker"], asked[0])
+    waiting = [sum(a <= t < b for a, b in asked) for t, _ in asked]  # clients connected at each client's arrival
+    assert 2 <= max(waiting) <= 5, asked
 
 
 #: Two stand-in GPUs (attnprof.measure.gpus.STANDIN_ENV: nvidia-smi's answer) for the tests of a run on several GPUs.

@@ -22,11 +22,13 @@ rule capture:
     priority: lambda wc: PLAN.capture_priority(wc.run, wc.repeat, wc.variant)
     group:
         AB_GROUP
-    # On a CPU run a capture takes every core, so no other job disturbs its CPU timings.
-    threads: CAPTURE_THREADS
+    # On a CPU run a capture takes every core, so no other job disturbs its CPU timings; on a GPU run its client
+    # holds none (CLIENT_THREADS, common.smk).
+    threads: CLIENT_THREADS
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
+        capture_clients=int(CLIENT_THREADS == 0),
         # how long the worker waits for the next capture: a resource, not a param (it changes no measurement,
         # so a new value must not recapture anything)
         worker_idle_s=WORKER_IDLE_S,
@@ -66,9 +68,10 @@ rule environment:
         AB_GROUP
     # the threads of a capture: the job's environment has OMP_NUM_THREADS and friends from them (as a
     # script: job's, attnprof.runtime.jobs.script_environment), so the recorded torch_threads are the captures'
-    # own (and the same capture worker serves both)
-    threads: CAPTURE_THREADS
+    # own (and the same capture worker serves both); as a capture's client, it holds no core on a GPU run
+    threads: CLIENT_THREADS
     resources:
+        capture_clients=int(CLIENT_THREADS == 0),
         worker_idle_s=WORKER_IDLE_S,
         gpu_choice=PLAN.gpu_choice,
     params:

@@ -14,7 +14,9 @@ from attnprof.model.names import RUN_FILES, SCALING_PLOTS, SHAPE_PLOTS, TIMELINE
 from attnprof.model.plan import captured_elsewhere, forwards_message
 from attnprof.model.variants import KEY_CONSTRAINT
 from attnprof.runtime.integrity import ResultSetState
+from attnprof.runtime.jobs import start_capture_workers
 from attnprof.runtime.machine import cores, plan_of
+from attnprof.runtime.worker import prestarts, spares_for
 
 if _why := forwards_message(config["profiler"]):
     raise WorkflowError(_why)
@@ -39,6 +41,16 @@ AB_RUNS = PLAN.ab_runs
 CUSTOM = PLAN.custom
 SHAPES, VARIANTS = PLAN.grid.shapes, PLAN.grid.variants
 CAPTURE_THREADS = PLAN.capture_threads
+# The threads a capture or environment job holds: none where it is a client of the capture worker on a GPU run (it
+# waits on the worker's socket; the light jobs run beside it even at --cores 1); its params.threads stay the
+# captures' (attnprof.runtime.jobs.script_environment). On a CPU run a capture holds every core.
+CLIENT_THREADS = (
+    0 if DEVICE == "cuda" and PLAN.capture_mode == "worker" else CAPTURE_THREADS
+)
+# Snakemake runs local jobs on cores + 5 threads (snakemake/executors/local.py: the 5 for jobs of 0 threads): at most 5
+# such clients at once (they queue in the worker, in Snakemake's priority order), so that the jobs that hold a core
+# always find a thread instead of waiting behind the queued clients.
+CLIENT_SLOTS = 5
 GPU_UNITS = PLAN.gpu_units
 PLOT_NAMES, SCALING_PLOT_NAMES = list(SHAPE_PLOTS), list(SCALING_PLOTS)
 capture_file, table_file, run_file = L.capture_file, L.table_file, L.run_file
@@ -56,6 +68,8 @@ WORKER_IDLE_S = max(1, round(config["capture_worker_idle_s"]))
 for _name in ("capture", "gpu"):
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, max(1, len(PLAN.gpus)))
+if "capture_clients" not in workflow.global_resources:
+    workflow.register_resource("capture_clients", CLIENT_SLOTS)
 # a per-job setting, never a limit
 if "worker_idle_s" not in workflow.global_resources:
     workflow.register_resource("worker_idle_s", 10**9)
@@ -177,6 +191,40 @@ def ab_targets(wc=None):
 def compare_inputs(wc):
     """Per result set (keys '<run>/<name>'): the run tables, and every capture's ops and recipe tables."""
     return STATE.compare_inputs(wc.name)
+
+
+# A GPU run in worker mode starts its capture workers (and the jobs' fork server) with the run, while Snakemake builds
+# the DAG, where a capture or the environment record of it is still to be made; a CPU run with its first capture
+# job (a process starting beside the captures would share the cores with their host timings).
+def _capture_to_make():
+    files = [run_file("env", r) for r in THIS_RUNS] + [
+        f
+        for r in THIS_RUNS
+        for f in L.captures_of(r, SHAPES, VARIANTS, PLAN.grid.repeats, "status")
+    ]
+    return not all(Path(f).exists() for f in files)
+
+
+if PLAN.capture_mode == "worker" and prestarts(DEVICE) and _capture_to_make():
+    start_capture_workers(
+        workflow,
+        DEVICE,
+        WORKER_IDLE_S,
+        CAPTURE_THREADS,
+        spares=spares_for(SHAPES, len(SHAPES) * (len(VARIANTS) + 1)),
+        workers=[
+            {
+                **(
+                    dict(PLAN.interpreter_of(r))
+                    if AB_RUNS
+                    else {"python": None, "env": None}
+                ),
+                "log": str(Path(L.log("environment", r)).parent / "capture_worker.log"),
+                "gpu_choice": PLAN.gpu_choice,
+            }
+            for r in THIS_RUNS
+        ],
+    )
 
 
 # A GPU run starts the jobs' fork server with the run; a CPU run with the first job that needs it.

@@ -20,6 +20,7 @@ in one of two ways:
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import pickle
@@ -84,6 +85,52 @@ def start_forkserver() -> None:
     forkserver.ensure_running()
 
 
+def start_capture_workers(workflow, device: str, idle_s: float, threads: int, workers: list[dict],
+                          spares: int = 1) -> None:
+    """Start the run's capture workers (attnprof.runtime.worker) while Snakemake builds its DAG, not with the first
+    capture job, so their first processes have started (about 8 s on the H200) when the first capture asks. A daemon
+    thread waits for ``workflow`` (at parse time) to begin executing; on a dry run, a touch, a cluster executor, a job
+    process or without ``force-use-threads`` it does nothing. Else one new interpreter with this process's environment
+    (the fork server's and its jobs') starts, for each of ``workers`` (dicts: ``python`` and ``env`` of an A/B
+    environment, else None; ``log``; ``gpu_choice``: the capture rule's resource) and each GPU the run may take, the
+    supervisor a capture job would connect to, by a job's own code path (:func:`_start_workers`) with a job's
+    variables (:func:`job_environment` of ``threads``, Snakemake's default ``tmpdir``): the same key. Each keeps
+    ``spares`` spares; one nobody asks goes after ``idle_s`` s. The fork server starts then too. The caller does this
+    on a GPU run only: on a CPU run a start-up would share the cores with the first captures' host timings."""
+    def begin() -> None:
+        while workflow.executor_plugin is None:  # parse time: what kind of run this is, Snakemake says at execute()
+            time.sleep(0.02)
+        if (workflow.dryrun or workflow.touch or not workflow.local_exec or not workflow.is_main_process
+                or not workflow.use_threads):
+            return
+        environ = job_environment(threads, tempfile.gettempdir())
+        src = str(Path(__file__).resolve().parents[2])  # this attnprof (not through PYTHONPATH: the environment is the key)
+        code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from attnprof.runtime.jobs import _start_workers; "
+                "_start_workers(*json.loads(sys.argv[2]))")
+        subprocess.Popen([sys.executable, "-c", code, src, json.dumps([device, idle_s, environ, workers, spares])],
+                         stdin=subprocess.DEVNULL)
+        start_forkserver()
+
+    threading.Thread(target=begin, daemon=True, name="attnprof-start-workers").start()
+
+
+def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict], spares: int) -> None:
+    """:func:`start_capture_workers`'s interpreter: each supervisor as a capture job's client would start it."""
+    from types import SimpleNamespace
+
+    from attnprof.measure.gpus import gpu_choice, pinned_environ, run_gpus
+    from attnprof.runtime.worker import start_worker
+
+    os.environ.update(environ)
+    for w in workers:
+        choice = gpu_choice(SimpleNamespace(gpu_choice=w["gpu_choice"]))
+        gpus = run_gpus(choice) if device == "cuda" and choice != "any" else []
+        for gpu in gpus or [None]:
+            env = w["env"] if gpu is None else pinned_environ(gpu, w["env"])
+            Path(w["log"]).parent.mkdir(parents=True, exist_ok=True)
+            start_worker(device, idle_s, Path(w["log"]), w["python"], env, spares)
+
+
 def job_object(job: dict):
     """The ``snakemake`` object a ``script:`` rule hands its script, built from a ``run:``
     block's ``locals()`` (input, output, params, wildcards, threads, resources, log, rule) and
@@ -103,9 +150,17 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS
 
 def script_environment(snakemake) -> dict[str, str]:
     """What Snakemake adds to the environment of a ``script:`` job (snakemake/shell.py): the job's
-    threads in :data:`THREAD_VARIABLES`, and its ``tmpdir`` resource as TMPDIR and TMP."""
-    env = dict.fromkeys(THREAD_VARIABLES, str(snakemake.threads))
-    tmpdir = snakemake.resources.get("tmpdir")
+    threads in :data:`THREAD_VARIABLES`, and its ``tmpdir`` resource as TMPDIR and TMP. A job of 0 threads (a
+    capture client in worker mode on a GPU run: it holds no core, it waits on the worker's socket) gets its
+    ``threads`` param instead, the threads of the captures it hands on: the capture worker is keyed by the
+    environment, which must be the one the environment record and the calibration see."""
+    threads = snakemake.threads or getattr(snakemake.params, "threads", snakemake.threads)
+    return job_environment(threads, snakemake.resources.get("tmpdir"))
+
+
+def job_environment(threads: int, tmpdir: str | None) -> dict[str, str]:
+    """:func:`script_environment` of a job of ``threads`` threads and ``tmpdir`` (None: none)."""
+    env = dict.fromkeys(THREAD_VARIABLES, str(threads))
     if tmpdir:
         env["TMPDIR"] = env["TMP"] = str(tmpdir)
     return env

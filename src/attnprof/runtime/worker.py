@@ -26,10 +26,12 @@ cuDNN/cuBLAS plan choices) while the captures of one round share it.
 Started ahead. A fresh process pays the torch import, the CUDA context and the profiler's first session
 (CUPTI's start-up; about 8 s on the H200) before its first capture. On a GPU run the supervisor keeps one
 **spare** process (:class:`_Ahead`) that pays them while the current process captures: the next round, a
-replacement after a failed capture and the check process take it ready, and a new spare starts. Every process
-starts the same way (import, context, one empty profiler session: :func:`child_main`) and serves nothing until
-it is taken, so every round's process is alike. On a CPU run a spare would share the cores with a capture's
-timings: none is started (:func:`prestarts`).
+replacement after a failed capture and the check process take it ready, and a new spare starts; a supervisor starts
+the first capture process and the spare at once. A GPU run starts its supervisors with the run, while Snakemake builds
+its DAG (:func:`start_worker`, from attnprof.runtime.jobs.start_capture_workers), so the first capture finds both
+ready. Every process starts the same way (import, context, one empty profiler session: :func:`child_main`) and serves
+nothing until it is taken, so every round's process is alike. On a CPU run a spare would share the cores with a
+capture's timings: none is started (:func:`prestarts`), and the first capture job starts the supervisor.
 
 Checks. Repeat 1's later phases (the float64 checks, the timing loops, the op input types) run in a second
 child, the **check process** (:data:`CHECKS_CALL`, :func:`attnprof.measure.capture.run_checks`): the client sends
@@ -121,6 +123,22 @@ CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure
 START_TIMEOUT_S = 30.0
 #: "1": start capture processes ahead on the CPU too (:func:`prestarts`; the tests use it).
 PRESTART_ENV = "ATTNPROF_WORKER_PRESTART"
+#: A grid of short rounds (:func:`spares_for`): at most this many captures a round ...
+SHORT_ROUND_CAPTURES = 16
+#: ... and no shape whose attention scores (batch x heads x q_len x kv_len) hold more elements than this (2^28: the
+#: study shape's are 2^27; 1 GiB in fp32): a second spare's 0.6 GiB of GPU memory is never beside a large capture.
+SMALL_SCORES = 2**28
+
+
+def spares_for(shape_keys, captures_per_round: int) -> int:
+    """How many spares a supervisor started with a run keeps (:class:`_Ahead`): 2 for a grid of short rounds (at most
+    :data:`SHORT_ROUND_CAPTURES` captures a round, every shape's scores at most :data:`SMALL_SCORES` elements), whose
+    rounds end before a process has started (about 8 s on the H200), else 1."""
+    def scores(key: str) -> int:
+        s = Shape.from_key(key)
+        return s.batch * s.heads * (s.q_len or s.seq_len) * s.seq_len
+
+    return 2 if captures_per_round <= SHORT_ROUND_CAPTURES and all(scores(k) <= SMALL_SCORES for k in shape_keys) else 1
 
 
 def prestarts(device: str) -> bool:
@@ -254,16 +272,16 @@ def _connect(addr: str) -> socket.socket | None:
 
 
 def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | None, python: str | None = None,
-                      env: dict | None = None) -> None:
+                      env: dict | None = None, spares: int = 1) -> None:
     """Start the supervisor ``key`` detached, in ``python`` (default this interpreter) with ``env`` set over
     this process's environment (and this checkout's src/ on PYTHONPATH: attnprof.measure.env.interpreter_environ);
-    its capture processes inherit both."""
+    its capture processes inherit both. ``spares``: how many it keeps (:class:`_Ahead`)."""
     out = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
     environ = os.environ if python is None and not env else interpreter_environ(env)
     try:
         subprocess.Popen(
             [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.runtime.worker", "serve", key, device,
-             str(idle_s)],
+             str(idle_s), str(spares)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             env={**environ, "PYTHONUNBUFFERED": "1"},
         )
@@ -273,11 +291,12 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
 
 
 def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
-                     env: dict | None = None) -> socket.socket:
+                     env: dict | None = None, spares: int = 1) -> socket.socket:
     """A connection to the supervisor for this process's :func:`worker_key`, started (detached,
     its output appended to ``log_path``) when none listens. ``python``, ``env``: another Python environment
     (config ``environments``): the supervisor and its capture processes run in that interpreter with those
-    variables (:func:`worker_key`). Raises RuntimeError naming the log
+    variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps. Raises RuntimeError
+    naming the log
     when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
     when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
@@ -293,7 +312,7 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
         if sock:
             return sock
         log(f"starting capture worker {key} (idle exit after {idle_s:g} s)")
-        _start_supervisor(key, device, idle_s, log_path, python, env)
+        _start_supervisor(key, device, idle_s, log_path, python, env, spares)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
@@ -301,6 +320,14 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
             if sock:
                 return sock
     raise RuntimeError(f"capture worker {key} did not start within {START_TIMEOUT_S:g} s; see {log_path or 'its output'}")
+
+
+def start_worker(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
+                 env: dict | None = None, spares: int = 1) -> None:
+    """Start the supervisor that :func:`connect_or_start` with these arguments would connect to, and return once it
+    listens (None: it already did). Where it keeps spares (:func:`prestarts`; ``spares`` of them) it starts its first
+    capture process and the spares at once. Raises as :func:`connect_or_start` does."""
+    connect_or_start(device, idle_s, log_path, python, env, spares).close()  # a connection that sends nothing: not a request
 
 
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
@@ -455,23 +482,29 @@ class _Child:
 
 
 class _Ahead:
-    """Where the supervisor gets a fresh process: the spare started ahead, when there is one and it is alive, else a
-    new one; with :func:`prestarts`, each one taken starts the next spare."""
+    """Where the supervisor gets a fresh process: the oldest spare started ahead that is alive, else a new one. With
+    :func:`prestarts` it keeps ``keep`` spares (each one taken starts the next), and starts ``keep`` + 1 at once:
+    the first capture and the check process (repeat 1's checks) find theirs ready, whether the supervisor was
+    started with the run (attnprof.runtime.jobs.start_capture_workers) or by the first capture job."""
 
-    def __init__(self, device: str):
-        self.device, self.on, self.spare = device, prestarts(device), None
+    def __init__(self, device: str, keep: int = 1):
+        self.device, self.keep = device, keep if prestarts(device) else 0
+        self.spares = [_Child(device) for _ in range(self.keep + 1 if self.keep else 0)]
 
     def take(self) -> _Child:
-        child, self.spare = self.spare, None
-        if child is None or child.proc.poll() is not None:
-            child = _Child(self.device)
-        if self.on:
-            self.spare = _Child(self.device)
+        child = None
+        while self.spares and child is None:
+            child = self.spares.pop(0)
+            if child.proc.poll() is not None:
+                child = None
+        child = child or _Child(self.device)
+        while len(self.spares) < self.keep:
+            self.spares.append(_Child(self.device))
         return child
 
     def close(self) -> None:
-        if self.spare is not None:
-            self.spare.kill()
+        for spare in self.spares:
+            spare.kill()
 
 
 def _read_request(conn: socket.socket) -> dict | None:
@@ -497,7 +530,8 @@ def _read_request(conn: socket.socket) -> dict | None:
         why = "malformed request"
     with contextlib.suppress(OSError):
         _send(conn, {"error": why})
-    log(f"dropped a connection: {why}")
+    if why != "empty request":  # a client that only made sure the supervisor listens (start_worker)
+        log(f"dropped a connection: {why}")
     return None
 
 
@@ -685,9 +719,9 @@ def _device_lock(device: str):
         yield
 
 
-def serve(key: str, device: str, idle_s: float) -> int:
+def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
     """Supervisor main loop (module docstring). Exits 0 after ``idle_s`` s without a request,
-    or on SIGTERM/SIGINT, killing its capture process."""
+    or on SIGTERM/SIGINT, killing its capture process. ``spares``: how many it keeps (:class:`_Ahead`)."""
     try:
         request_timeout_s()
     except ValueError as exc:
@@ -705,7 +739,7 @@ def serve(key: str, device: str, idle_s: float) -> int:
         return 1
     listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
     procs: dict[str, _Child | None] = {"capture": None, "checks": None}  # the capture process; the check process
-    ahead = _Ahead(device)  # the spare process started ahead (a GPU run)
+    ahead = _Ahead(device, spares)  # the spares started ahead (a GPU run)
     pending: list = []  # (repeat, arrival, conn, request): accepted, not yet served
     seq = 0
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
@@ -814,10 +848,10 @@ def _call(target: str, args: list) -> dict:
 def main(argv: list[str]) -> int:
     if argv[1] == "serve":
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        return serve(argv[2], argv[3], float(argv[4]))
+        return serve(argv[2], argv[3], float(argv[4]), int(argv[5]) if len(argv) > 5 else 1)
     if argv[1] == "child":
         return child_main(argv[2])
-    raise SystemExit(f"usage: python -m attnprof.runtime.worker serve KEY DEVICE IDLE_S | child DEVICE (got {argv[1:]})")
+    raise SystemExit(f"usage: python -m attnprof.runtime.worker serve KEY DEVICE IDLE_S [SPARES] | child DEVICE (got {argv[1:]})")
 
 
 if __name__ == "__main__":
