@@ -431,13 +431,6 @@ def check_one_device(runs: list[dict]) -> None:
 # time verdicts pair round k of A with round k of B, row by row where that row's rounds were interleaved. Every
 # other row is judged unpaired.
 
-def ab_pairing(a: dict, b: dict) -> bool:
-    """True when result sets ``a`` and ``b`` (:func:`compare_pair`'s dicts) are two environments of one A/B run whose
-    rounds were captured interleaved, every row's (:func:`ab_unpaired_rows`)."""
-    keys = sorted(set(zip(a["summary"]["variant"], a["summary"]["shape_key"])))
-    return _ab_environments(a, b) and not ab_unpaired_rows(a, b, keys)
-
-
 def ab_unpaired_rows(a: dict, b: dict, keys: list[tuple[str, str]]) -> dict:
     """{(variant, shape_key): why} of the rows of ``keys`` that are compared unpaired: every row, with '' (no note
     needed), for result sets that are not two environments of one A/B run; in an A/B run, each row whose own rounds
@@ -457,11 +450,9 @@ def ab_unpaired_rows(a: dict, b: dict, keys: list[tuple[str, str]]) -> dict:
 
 def _ab_environments(a: dict, b: dict) -> bool:
     """Whether ``a`` and ``b`` are two environments of one A/B run (env.json ``ab``: the same run, different
-    environments), each with a repeats.csv that numbers its rounds."""
+    environments); each has its repeats.csv (load_result_set requires it, with its ``repeat`` column)."""
     ea, eb = (x["env"].get("ab") or {} for x in (a, b))
-    if not (ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment")):
-        return False
-    return all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b))
+    return bool(ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment"))
 
 
 def _interleaving_problem(rows: pd.DataFrame) -> str | None:

@@ -390,18 +390,6 @@ def pick_forward(forwards: pd.DataFrame) -> int | None:
     return int(order.loc[(len(order) - 1) // 2, "forward"])
 
 
-def top_level(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops of ``ops`` (one thread's aten ops, with ts and dur in µs) that no other op of
-    the frame encloses: the forward's own calls, without what they call."""
-    ops = ops.sort_values(["ts", "dur"], ascending=[True, False])
-    keep, end = [], -np.inf
-    for i, (ts, dur) in zip(ops.index, zip(ops["ts"], ops["dur"])):
-        if ts >= end:
-            keep.append(i)
-            end = ts + dur
-    return ops.loc[keep]
-
-
 def timeline(lanes: list[dict], path: Path, dpi: int = 144) -> None:
     """One profiled forward per variant, the static figure of the interactive timeline: the upper row shows the
     forward's record_function range and the launch calls inside it, the row below the kernels, memcpys and memsets
