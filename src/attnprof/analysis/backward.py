@@ -62,26 +62,8 @@ from attnprof.analysis.completeness import (  # noqa: F401
 PASSES = ("forward", "backward")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _per_backward(df: pd.DataFrame) -> pd.DataFrame:
     return df.rename(columns=lambda c: c.replace("per_forward", "per_backward"))
-
-
 
 
 def backward_tables(frames: dict, variant: str, shape_key: str) -> dict[str, pd.DataFrame]:
@@ -97,10 +79,6 @@ def empty_backward_tables() -> dict[str, pd.DataFrame]:
             "kernels_backward": _per_backward(pd.DataFrame(columns=KERNEL_COLUMNS)),
             "ops_backward": _per_backward(pd.DataFrame(columns=["variant", "shape_key", "op", "calls_per_forward",
                                                                 "calls_min", "calls_max", "mean_us"]))}
-
-
-
-
 
 
 def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:

@@ -244,8 +244,6 @@ def rebuild_epoch(layout, run: str, bump: bool) -> str:
     return str(previous + 1 if bump else previous)
 
 
-
-
 def record_outputs(layout, wildcards, outputs) -> None:
     """After a job: the SHA-256 sidecars of its derived outputs inside a result set (per-capture tables, plots, run
     tables, findings, the report), so that a hand edit or a cut-short copy of any of them is noticed at the next
