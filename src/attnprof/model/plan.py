@@ -291,7 +291,7 @@ def captured_rounds(layout: Layout, run: str, grid: Grid) -> dict[tuple[str, str
 
 def recorded_top_up_rounds(layout: Layout, run: str) -> int:
     """The most rounds top-up could add to a row of result set ``run`` (config top_up.rounds its env.json records;
-    0 where it records none, or top-up off)."""
+    0 where it records none, or top-up off: above 0 when the result set was captured with top-up on)."""
     try:
         top_up = _recorded(layout, run)["config"].get("top_up")
         return int(top_up["rounds"]) if top_up_on(top_up) else 0
@@ -338,15 +338,6 @@ def top_up_on(top_up) -> bool:
     try:
         return int(top_up.get("rounds") or 0) > 0 and float(top_up.get("time_s") or 0) > 0
     except (TypeError, ValueError):
-        return False
-
-
-def recorded_top_up_on(layout: Layout, run: str) -> bool:
-    """Whether result set ``run`` was captured with top-up on (:func:`top_up_on` of the config its env.json
-    records; False where it records none or cannot be read)."""
-    try:
-        return top_up_on(_recorded(layout, run)["config"].get("top_up"))
-    except (ValueError, TypeError, AttributeError):
         return False
 
 
