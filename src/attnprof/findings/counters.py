@@ -33,9 +33,7 @@ MEASURED = ("theoretical_occupancy_pct", "achieved_occupancy_pct", "tensor_pipe_
 
 
 def _num(v):
-    if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v):
-        return None
-    return float(v)
+    return None if pd.isna(v) else float(v)
 
 
 def _threads(block) -> int:
