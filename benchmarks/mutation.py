@@ -90,7 +90,7 @@ FINDINGS_LEFT_OUT = {
                              "not run for the 40-minute budget (see docs/mutations.md)",
     "findings.rules.beyond": "rule_compile (163 mutants: the first call's time and cache passed through, text)",
     "analysis.backward": "analyse_passes (186, frame plumbing; test_beyond_fixtures counts it against the JSON), backward_table, "
-                "backward_kernels_finding (text), renaming and headers (_per_backward, backward_tables, "
+                "renaming and headers (_per_backward, backward_tables, "
                 "empty_backward_tables), as_backward (text)",
 }
 #: The findings rules not run at all (status, work, kernels): one finding each per table row, their numbers are

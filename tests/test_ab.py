@@ -6,7 +6,7 @@
   stop the paired one from deciding;
 - the round order (attnprof.model.config.ab_priority): round k of every environment before round k + 1 of
   any, A,B then B,A;
-- compare's pairing hook (attnprof.analysis.compare.ab_pairing): only two environments of one A/B run pair;
+- compare's pairing (attnprof.analysis.compare.ab_unpaired_rows): only two environments of one A/B run pair;
 - a CI-sized A/B run through the snakemake CLI: two environments of this Python that differ in a variable
   (OMP_NUM_THREADS 1 and 2), each an ordinary result set with its env.json recorded in its own environment, and
   the paired comparison; and, where .venv-b (torch 2.14.1) exists, the real torch 2.13 against 2.14.1.
@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 import snakemake_cli
-from attnprof.analysis.compare import ab_pairing, ab_unpaired_rows, compare_runs
+from attnprof.analysis.compare import ab_unpaired_rows, compare_runs
 from attnprof.analysis.verdict import paired_repeat_medians
 from attnprof.analysis.verdict import compare_paired, compare_ratio
 from attnprof.model.config import ab_order, ab_priority, config_problems
@@ -128,6 +128,11 @@ def _result_set(name, env, medians, start=0.0, side=0):
     return {"name": name, "summary": summary, "kernels": pd.DataFrame(columns=["variant", "shape_key", "kernel"]),
             "ops": None, "env": {"device": "cpu", "config": {}, **({"ab": env} if env else {})}, "findings": {"shapes": []},
             "repeats": pd.DataFrame(rows)}
+
+
+def ab_pairing(a, b):
+    """Whether compare pairs every row of ``a`` and ``b`` (no row unpaired)."""
+    return not ab_unpaired_rows(a, b, [("v", "s")])
 
 
 def test_compare_pairs_only_two_environments_of_one_ab_run():

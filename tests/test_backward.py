@@ -178,18 +178,6 @@ def test_forward_only_h200_traces_give_the_same_forward_tables(variant):
     assert bwd["ranges"].empty and backward_tables(bwd, variant, "s")["backwards"].empty
 
 
-def test_backward_kernels_finding_names_main_and_extra_kernels():
-    from attnprof.analysis.backward import backward_kernels_finding
-
-    _, bwd = analyse_passes(synthetic(), "attn_fwd", expect_gpu=True)
-    k = backward_tables(bwd, "sdpa_x", "s")["kernels_backward"]
-    (found,) = backward_kernels_finding(k)
-    assert found["variant"] == "sdpa_x" and len(found["extra"]) == 1 and found["copies"][0]["category"] == "memset"
-    assert {found["main"]["kernel"], found["extra"][0]["kernel"]} == {"bwd_kernel", "bwd_preprocess"}
-    assert found["statement"].startswith("sdpa_x backward: 2 kernels, main ") and "(33 %)" in found["statement"]
-    assert backward_kernels_finding(empty_backward_tables()["kernels_backward"]) == []
-
-
 def test_a_backward_range_around_its_forward_leaves_both_unpublished():
     """attn_bwd opened around attn_fwd on the same thread (a mistaken nesting): the forward's kernel
     would count in both passes; both ranges must be incomplete instead, with the reason."""

@@ -44,8 +44,7 @@ are header-only when the capture profiled no backward. summary.csv gets
 :data:`attnprof.analysis.tables.BACKWARD_SUMMARY_COLUMNS`, empty unless the backward was profiled.
 
 Kept apart from the forward modules so that a forward-only run's outputs are byte for byte what
-they were, and the findings package can call :func:`backward_kernels_finding` without this
-module reaching into it.
+they were.
 """
 
 from __future__ import annotations
@@ -63,26 +62,8 @@ from attnprof.analysis.completeness import (  # noqa: F401
 PASSES = ("forward", "backward")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _per_backward(df: pd.DataFrame) -> pd.DataFrame:
     return df.rename(columns=lambda c: c.replace("per_forward", "per_backward"))
-
-
 
 
 def backward_tables(frames: dict, variant: str, shape_key: str) -> dict[str, pd.DataFrame]:
@@ -98,10 +79,6 @@ def empty_backward_tables() -> dict[str, pd.DataFrame]:
             "kernels_backward": _per_backward(pd.DataFrame(columns=KERNEL_COLUMNS)),
             "ops_backward": _per_backward(pd.DataFrame(columns=["variant", "shape_key", "op", "calls_per_forward",
                                                                 "calls_min", "calls_max", "mean_us"]))}
-
-
-
-
 
 
 def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
@@ -199,47 +176,3 @@ def _stats(prefix: str, ms: pd.Series) -> dict:
     """<prefix>_per_backward (median), <prefix>_backward_min, _max, _q1, _q3 (pandas' linear quantiles)."""
     return {f"{prefix}_per_backward": ms.median(), f"{prefix}_backward_min": ms.min(), f"{prefix}_backward_max": ms.max(),
             f"{prefix}_backward_q1": ms.quantile(0.25), f"{prefix}_backward_q3": ms.quantile(0.75)}
-
-
-def backward_kernels_finding(kernels_backward: pd.DataFrame) -> list[dict]:
-    """What each variant's backward ran, from the run's ``kernels_backward.csv`` rows (any shapes,
-    any variants): per (shape_key, variant) with backward kernels, the ``main`` kernel (largest
-    share of backward device time), the ``extra`` kernels besides it (the preprocessing and
-    post-processing a fused backward adds -- flash's dot(dO, O) and dQ conversion, say -- or the
-    unfused chain of the math path) and the memcpys/memsets, each {kernel, label, category,
-    calls_per_backward, us_per_backward, share_pct}, and a ``statement``. Meant for the findings
-    (kept here, a plain function over the table, so that the findings package can call it)."""
-    out = []
-    if kernels_backward.empty:
-        return out
-    for (shape_key, variant), k in kernels_backward.groupby(["shape_key", "variant"], sort=False):
-        k = k.sort_values(["share_pct", "calls_max"], ascending=False, na_position="last")
-        rows = [{c: (None if pd.isna(r[c]) else r[c]) for c in ("kernel", "label", "category", "calls_per_backward",
-                                                                "us_per_backward", "share_pct")}
-                for _, r in k.iterrows()]
-        kernels = [r for r in rows if r["category"] == "kernel"]
-        if not kernels:
-            continue
-        main, extra = kernels[0], kernels[1:]
-        copies = [r for r in rows if r["category"] != "kernel"]
-        out.append({"shape_key": shape_key, "variant": variant, "main": main, "extra": extra, "copies": copies,
-                    "statement": _backward_statement(variant, kernels, copies)})
-    return out
-
-
-def _share_text(r: dict) -> str:
-    """A backward kernel's label with its share of backward device time, where known."""
-    share = f" ({r['share_pct']:.0f} %)" if r["share_pct"] is not None else ""
-    return f"{r['label']}{share}"
-
-
-def _backward_statement(variant: str, kernels: list[dict], copies: list[dict]) -> str:
-    """The finding's statement: how many kernels the backward ran, the main one (``kernels[0]``, the largest share),
-    those besides it and the memcpys/memsets, each with its share."""
-    statement = (f"{variant} backward: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}, "
-                 f"main {_share_text(kernels[0])} of backward device time")
-    if kernels[1:]:
-        statement += "; besides it " + ", ".join(_share_text(r) for r in kernels[1:])
-    if copies:
-        statement += "; " + ", ".join(_share_text(r) for r in copies)
-    return statement

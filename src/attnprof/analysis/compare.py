@@ -431,13 +431,6 @@ def check_one_device(runs: list[dict]) -> None:
 # time verdicts pair round k of A with round k of B, row by row where that row's rounds were interleaved. Every
 # other row is judged unpaired.
 
-def ab_pairing(a: dict, b: dict) -> bool:
-    """True when result sets ``a`` and ``b`` (:func:`compare_pair`'s dicts) are two environments of one A/B run whose
-    rounds were captured interleaved, every row's (:func:`ab_unpaired_rows`)."""
-    keys = sorted(set(zip(a["summary"]["variant"], a["summary"]["shape_key"])))
-    return _ab_environments(a, b) and not ab_unpaired_rows(a, b, keys)
-
-
 def ab_unpaired_rows(a: dict, b: dict, keys: list[tuple[str, str]]) -> dict:
     """{(variant, shape_key): why} of the rows of ``keys`` that are compared unpaired: every row, with '' (no note
     needed), for result sets that are not two environments of one A/B run; in an A/B run, each row whose own rounds
@@ -457,11 +450,9 @@ def ab_unpaired_rows(a: dict, b: dict, keys: list[tuple[str, str]]) -> dict:
 
 def _ab_environments(a: dict, b: dict) -> bool:
     """Whether ``a`` and ``b`` are two environments of one A/B run (env.json ``ab``: the same run, different
-    environments), each with a repeats.csv that numbers its rounds."""
+    environments); each has its repeats.csv (load_result_set requires it, with its ``repeat`` column)."""
     ea, eb = (x["env"].get("ab") or {} for x in (a, b))
-    if not (ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment")):
-        return False
-    return all(x.get("repeats") is not None and "repeat" in x["repeats"] for x in (a, b))
+    return bool(ea.get("run") and ea.get("run") == eb.get("run") and ea.get("environment") != eb.get("environment"))
 
 
 def _interleaving_problem(rows: pd.DataFrame) -> str | None:
@@ -770,15 +761,16 @@ def _recipes(files: dict, fix: str) -> dict:
 def _control_check(path: Path, run_dir: Path, device: str, env: dict) -> dict:
     """The self-check (attnprof.analysis.control.check_control_table) of control.csv at ``path``. Raises
     ResultSetError when the table cannot be read, or when a result set captured with the control
-    (env.json ``captures_control``) lists no capture of it, or holds captures but not the control's: its control
-    was lost, which is damage, never a result set from before the self-check."""
+    (env.json ``captures_control``) lists no capture of it (its control captures deleted: load_result_set checked
+    them first, as a re-render would write a control.csv without them): its control was lost, which is damage,
+    never a result set from before the self-check."""
     table = _read_csv(path, rerender_fix(run_dir))
     try:
         check = check_control_table(table, device)
     except ValueError as exc:
         raise ResultSetError(f"{path}: damaged: {exc}. {rerender_fix(run_dir)}") from None
-    if env["captures_control"] and (why := _control_lost(path, table, run_dir)):
-        raise ResultSetError(why)
+    if env["captures_control"] and not len(table):
+        raise ResultSetError(f"{path} lists no capture of the control, {_since(run_dir)} {rerender_fix(run_dir)}")
     return check
 
 
@@ -796,14 +788,4 @@ def _control_folder_lost(run_dir: Path) -> str | None:
         return (f"{layout.run_dir(run)}/{Layout.CAPTURES} holds no capture of the control ({control} deleted?), "
                 f"{_since(run_dir)} Fix: restore {control} from the original copy of the result set and re-render "
                 f"({RERENDER.format(run_dir=run_dir)}); a re-render cannot remake a capture")
-    return None
-
-
-def _control_lost(path: Path, table: pd.DataFrame, run_dir: Path) -> str | None:
-    """Why a result set captured with the control has lost it, with the fix, or None: its control captures deleted
-    (a re-render would then write a control.csv without them), or control.csv without rows."""
-    if why := _control_folder_lost(run_dir):
-        return why
-    if not len(table):
-        return f"{path} lists no capture of the control, {_since(run_dir)} {rerender_fix(run_dir)}"
     return None

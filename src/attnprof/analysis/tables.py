@@ -139,10 +139,6 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else (frames[0] if frames else pd.DataFrame())
 
 
-
-
-
-
 def _counted_forwards(frames: dict) -> list[int]:
     c = frames["completeness"]
     return list(c.index[c["complete"]])
@@ -199,8 +195,6 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     return table.sort_values(["total_us", "calls_max"], ascending=False)[KERNEL_COLUMNS].reset_index(drop=True)
 
 
-
-
 def _calls_table(frames: dict, which: str, column: str, variant: str, shape_key: str, first_seen: bool) -> pd.DataFrame:
     """Calls per complete forward of each name in ``frames[which]`` (calls_per_forward as in
     :func:`per_forward_counts`, with calls_min/max) and their mean host duration in us; rows in
@@ -230,26 +224,6 @@ def op_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     """aten ops per complete forward, every nesting level, mean inclusive host duration, in
     order of first appearance (:func:`_calls_table`)."""
     return _calls_table(frames, "ops", "op", variant, shape_key, first_seen=True)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def per_forward_stats(prefix: str, ms: pd.Series) -> dict:

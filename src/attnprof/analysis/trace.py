@@ -69,8 +69,6 @@ GRAPH_LAUNCH_API = re.compile(r"^cu(da)?Graph(Exec)?Launch\w*$")
 #: Names of API calls that say nothing about the call: Kineto writes ``INVALID`` for a callback id
 #: it has no name for; ``(no name)`` is :func:`events_frame`'s for a missing name.
 UNNAMED_APIS = ("INVALID", "(no name)", "")
-LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-               "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")  # the common ones, for docs
 CPU_CATEGORIES = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver")
 #: Two times closer than this are the same time (us): timestamps are written to the nanosecond,
 #: and a start plus a duration carries float rounding (see :func:`same_time_tolerance`).

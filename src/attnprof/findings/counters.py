@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnprof.findings.occupancy import theoretical_occupancy
 from attnprof.findings.rules.kernels import DRIVER_LAUNCH
 from attnprof.analysis.records import RecordError, load_record
 from attnprof.analysis.trace import kernel_label, properties_of, short_kernel_name
@@ -32,9 +33,7 @@ MEASURED = ("theoretical_occupancy_pct", "achieved_occupancy_pct", "tensor_pipe_
 
 
 def _num(v):
-    if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v):
-        return None
-    return float(v)
+    return None if pd.isna(v) else float(v)
 
 
 def _threads(block) -> int:
@@ -44,10 +43,6 @@ def _threads(block) -> int:
 def _launch_limit(row: pd.Series, devices: list[dict]) -> float | None:
     """Occupancy (%) the trace's launch configuration allows: theoretical_occupancy of the
     findings (registers, shared memory, warps) with the device's properties; None if unknown."""
-    try:
-        from attnprof.findings import theoretical_occupancy
-    except ImportError:  # the findings package moved it: give the measured values alone
-        return None
     theo = theoretical_occupancy(row.get("registers_per_thread"), _threads(row.get("block")),
                                  row.get("shared_memory_bytes"), properties_of(devices, row.get("device")))
     return None if theo is None else round(theo * 100, 2)

@@ -140,17 +140,13 @@ def load_run_data(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, 
     return RunData(
         shape_key=shape_key,
         summary=summary[summary["shape_key"] == shape_key].reset_index(drop=True),
-        kernels=kernels[kernels["shape_key"] == shape_key] if len(kernels) else kernels,
+        kernels=at_shape(kernels, shape_key),
         launches=pick(launch_tables),
         ops=pick(op_tables),
         status={s["variant"]: s for s in statuses if s["shape_key"] == shape_key},
         devices=devices,
-        kernels_backward=_of_shape(concat_tables([t for t in backward_kernel_tables if len(t)]), shape_key),
+        kernels_backward=at_shape(concat_tables([t for t in backward_kernel_tables if len(t)]), shape_key).reset_index(drop=True),
     )
-
-
-def _of_shape(df: pd.DataFrame, shape_key: str) -> pd.DataFrame:
-    return df[df["shape_key"] == shape_key].reset_index(drop=True) if len(df) else pd.DataFrame()
 
 
 def records(df: pd.DataFrame) -> list[dict]:

@@ -42,7 +42,6 @@ MASK_KERNEL = re.compile(r"triu_tril_kernel|FillFunctor<bool>|where_kernel", re.
 #: poi (pointwise), red (reduction), per (persistent reduction) or tem (a template, e.g. FlexAttention);
 #: ``<ops>`` lists the ATen ops fused into it (torch/_inductor/codegen/triton.py names kernels so).
 TRITON_KERNEL = re.compile(r"^triton_(poi|red|per|tem)_")
-TRITON_KINDS = {"poi": "pointwise", "red": "reduction", "per": "persistent reduction", "tem": "template"}
 
 
 def fused_ops(name: str) -> list[str]:

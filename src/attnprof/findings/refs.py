@@ -45,19 +45,12 @@ def ref_summary(d: RunData, variant: str, column: str, unit: str = "") -> dict:
             "shape_key": d.shape_key, "variant": variant, "column": column}
 
 
-def ref_kernel(d: RunData, variant: str, kernel: str, column: str, unit: str = "") -> dict:
-    """Reference to the kernel table row of ``kernel`` (full name) in ``variant``."""
-    k = d.kernels_of(variant)
+def ref_kernel(d: RunData, variant: str, kernel: str, column: str, unit: str = "", table: str = KERNELS) -> dict:
+    """Reference to the kernel table row of ``kernel`` (full name) in ``variant``; ``table`` :data:`KERNELS_BACKWARD`:
+    of the backward kernel table."""
+    k = d.kernels_backward_of(variant) if table == KERNELS_BACKWARD else d.kernels_of(variant)
     k = k[k["kernel"] == kernel]
-    return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": KERNELS,
-            "shape_key": d.shape_key, "variant": variant, "kernel": kernel, "column": column}
-
-
-def ref_kernel_backward(d: RunData, variant: str, kernel: str, column: str, unit: str = "") -> dict:
-    """Reference to the backward kernel table row of ``kernel`` (full name) in ``variant``."""
-    k = d.kernels_backward_of(variant)
-    k = k[k["kernel"] == kernel]
-    return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": KERNELS_BACKWARD,
+    return {"value": clean(k.iloc[0][column]) if len(k) else None, "unit": unit, "table": table,
             "shape_key": d.shape_key, "variant": variant, "kernel": kernel, "column": column}
 
 

@@ -1,33 +1,14 @@
 """Format versions of a result set's records, and the one place that reads an older version as the current one.
 
 Three files carry a format version (:data:`CURRENT`, attnprof.model.names ``FORMATS``: the writers' number, kept
-apart from the migrations so that editing one reruns only the readers): a capture's ``status.json`` and the result set's ``env.json``
-(a top-level integer key ``"format"``), and ``repeats.csv`` (a column ``format`` holding the version in every row:
-a constant column keeps the file a plain table, so that ``pandas.read_csv`` and ``csv.DictReader`` read it as before
-and a reader that does not know the column passes it by). A file without the key (or the column) is version 1: it
-was made before format versions existed, by a version of attnprof that recorded fewer fields.
-
-Every reader gets these files in the current format through :func:`current_record` (status.json, env.json: parsed
-JSON objects) or :func:`current_table` (repeats.csv: the table as pandas reads it; this module uses only its
-``columns``, a column's ``tolist`` and ``assign``, so the model layer still imports no pandas). Each reads the file's
-version, then runs one migration function per version step (:data:`_STEPS`: version -> the function that makes it
-the next one), each filling in memory the fields the newer version records, with the value the code used to assume
-where they were missing. Nothing is written back: a result set keeps its records as captured. A version newer than
-this code knows, or a version key that is not a whole number >= 1, raises :class:`FormatError` naming the file, the
-version found and the command that fixes it. Downstream code therefore reads one format only.
-
-What version 2 records that version 1 may lack (the migration from 1 to 2 fills it):
-
-* ``status.json``: ``repeat`` (a record made before repeats, or the record of a capture process that died, has none:
-  the repeat its folder ``r<k>`` names, 1 outside a capture folder) and ``capture_started_at`` (none before it was
-  recorded, nor in a died process's record: ``started_at``, when the capture was handed to its process);
-* ``env.json``: ``config.repeats`` (1 before repeats), ``config.compare.noise_floor`` and
-  ``config.compare.noise_floor_host`` (the defaults: none before the compare config or the host threshold), and
-  ``captures_control``, whether the version that captured the result set captures the profiler's control
-  (attnprof.analysis.control): a version-1 env.json says so by recording ``config.environments``, which came with
-  the control (issue 20); every version-2 env.json is written with ``captures_control`` true;
-* ``repeats.csv``: the columns ``started_at`` and ``gpu_uuid``, ``gpu_name``, ``gpu_power_limit_w``,
-  ``gpu_max_sm_clock_mhz``, empty (none before they were recorded), and ``format``.
+apart from the migrations so that editing one reruns only the readers): ``status.json`` and ``env.json`` (a
+top-level integer key ``"format"``) and ``repeats.csv`` (a constant column ``format``). A file without it is version 1.
+Every reader gets them in the current format through :func:`current_record` (parsed JSON objects) or
+:func:`current_table` (repeats.csv as pandas reads it; only its ``columns``, a column's ``tolist`` and ``assign`` are
+used, so the model layer imports no pandas): one migration function per version step (:data:`_STEPS`), in memory,
+nothing written back. A version newer than this code knows, or a version key that is not a whole number >= 1,
+raises :class:`FormatError` naming the file, the version found and the command that fixes it. What each version
+records and what an older file is read as: docs/results.md, "Format versions".
 """
 
 from __future__ import annotations

@@ -122,10 +122,6 @@ class Layout:
         """Whether result set ``run`` holds its captures (a copy may come without them)."""
         return Path(self.run_dir(run), self.CAPTURES).is_dir()
 
-    def captures_of(self, run: str, shapes, variants, repeats: int, name: str) -> list[str]:
-        return [self.capture_file(name, run, shape=s, variant=v, repeat=k)
-                for s in shapes for v in variants for k in range(1, repeats + 1)]
-
     def tables_of(self, run: str, shapes, variants, repeats) -> list[str]:
         """Every per-capture table of those captures (``repeats``: a count, or the list of repeats)."""
         reps = range(1, repeats + 1) if isinstance(repeats, int) else repeats
@@ -295,7 +291,7 @@ def captured_rounds(layout: Layout, run: str, grid: Grid) -> dict[tuple[str, str
 
 def recorded_top_up_rounds(layout: Layout, run: str) -> int:
     """The most rounds top-up could add to a row of result set ``run`` (config top_up.rounds its env.json records;
-    0 where it records none, or top-up off)."""
+    0 where it records none, or top-up off: above 0 when the result set was captured with top-up on)."""
     try:
         top_up = _recorded(layout, run)["config"].get("top_up")
         return int(top_up["rounds"]) if top_up_on(top_up) else 0
@@ -342,15 +338,6 @@ def top_up_on(top_up) -> bool:
     try:
         return int(top_up.get("rounds") or 0) > 0 and float(top_up.get("time_s") or 0) > 0
     except (TypeError, ValueError):
-        return False
-
-
-def recorded_top_up_on(layout: Layout, run: str) -> bool:
-    """Whether result set ``run`` was captured with top-up on (:func:`top_up_on` of the config its env.json
-    records; False where it records none or cannot be read)."""
-    try:
-        return top_up_on(_recorded(layout, run)["config"].get("top_up"))
-    except (ValueError, TypeError, AttributeError):
         return False
 
 

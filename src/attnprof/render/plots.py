@@ -17,7 +17,6 @@ import pandas as pd  # noqa: E402
 from attnprof.model.names import CPU_PLOTS, SCALING_PLOTS, SHAPE_PLOTS, TIMELINE  # noqa: E402, F401 (CPU_PLOTS: re-exported)
 from attnprof.analysis.tables import has_run_interval  # noqa: E402
 
-PLOTS = SHAPE_PLOTS
 COLORS = {"kernel": "#4C72B0", "memcpy": "#DD8452", "memset": "#8C8C8C", "cpu": "#55A868", "device": "#4C72B0"}
 #: Figures are drawn at the size they are printed (A4 landscape, 10 mm margins: 10.8 in of text
 #: width), so that matplotlib's point sizes are the printed ones: no text under 7 pt.
@@ -192,14 +191,14 @@ def cpu_vs_device(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
 
 
 def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: int, dpi: int) -> list[Path]:
-    """Write every plot of PLOTS for one shape into ``out_dir``; returns the paths."""
+    """Write every plot of SHAPE_PLOTS for one shape into ``out_dir``; returns the paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device_time(summary, out_dir / "device_time.png", dpi)
     kernels_per_forward(summary, out_dir / "kernels_per_forward.png", dpi)
     kernel_split(summary, kernels, out_dir / "kernel_split.png", top, dpi)
     cpu_vs_device(summary, out_dir / "cpu_vs_device.png", dpi)
-    return [out_dir / f"{name}.png" for name in PLOTS]
+    return [out_dir / f"{name}.png" for name in SHAPE_PLOTS]
 
 
 SCALING = {"device_ms_per_forward": ("device ms per forward (trace, median of repeats; band: rerun interval)", "scaling_time"),
@@ -388,18 +387,6 @@ def pick_forward(forwards: pd.DataFrame) -> int | None:
     by = "device_us" if (timed["device_us"].fillna(0) > 0).any() else "cpu_us"
     order = timed.sort_values([by, "forward"]).reset_index(drop=True)
     return int(order.loc[(len(order) - 1) // 2, "forward"])
-
-
-def top_level(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops of ``ops`` (one thread's aten ops, with ts and dur in µs) that no other op of
-    the frame encloses: the forward's own calls, without what they call."""
-    ops = ops.sort_values(["ts", "dur"], ascending=[True, False])
-    keep, end = [], -np.inf
-    for i, (ts, dur) in zip(ops.index, zip(ops["ts"], ops["dur"])):
-        if ts >= end:
-            keep.append(i)
-            end = ts + dur
-    return ops.loc[keep]
 
 
 def timeline(lanes: list[dict], path: Path, dpi: int = 144) -> None:

@@ -244,8 +244,6 @@ def rebuild_epoch(layout, run: str, bump: bool) -> str:
     return str(previous + 1 if bump else previous)
 
 
-
-
 def record_outputs(layout, wildcards, outputs) -> None:
     """After a job: the SHA-256 sidecars of its derived outputs inside a result set (per-capture tables, plots, run
     tables, findings, the report), so that a hand edit or a cut-short copy of any of them is noticed at the next
@@ -332,9 +330,9 @@ class ResultSetState:
         result set in one look (attnprof.analysis.verdict.design_of), which rounds chosen by a look 1 would bias."""
         if run in self.plan.this_runs:
             return run in self.plan.top_up_runs()
-        from attnprof.model.plan import recorded_top_up_on
+        from attnprof.model.plan import recorded_top_up_rounds
 
-        return recorded_top_up_on(self.layout, run)
+        return recorded_top_up_rounds(self.layout, run) > 0
 
     def _top_up(self, run: str) -> dict | None:
         """``run``'s top_up.json; in this config's A/B run, refused where another environment's record names other

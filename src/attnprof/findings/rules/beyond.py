@@ -17,7 +17,7 @@ from attnprof.analysis.trace import kernel_label
 from attnprof.model.variants import COMPILED, uncompiled_of
 from attnprof.findings.data import RunData
 from attnprof.findings.kernel_names import TRITON_KERNEL, decode_kernel_name, fused_ops
-from attnprof.findings.refs import clean, derived, finding, fmt_ref, ref_kernel, ref_kernel_backward, ref_summary
+from attnprof.findings.refs import KERNELS_BACKWARD, clean, derived, finding, fmt_ref, ref_kernel, ref_summary
 
 
 #: Backward kernels named one by one in a finding, besides the main one (the rest are summed).
@@ -96,11 +96,11 @@ def _backward_kernels(d: RunData, variant: str, nums: dict) -> tuple[str, list[d
         return "", []
     main = kernels.iloc[0]
     info = decode_kernel_name(main["kernel"])
-    nums["main_share"] = ref_kernel_backward(d, variant, main["kernel"], "share_pct", "%")
+    nums["main_share"] = ref_kernel(d, variant, main["kernel"], "share_pct", "%", KERNELS_BACKWARD)
     lib = f", {info['library']}" if info["library"] != "unknown" else ""
     text = f"; main kernel {kernel_label(main['kernel'])}{lib} ({fmt_ref(nums['main_share'])})"
     others = k[k["kernel"] != main["kernel"]].sort_values("share_pct", ascending=False)["kernel"]
-    shares = [ref_kernel_backward(d, variant, name, "share_pct", "%") for name in others]
+    shares = [ref_kernel(d, variant, name, "share_pct", "%", KERNELS_BACKWARD) for name in others]
     nums.update({f"share:{name}": share for name, share in zip(others, shares)})
     named = [f"{kernel_label(name)}{_role(name)} {fmt_ref(share)}" for name, share in zip(others[:MAX_NAMED], shares)]
     text += "; besides it " + ", ".join(named) if named else ""
