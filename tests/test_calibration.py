@@ -75,8 +75,9 @@ def test_interleaved_a_a_on_the_h200_calls_nothing_changed_and_the_fused_rows_th
     assert pair["paired"] and pair["counts"]["slower"] == pair["counts"]["faster"] == 0
     rows = [r for r in pair["rows"] if r["ratio_lo"] is not None]
     assert len(rows) == 49 == len({(r["variant"], r["shape_key"]) for r in rows})  # 7 variants x 7 shapes
-    fused = [r for r in rows if r["variant"] in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto")]
-    assert len(fused) == 28 and sum(r["verdict"] == "same" for r in fused) >= 0.9 * 28
+    # its rounds were added by the rule of 2026-12-02's top-up, not this one's: a row this rule leaves undetermined
+    # at look 1 got no rounds here, so the share of "same" is asked of h200-aa3 (captured with this rule's top-up)
+    assert all(r["verdict"] in ("same", "inconclusive") and (r["verdict"] == "same" or r["repeats_needed"]) for r in rows)
     assert sum(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in rows) >= 0.9 * 49
     assert pair["joint"]["rows"] == 49 and 0 <= pair["joint"]["expected_false"] < 0.5
     # top-up: the rows its record names (the same in both result sets) were judged again on all their rounds
@@ -98,13 +99,15 @@ def test_interleaved_a_a_on_the_h200_calls_nothing_changed_and_the_fused_rows_th
         assert r["ratio"] == pytest.approx(float(np.exp(np.mean(np.log(per[1] / per[0])))), rel=1e-9)
 
 
-def test_the_h200_a_b_of_issue_39_re_judged_from_its_tables():
-    """Known answers (examples/make-h200-ab-changes.sh, a fresh H200, 2026-12-03, default config): B adds one
+@pytest.mark.parametrize("name", ["h200-ab-changes", "h200-ab-changes2"])
+def test_the_h200_a_b_of_issue_39_re_judged_from_its_tables(name):
+    """Known answers (examples/make-h200-ab-changes.sh, fresh H200s, 2026-12-03, default config; h200-ab-changes2
+    captured with this rule's own top-up, verdict.KEEP_OWN_P = 0.5, where 4 of 7 built-in rows got rounds): B adds one
     elementwise kernel to added_kernel, makes longer_kernel's sleep kernel about 4 % longer and slightly_longer's
     about 1 % longer, and leaves the seven built-in variants alone. Re-judged here from the committed tables: the first
     two slower with the added kernel named, the third the same within 2 %, no built-in variant slower or faster; and
     each changed row's ratio is the geometric mean of its rounds' B/A ratios from repeats.csv (an independent path)."""
-    a, b = calibrate.load("h200-ab-changes-base"), calibrate.load("h200-ab-changes-changed")
+    a, b = calibrate.load(f"{name}-base"), calibrate.load(f"{name}-changed")
     pair = compare_runs([a, b])["pairs"][0]
     rows = {r["variant"]: r for r in pair["rows"]}
     assert pair["paired"] and rows["added_kernel"]["verdict"] == rows["longer_kernel"]["verdict"] == "slower"
@@ -119,10 +122,17 @@ def test_the_h200_a_b_of_issue_39_re_judged_from_its_tables():
         assert rows[v]["ratio"] == pytest.approx(ratio, rel=1e-9) and rows[v]["ratio_lo"] > 1.02
 
 
-def test_the_h200_a_a_of_2026_12_03_calls_nothing_changed():
-    """The interleaved A/A rerun on a fresh H200 with the current rule (2026-12-03; benchmarks/calibration/results/
-    h200-aa2-{a,b}): no row changed, at least 90 % of the fused-kernel rows the same within 2 %."""
-    pair = compare_runs([calibrate.load("h200-aa2-a"), calibrate.load("h200-aa2-b")])["pairs"][0]
+@pytest.mark.parametrize("name", ["h200-aa2", "h200-aa3"])
+def test_the_h200_a_a_of_2026_12_03_calls_nothing_changed(name):
+    """The interleaved A/A rerun on fresh H200s (2026-12-03; benchmarks/calibration/results/<name>-{a,b}): no row
+    changed. h200-aa3 was captured with this rule's own top-up (verdict.KEEP_OWN_P = 0.5: a row above its prior's
+    median keeps its own spread, so more rows need rounds): at least 90 % of its fused-kernel rows the same within
+    2 % and every interval holds 1.0; h200-aa2's rounds were added by the rule before, so its undecided rows got none
+    and only "no change" is asked of it."""
+    pair = compare_runs([calibrate.load(f"{name}-a"), calibrate.load(f"{name}-b")])["pairs"][0]
     assert pair["paired"] and pair["counts"]["slower"] == pair["counts"]["faster"] == 0
     fused = [r for r in pair["rows"] if r["variant"] in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "sdpa_auto")]
-    assert len(fused) == 28 and sum(r["verdict"] == "same" for r in fused) >= 0.9 * 28
+    assert len(fused) == 28
+    if name == "h200-aa3":
+        assert sum(r["verdict"] == "same" for r in fused) >= 0.9 * 28
+        assert all(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in pair["rows"])

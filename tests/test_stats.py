@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as st
 
 from attnprof.analysis.stats import MEDIAN_VARIANCE, Noise, between_run_interval, host_range, moderated_noise, squeeze_var
-from attnprof.analysis.verdict import compare_ratio
+from attnprof.analysis.verdict import KEEP_OWN_P, compare_ratio
 
 
 def test_interval_worked_by_hand():
@@ -104,6 +104,31 @@ def test_squeeze_var_worked_by_another_path_and_a_two_mode_cell_is_not_swallowed
     assert post[-1] > 10 * post[0]  # the two-mode cell is not narrowed to its quiet neighbours
     # fewer than 4 rows: each its own
     assert squeeze_var(var[:3], df[:3])[0] == pytest.approx(var[:3])
+
+
+def test_the_verdicts_squeeze_keeps_a_row_above_its_priors_median_and_widens_one_below():
+    """The verdict's moderation (outlier_p = verdict.KEEP_OWN_P = 0.5), worked by another path: with the prior of the
+    *other seven* cells found by another root finder, a cell whose own variance lies below its prior's median
+    predictive (upper tail of F(2, d0) at least 0.5) gets (d0 s0**2 + 2 s**2) / (d0 + 2) with d0 + 2 df, one above
+    keeps its own with 2 df; a cell far below its neighbours is widened toward them."""
+    assert KEEP_OWN_P == 0.5
+    var = np.array([1.0, 40.0, 0.05, 2.0, 900.0, 0.3, 15.0, 0.01]) * 1e-5
+    df = np.full(8, 2.0)
+    post, post_df = squeeze_var(var, df, outlier_p=KEEP_OWN_P)
+    kinds = set()
+    for i in range(8):
+        s0, d0 = _prior_by_brentq(np.delete(var, i), np.delete(df, i))
+        if st.f.sf(var[i] / s0, 2, d0) < 0.5:
+            kinds.add("own")
+            assert post_df[i] == 2 and post[i] == pytest.approx(var[i], rel=1e-9)
+        else:
+            kinds.add("moderated")
+            assert post_df[i] == pytest.approx(d0 + 2, rel=1e-6)
+            assert post[i] == pytest.approx((d0 * s0 + 2 * var[i]) / (d0 + 2), rel=1e-6)
+    assert kinds == {"own", "moderated"}  # the data exercise both branches
+    quiet = np.array([1e-5, 1.2e-5, 0.8e-5, 1.1e-5, 0.9e-5, 1e-5, 1.05e-5, 1e-7])
+    post, post_df = squeeze_var(quiet, df, outlier_p=KEEP_OWN_P)
+    assert post_df[-1] > 8 and post[-1] > 10 * quiet[-1]
 
 
 def test_pooled_variance_interval_matches_scipy():

@@ -155,7 +155,8 @@ def _others(e: np.ndarray, tri: np.ndarray, used: np.ndarray, member: np.ndarray
     return loc, spread - (tri.sum(-1, keepdims=True) - tri) / k
 
 
-def squeeze_var(var: np.ndarray, df: np.ndarray, groups: Sequence[Hashable] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def squeeze_var(var: np.ndarray, df: np.ndarray, groups: Sequence[Hashable] | None = None,
+                outlier_p: float = OUTLIER_P) -> tuple[np.ndarray, np.ndarray]:
     """Empirical-Bayes moderated variances (limma's ``squeezeVar``: Smyth 2004, Statistical Applications in
     Genetics and Molecular Biology 3(1), art. 3, sec. 3 and 6.2), each row's prior fitted over the *other* rows of
     its group (e.g. its variant: a fused kernel's rounds spread more than the naive path's).
@@ -168,7 +169,7 @@ def squeeze_var(var: np.ndarray, df: np.ndarray, groups: Sequence[Hashable] | No
     gives the others' total df). Fitting the prior without the row itself keeps the row's own variance independent of
     its prior, so that its t interval keeps its level with few rows (a prior fitted over all rows, as limma fits one
     over thousands of genes, covered 90.5 % at 95 % over 6 rows). A row whose own variance exceeds its prior beyond
-    :data:`OUTLIER_P` (upper tail of F(df, d0), the prior predictive distribution of its variance: Smyth 2004 sec.
+    ``outlier_p`` (default :data:`OUTLIER_P`; upper tail of F(df, d0), the prior predictive distribution of its variance: Smyth 2004 sec.
     6.3) keeps its own variance and df, as limma's robust option (Phipson et al. 2016, Annals of Applied Statistics
     10(2)) gives such rows a prior of few df. Returns (posterior variance, posterior df), each [..., R]:
     ``(d0 * s0**2 + df * var) / (d0 + df)`` and ``d0 + df``. Fewer than :data:`MIN_PRIOR_ROWS` rows with df > 0:
@@ -189,7 +190,7 @@ def squeeze_var(var: np.ndarray, df: np.ndarray, groups: Sequence[Hashable] | No
     prior = np.exp(loc + _sp.digamma(d0 / 2) - np.log(d0 / 2))
     # a row whose own variance lies far beyond its prior (a cell with two process modes among quiet ones) keeps its
     # own: shrinking it would narrow its interval below its level
-    d0 = np.where(used & (_st.f.sf(var / prior, own, d0) < OUTLIER_P), 0.0, d0)
+    d0 = np.where(used & (_st.f.sf(var / prior, own, d0) < outlier_p), 0.0, d0)
     mine = np.where(df > 0, var, 0.0)
     return (d0 * prior + df * mine) / (d0 + df), d0 + df
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnprof.analysis.stats import CONFIDENCE, squeeze_var
-from attnprof.analysis.verdict import (FASTER, ONE_SITTING, PROBABLY, SAME, SLOWER, UNDETERMINED, Design, RowData,
+from attnprof.analysis.verdict import (KEEP_OWN_P, FASTER, ONE_SITTING, PROBABLY, SAME, SLOWER, UNDETERMINED, Design, RowData,
                                        Sitting, decide, plan_rounds)
 
 #: Simulated compares per figure at compare time.
@@ -72,7 +72,7 @@ def draws(rows: Mapping[Hashable, RowData], sims: int, extra: int, rng: np.rando
     width = int(n0.max()) + extra
     mom = np.array([rows[k].moments() for k in keys], float)
     groups = [rows[k].group for k in keys]
-    scale = np.sqrt(squeeze_var(mom[:, 1], np.where(np.isfinite(mom[:, 3]), mom[:, 2], 0.0), groups)[0])
+    scale = np.sqrt(squeeze_var(mom[:, 1], np.where(np.isfinite(mom[:, 3]), mom[:, 2], 0.0), groups, KEEP_OWN_P)[0])
     sides = [(rows[k].d,) if paired else (rows[k].a, rows[k].b) for k in keys]
     pool = np.concatenate([_residuals(x) / sd for side, sd in zip(sides, scale) for x in side])
     if not len(pool) or not np.any(pool):

@@ -122,6 +122,11 @@ class Layout:
         """Whether result set ``run`` holds its captures (a copy may come without them)."""
         return Path(self.run_dir(run), self.CAPTURES).is_dir()
 
+    def captures_of(self, run: str, shapes, variants, repeats: int, name: str) -> list[str]:
+        """File ``name`` (e.g. "status") of every capture of ``run``: shapes x variants x repeats 1..``repeats``."""
+        return [self.capture_file(name, run, shape=s, variant=v, repeat=k)
+                for s in shapes for v in variants for k in range(1, repeats + 1)]
+
     def tables_of(self, run: str, shapes, variants, repeats) -> list[str]:
         """Every per-capture table of those captures (``repeats``: a count, or the list of repeats)."""
         reps = range(1, repeats + 1) if isinstance(repeats, int) else repeats
