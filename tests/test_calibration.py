@@ -136,3 +136,34 @@ def test_the_h200_a_a_of_2026_12_03_calls_nothing_changed(name):
     if name == "h200-aa3":
         assert sum(r["verdict"] == "same" for r in fused) >= 0.9 * 28
         assert all(r["ratio_lo"] <= 1 <= r["ratio_hi"] for r in pair["rows"])
+
+
+@pytest.mark.slow
+def test_the_published_figures_of_the_rule_are_what_its_benchmark_gives_again(monkeypatch):
+    """benchmarks/verdict_rule.json (quoted by docs/statistics.md) is regenerated from the committed paired rounds by
+    benchmarks/verdict_rule.py: run again here with fewer simulated compares (another seed), every rate it publishes
+    lies within 4 standard errors of the committed one (binomial, at the smaller count), and the cells and residual
+    counts are the same."""
+    spec = importlib.util.spec_from_file_location("verdict_rule", ROOT / "benchmarks" / "verdict_rule.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "SIMS", 400)
+    monkeypatch.setattr(bench, "SIMS_LONE", 100)
+    again = bench.main()
+    published = json.loads((ROOT / "benchmarks" / "verdict_rule.json").read_text())
+    assert again["cells"] == published["cells"] and again["residuals_per_cell"] == published["residuals_per_cell"]
+
+    def close(new: float, old: float, n: int) -> bool:
+        p = min(max(old, 1 / n), 1 - 1 / n)
+        return abs(new - old) <= 4 * (p * (1 - p) / n) ** 0.5
+
+    aa, x = (again["aa"], published["aa"]), (again["at_exactly_x"], published["at_exactly_x"])
+    assert close(aa[0]["compares_with_a_false_changed_row"], aa[1]["compares_with_a_false_changed_row"], 400)
+    assert close(aa[0]["same_within_x_fused"], aa[1]["same_within_x_fused"], 400 * 28)
+    assert close(aa[0]["coverage_97_5"]["cells_at_least_94_5"], aa[1]["coverage_97_5"]["cells_at_least_94_5"], 49)
+    assert close(x[0]["false_same_per_row_mean"], x[1]["false_same_per_row_mean"], 400 * 49)
+    assert close(x[0]["false_more_than_x_per_row_mean"], x[1]["false_more_than_x_per_row_mean"], 400 * 49)
+    lone = (again["lone_change"], published["lone_change"])
+    assert close(lone[0]["found_at_4pct_fused_mean"], lone[1]["found_at_4pct_fused_mean"], 100 * 28)
+    assert close(lone[0]["found_at_10pct_min"], lone[1]["found_at_10pct_min"], 100)

@@ -98,8 +98,6 @@ from attnprof.measure.forwards import (
     torch_dtype,
 )
 
-STATUSES = ("ok", "unsupported", "out_of_memory", "failed", "incomplete_trace")
-
 #: The phases of :func:`capture`, in order; the first one's outcome is the record's status.
 PHASES = ("profile", "correctness", "grad_correctness", "timing", "graph_timing", "input_types")
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from attnprof.model.fmt import format_number, format_range
 
-#: Words of an event's kind on page 1.
-KIND_WORDS = {"step": "step", "excursion": "one-build excursion", "drift": "gradual drift"}
 #: Words of a change's state at the newest build, by its direction.
 STATE_WORDS = {("slower", "gone"): "recovered by the newest build", ("faster", "gone"): "lost again by the newest build",
                ("slower", "still present"): "still present at the newest build",
