@@ -90,7 +90,7 @@ for i, v, what, b in sorted(structural, key=str):
 structural = {(i, v, what, "aten::mul" if what.startswith("ops") and "aten::mul" in b else b)
               for i, v, what, b in structural}
 # the right answers: (kind, first build, last build, direction, state at b5) per variant; the structural steps
-expect = {"step_kernel": [("step", 0, 1, "slower", "gone"), ("step", 3, 4, "faster", "still present")],
+expect = {"step_kernel": [("step", 0, 1, "slower", "gone"), ("step", 3, 4, "faster", "recovery")],
           "spike": [("excursion", 1, 3, "slower", "gone")], "drift": [("drift", 0, 4, "slower", "still present")],
           "sdpa_flash": [], "sdpa_cudnn": []}
 # the added kernel by name; the ops that launch it include aten::mul (issue 39's A/B: aten::mul alone)

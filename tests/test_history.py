@@ -144,7 +144,7 @@ def test_event_rules_by_hand():
     ev = find_events(["slower", "same", "same", "faster"], _ends(links))
     assert [(e["kind"], e["start"], e["end"]) for e in ev] == [("step", 0, 1), ("step", 3, 4)]
     marked = link_recoveries([mark_state(e, 4, _ends(links)) for e in ev])
-    assert [e["state"] for e in marked] == ["gone", "still present"]  # the regression recovered at the newest link
+    assert [e["state"] for e in marked] == ["gone", "recovery"]  # the regression recovered at the newest link
     assert marked[0]["undone_by"] == [3, 4] and marked[1]["undoes"] == [0, 1]
     # up then down at once, but build 2 still differs from build 0: two steps, not an excursion
     partial_back = {(0, 1): "slower", (1, 2): "faster", (0, 2): "slower"}

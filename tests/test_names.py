@@ -237,7 +237,7 @@ def test_the_h200_sweep_s_time_has_one_home():
     costs = (ROOT / "docs" / "costs.md").read_text()
     figures = {f for line in costs.splitlines() if "sweep" in line and line.startswith("|")
                for f in re.findall(r"\*\*(\d+\.\d) s\*\*", line)}
-    assert "216.3" in figures  # the newest (2026-12-03), read off the table by hand
+    assert "239.8" in figures  # the newest (2026-12-03, a fresh lease), read off the table by hand
     others = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "config").glob("*.yaml"))]
     for path in (p for p in others if p.name != "costs.md"):
         text = path.read_text()

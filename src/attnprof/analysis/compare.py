@@ -102,10 +102,14 @@ def repeat_medians(repeats: pd.DataFrame | None, summary_row: pd.Series, variant
 
 
 def _row_keys(c: dict) -> dict:
-    """A verdict of attnprof.analysis.verdict.judge_rows under the keys of a compare row."""
-    return {"ratio": c["ratio"], "ratio_lo": c["lo"], "ratio_hi": c["hi"], "verdict": c["verdict"], "repeats_a": c["n_a"],
+    """A verdict of attnprof.analysis.verdict.judge_rows under the keys of a compare row: ``ratio_lo``/``ratio_hi``
+    the interval the verdict rests on and ``level`` its level (a row "the same" within X: the same-level interval,
+    which lies inside; every other row: the changed-level interval)."""
+    same = c["verdict"] == "same"
+    lo, hi, level = (c["lo_same"], c["hi_same"], c.get("level_same")) if same else (c["lo"], c["hi"], c.get("level"))
+    return {"ratio": c["ratio"], "ratio_lo": lo, "ratio_hi": hi, "verdict": c["verdict"], "repeats_a": c["n_a"],
             "repeats_b": c["n_b"], "repeats_needed": c["repeats_needed"], "why": c["why"], "p": c.get("p"),
-            "probably": c.get("probably"), "df": c.get("df"), "se": c.get("se"), "level": c.get("level")}
+            "probably": c.get("probably"), "df": c.get("df"), "se": c.get("se"), "level": level}
 
 
 def _dispatch(findings: dict, shape_key: str, key: str = "headline") -> str | None:

@@ -119,7 +119,8 @@ def mark_state(event: dict, newest: int, ends: Callable[[int, int], dict | None]
 def link_recoveries(events: list[dict]) -> list[dict]:
     """``events`` (one variant and shape, in order) with each step or drift that is gone at the newest build linked
     to the first later event of the other direction, which undid it: ``undone_by`` on the first and ``undoes`` on
-    the second (each the other's start and end builds)."""
+    the second (each the other's start and end builds), whose ``state`` is then "recovery" (it undid a regression)
+    or "gain lost" (it undid a gain), not "still present"."""
     for i, e in enumerate(events):
         if e["kind"] == "excursion" or e.get("state") != "gone":
             continue
@@ -127,6 +128,7 @@ def link_recoveries(events: list[dict]) -> list[dict]:
                       and "undoes" not in x), None)
         if later:
             e["undone_by"], later["undoes"] = [later["start"], later["end"]], [e["start"], e["end"]]
+            later["state"] = "recovery" if e["direction"] == "slower" else "gain lost"
     return events
 
 

@@ -208,7 +208,7 @@ def judge_rows(rows: Mapping[Hashable, RowData], threshold: float, confidence: f
 
     rows: {key: :class:`RowData`}, all paired or all unpaired. Returns {key: {"verdict" (slower, faster, same,
     inconclusive), "probably" (slower/faster for a withheld row, else None), "ratio", "lo", "hi" (the interval at
-    the changed level), "lo_same", "hi_same", "level", "n_a", "n_b", "repeats_needed", "why", "se", "df", "p",
+    the changed level), "lo_same", "hi_same" (at the same level), "level", "level_same", "n_a", "n_b", "repeats_needed", "why", "se", "df", "p",
     "paired"}}; a row with one round (paired) or one repeat on each side has no spread and stays inconclusive."""
     keys = list(rows)
     if not keys:
@@ -256,7 +256,7 @@ def _row(i: int, m, out: dict, needed, adjusted, na, nb, threshold: float, sitti
     """One row of :func:`judge_rows` as a dict with its words."""
     code = int(out["code"][i])
     r = {"verdict": _VERDICT[code], "probably": None, "ratio": None, "lo": None, "hi": None, "lo_same": None,
-         "hi_same": None, "level": out["level"], "n_a": int(na[i]), "n_b": int(nb[i]), "repeats_needed": None,
+         "hi_same": None, "level": out["level"], "level_same": out["level_same"], "n_a": int(na[i]), "n_b": int(nb[i]), "repeats_needed": None,
          "se": None, "df": None, "p": None, "paired": paired}
     if not np.isfinite(m[i]):
         return {**r, "why": "no time on one side" if not paired else "no round with a time on both sides"}
