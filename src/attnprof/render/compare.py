@@ -34,6 +34,17 @@ def _differ(rows: list[dict], what: str) -> list[str]:
                               if r.get(f"{what}_added") or r.get(f"{what}_removed")))
 
 
+#: Page 1 names the inconclusive rows of a comparison where there are at most this many.
+OPEN_NAMED = 5
+
+
+def _open_named(rows: list[dict]) -> list[dict]:
+    """The inconclusive rows page 1 names: all of them where there are at most :data:`OPEN_NAMED` and each has an
+    interval, else none."""
+    open_ = [r for r in rows if r["verdict"] == "inconclusive"]
+    return open_ if len(open_) <= OPEN_NAMED and all(r["ratio_lo"] is not None for r in open_) else []
+
+
 def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE) -> dict:
     """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
     (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
@@ -41,7 +52,8 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
     that changed (``dispatch_changed``: a dispatcher that ran on both sides, each with its dispatcher, ``variant``)
     and those known on one side only (``dispatch_one_side``), page 1's ``headline`` (:func:`headline`) and
     ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass) of every row called slower or
-    faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side)."""
+    faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side); ``open``: the inconclusive rows
+    with a ratio, named on page 1 where there are at most :data:`OPEN_NAMED`."""
     rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
     changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
     threshold = pair.get("threshold", noise_floor)
@@ -53,7 +65,8 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
            "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, pair),
            "no_detection": _no_detection(rows), "claims": _compare_claims(changed, dispatch),
-           "top_up": _top_up_rows(rows, pair.get("design"), confidence), "env_diff": _env_diff_rows(pair.get("env_diff") or [])}
+           "top_up": _top_up_rows(rows, pair.get("design"), confidence), "env_diff": _env_diff_rows(pair.get("env_diff") or []),
+           "open": _open_named(rows)}
     return {**out, "headline": headline(out)}
 
 
