@@ -12,9 +12,10 @@ multiplicative, and a ratio's interval is then the exponent of a difference's in
 **The noise model** (:func:`moderated_noise`, :func:`squeeze_var`). Three repeats give a cell's spread 2 degrees
 of freedom (t multiplier 4.30): too few to decide anything. Each cell's variance of its log medians is therefore
 *moderated*: shrunk toward a prior fitted over the cells of the result set (or of a compare), with the prior's
-degrees of freedom added to its own (limma's empirical Bayes, Smyth 2004). The prior follows the log time and the
-variant (:func:`prior_design`); where the cells' variances disagree beyond what their own df explain, the prior
-gets few df and each cell keeps mostly its own -- no cell is pooled with neighbours it does not resemble.
+degrees of freedom added to its own (limma's empirical Bayes, Smyth 2004). The prior is fitted over the other
+cells of the cell's variant (:func:`squeeze_var`); where the cells' variances disagree beyond what their own df
+explain, the prior gets few df and each cell keeps mostly its own -- no cell is pooled with neighbours it does not
+resemble (the verdict goes further: a row above its prior's median keeps its own, attnprof.analysis.verdict).
 
 **Which rerun.** The interval of a result set (:func:`between_run_interval`) is for a rerun *on the same machine
 in the same sitting* (a sitting: one stretch of time on one machine). Between sittings a whole block of cells
