@@ -69,20 +69,25 @@ def page1(doc: dict) -> list[str]:
         if link["together"]:
             out.append(f"{span}: every variant judged moved {link['together']} together: that is the machine (or "
                        "something every variant shares), not one variant's code")
+    if not any(link["structural"] for link in doc["links"]):
+        out.append(f"No structural change at any of the {len(doc['links'])} links: no kernel or op added or removed, "
+                   "and no change of status, sdpa_auto's dispatch, correctness or compile success")
     return out
 
 
 def _no_event(doc: dict) -> str:
     """Page 1's sentence where no time changed: the threshold, and how many link verdicts were left undetermined."""
-    verdicts = [lk["verdict"] for c in doc["cells"] for lk in c["links"]]
+    every = [lk["verdict"] for c in doc["cells"] for lk in c["links"]]
+    verdicts = [v for v in every if v not in ("not comparable", "not judged")]
     open_ = sum(v == "inconclusive" for v in verdicts)
+    apart = f" ({len(every) - len(verdicts)} more not comparable or not judged)" if len(every) > len(verdicts) else ""
     shown = (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(_threshold(doc) * 100)} % "
              f"was shown over the {len(doc['builds'])} builds")
     if open_ == len(verdicts) and verdicts:
         return (f"{shown}, and none was ruled out: all {open_} link verdicts are undetermined (the rounds spread too "
                 "much to decide; a change up to their intervals is possible)")
-    return (f"{shown}; {open_} of the {len(verdicts)} link verdicts undetermined (a change up to their intervals cannot "
-            "be ruled out there)")
+    return (f"{shown}; {open_} of the {len(verdicts)} judged link verdicts undetermined (a change up to their "
+            f"intervals cannot be ruled out there){apart}")
 
 
 def _threshold(doc: dict) -> float:
