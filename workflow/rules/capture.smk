@@ -28,7 +28,7 @@ rule capture:
     resources:
         capture=GPU_UNITS,
         gpu=GPU_UNITS if DEVICE == "cuda" else 0,
-        capture_clients=int(CLIENT_THREADS == 0),
+        capture_clients=CLIENT_UNITS,
         # how long the worker waits for the next capture: a resource, not a param (it changes no measurement,
         # so a new value must not recapture anything)
         worker_idle_s=WORKER_IDLE_S,
@@ -71,7 +71,7 @@ rule environment:
     # own (and the same capture worker serves both); as a capture's client, it holds no core on a GPU run
     threads: CLIENT_THREADS
     resources:
-        capture_clients=int(CLIENT_THREADS == 0),
+        capture_clients=CLIENT_UNITS,
         worker_idle_s=WORKER_IDLE_S,
         gpu_choice=PLAN.gpu_choice,
     params:

@@ -51,6 +51,8 @@ CLIENT_THREADS = (
 # such clients at once (they queue in the worker, in Snakemake's priority order), so that the jobs that hold a core
 # always find a thread instead of waiting behind the queued clients.
 CLIENT_SLOTS = 5
+# what one capture or environment job takes of them: one where it holds no core, else none
+CLIENT_UNITS = int(CLIENT_THREADS == 0)
 GPU_UNITS = PLAN.gpu_units
 PLOT_NAMES, SCALING_PLOT_NAMES = list(SHAPE_PLOTS), list(SCALING_PLOTS)
 capture_file, table_file, run_file = L.capture_file, L.table_file, L.run_file

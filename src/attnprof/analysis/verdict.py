@@ -157,6 +157,13 @@ def conditional_bh(p: np.ndarray, rate: float = FALSE_DISCOVERY_RATE, lam: float
     return cand & (pc <= cutoff) & (passed[..., None] > 0)
 
 
+def moderate(var: np.ndarray, df: np.ndarray, groups: Sequence | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The rule's moderated variance and df of every row ([..., R] each; step 1 of the module docstring):
+    attnprof.analysis.stats.squeeze_var over the rows' ``groups``, a row above its prior's median keeping its own
+    (:data:`KEEP_OWN_P`)."""
+    return squeeze_var(var, df, groups, KEEP_OWN_P)
+
+
 def decide(m: np.ndarray, var: np.ndarray, df: np.ndarray, k: np.ndarray, threshold: float, looks: int = 1,
            confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING, groups: Sequence | None = None) -> dict:
     """The rule (module docstring) on arrays: every row of one compare at once, for any number of draws.
@@ -167,7 +174,7 @@ def decide(m: np.ndarray, var: np.ndarray, df: np.ndarray, k: np.ndarray, thresh
     :data:`FASTER`, :data:`SAME`, :data:`UNDETERMINED`, :data:`PROBABLY`), ``lo``/``hi`` (log interval at the
     changed level), ``lo_same``/``hi_same`` (at the same level), ``se``, ``df``, ``p`` (one-sided, of "beyond X"),
     ``var`` (moderated, per round), ``post_df``; and scalars ``level``, ``level_same``."""
-    post, post_df = squeeze_var(var, df, groups, KEEP_OWN_P)
+    post, post_df = moderate(var, df, groups)
     post_df = np.maximum(post_df, 1e-9)  # a row without df is not judged below; this keeps the arithmetic quiet
     within = post * k
     sv = 2 * sitting.sd ** 2

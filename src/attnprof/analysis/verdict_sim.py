@@ -5,7 +5,7 @@ resampled from real rounds.
 The noise of a row is resampled from the residuals of all the compare's rows: paired, each row's per-round log
 ratios minus their mean; unpaired, each side's log repeat medians minus that side's mean; each scaled by
 ``sqrt(n / (n - 1))`` (the unbiased spread) and divided by its row's moderated sd (the rule's own estimate,
-attnprof.analysis.stats.squeeze_var), pooled, and drawn with replacement times each row's moderated sd. Resampling a
+attnprof.analysis.verdict.moderate), pooled, and drawn with replacement times each row's moderated sd. Resampling a
 row's own 3 rounds alone would draw a zero spread one time in nine and undercover every interval; the pooled,
 scaled residuals keep the rounds' shape (heavy tails, two modes) and each row's own scale. A simulated compare draws
 every row's rounds this way, adds a known true change, and runs the rule; top-up's added rounds are drawn the same
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnprof.analysis.stats import CONFIDENCE, squeeze_var
-from attnprof.analysis.verdict import (KEEP_OWN_P, FASTER, ONE_SITTING, PROBABLY, SAME, SLOWER, UNDETERMINED, Design, RowData,
-                                       Sitting, decide, plan_rounds)
+from attnprof.analysis.stats import CONFIDENCE
+from attnprof.analysis.verdict import (FASTER, ONE_SITTING, PROBABLY, SAME, SLOWER, UNDETERMINED, Design, RowData,
+                                       Sitting, decide, moderate, plan_rounds)
 
 #: Simulated compares per figure at compare time.
 SIMS = 200
@@ -72,7 +72,7 @@ def draws(rows: Mapping[Hashable, RowData], sims: int, extra: int, rng: np.rando
     width = int(n0.max()) + extra
     mom = np.array([rows[k].moments() for k in keys], float)
     groups = [rows[k].group for k in keys]
-    scale = np.sqrt(squeeze_var(mom[:, 1], np.where(np.isfinite(mom[:, 3]), mom[:, 2], 0.0), groups, KEEP_OWN_P)[0])
+    scale = np.sqrt(moderate(mom[:, 1], np.where(np.isfinite(mom[:, 3]), mom[:, 2], 0.0), groups)[0])
     sides = [(rows[k].d,) if paired else (rows[k].a, rows[k].b) for k in keys]
     pool = np.concatenate([_residuals(x) / sd for side, sd in zip(sides, scale) for x in side])
     if not len(pool) or not np.any(pool):
