@@ -115,6 +115,12 @@ for variant, link, name in (("step_kernel", 0, "vectorized_elementwise_kernel"),
     carried &= shared
     print(f"{'PASS' if shared else 'FAIL'} {variant} {labels[link]}->{labels[link + 1]}: {name} carries the step "
           f"(largest share: {top.get('label')} {top.get('share_pct')} %)")
+drift = next((e for e in cells.get("drift", {"events": []})["events"] if e["kind"] == "drift"), {})
+top = ((drift.get("kernel_shares") or {}).get("kernels") or [{}])[0]
+shared = "spin_kernel" in top.get("label", "") and 80 <= top["share_pct"] <= 120
+carried &= shared
+print(f"{'PASS' if shared else 'FAIL'} drift b1->b5: spin_kernel carries the drift (largest share: {top.get('label')} "
+      f"{top.get('share_pct')} %)")
 passed = structural == expect_structural
 print(f"{'PASS' if passed else 'FAIL'} structural: want {sorted(expect_structural, key=str)}, extra "
       f"{sorted(structural - expect_structural, key=str)}, missing {sorted(expect_structural - structural, key=str)}")

@@ -277,3 +277,30 @@ def test_a_step_states_each_kernels_share_on_its_link_and_page():
     html = render_html(history_context(doc, "", {}), Path(__file__).resolve().parents[1] / "report", "history.html.j2")
     assert "<td class=\"num\">+4</td><td class=\"num\">66.7&nbsp;%</td>" in html
     assert "<td class=\"num\">+2</td><td class=\"num\">33.3&nbsp;%</td>" in html
+
+
+def test_a_drift_states_each_kernels_share_between_its_end_builds():
+    from attnprof.render.common import render_html
+    from attnprof.render.history import history_context
+
+    rng = np.random.default_rng(3)
+    for _ in range(10):  # the first series whose drift is found (test_a_gradual_drift_is_drift_not_a_step: >= 90 %)
+        builds = simulate(rng, [{"sdpa_flash": 1.01 ** j} for j in range(5)])
+        # kernel tables of the end builds and one between them (which must not count): softmax grows 9 us, the
+        # forward kernel 3 us, a copy shrinks 2 us: +10 us from the first build to the last
+        us = [{"flash_fwd": 80.0, "softmax": 20.0, "copy": 5.0}, {"flash_fwd": 99.0, "softmax": 1.0},
+              {"flash_fwd": 83.0, "softmax": 29.0, "copy": 3.0}]
+        for j, t in zip((0, 2, 4), us):
+            builds[j]["kernels"] = _kernels("sdpa_flash", t)
+        doc = {**history(builds, JUDGE), "confidence": 0.95}
+        drift = [e for c in doc["cells"] if c["variant"] == "sdpa_flash" for e in c["events"] if e["kind"] == "drift"]
+        if drift:
+            break
+    assert drift and (drift[0]["start"], drift[0]["end"]) == (0, 4)
+    shares = drift[0]["kernel_shares"]
+    assert (shares["a_us"], shares["b_us"], shares["delta_us"]) == (105.0, 115.0, 10.0)
+    assert [(k["label"], k["delta_us"], round(k["share_pct"], 6)) for k in shares["kernels"]] == [
+        ("softmax", 9.0, 90.0), ("flash_fwd", 3.0, 30.0), ("copy", -2.0, -20.0)]
+    html = render_html(history_context(doc, "", {}), Path(__file__).resolve().parents[1] / "report", "history.html.j2")
+    assert "a drift, slower" in html and "<th>share of the drift</th>" in html
+    assert "<td class=\"num\">+9</td><td class=\"num\">90&nbsp;%</td>" in html

@@ -14,8 +14,8 @@ lives here. From the links' verdicts, per variant and shape:
 - each step or drift is then **still present** at the newest build, **gone** (a regression recovered, a gain lost) or
   undetermined there, by compare_pair on the build before it and the newest build; every event stays listed.
 
-Each step's link states each kernel's share of the step's change in device time per forward, from the two builds'
-kernel tables (:func:`kernel_shares`).
+Each step's link, and each drift between its end builds, states each kernel's share of the change in device time per
+forward, from the two builds' kernel tables (:func:`kernel_shares`).
 
 Structural steps are exact facts of the two builds, never judged: kernels added or removed (compare_pair's rows),
 what ``sdpa_auto`` dispatched to, status changes with PyTorch's reason, correctness (summary ``rel_error_ok``) and
@@ -260,8 +260,19 @@ def _cell(runs: list[dict], key: tuple[str, str], links: list[dict], pair, col: 
     rows = [row_of(p, key) or {"verdict": "not comparable"} for p in links]
     ends = lambda i, j: row_of(pair(i, j), key)  # noqa: E731
     events = link_recoveries([mark_state(e, len(runs) - 1, ends) for e in find_events([r["verdict"] for r in rows], ends)])
+    for e in (e for e in events if e["kind"] == "drift"):
+        e.update(_drift_evidence(runs[e["start"]], runs[e["end"]], key, pair(e["start"], e["end"])))
     return {"variant": key[0], "shape_key": key[1], "times": [build_time(x, key, col) for x in runs],
             "links": [_link(r, runs[i:i + 2], key) for i, r in enumerate(rows)], "events": events}
+
+
+def _drift_evidence(a: dict, b: dict, key: tuple[str, str], ends: dict) -> dict:
+    """What explains a drift of ``key`` between its end builds ``a`` and ``b``: each kernel's share of the change
+    (their kernel tables; :func:`kernel_shares`), and compare_pair's (``ends``: its dict of ``a`` and ``b``) recipe
+    changes of ``key`` and environment differences."""
+    recipes = [r for r in ends.get("recipes") or [] if (r["variant"], r["shape_key"]) == key]
+    return {"kernel_shares": kernel_shares(a["kernels"], b["kernels"], key), "recipes": recipes,
+            "env_diff": ends["env_diff"]}
 
 
 def _link(row: dict, ends: list[dict], key: tuple[str, str]) -> dict:

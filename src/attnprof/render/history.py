@@ -123,19 +123,30 @@ def _recipe_changes(link: dict, cell: dict) -> list[dict]:
 
 
 def explained(doc: dict) -> list[dict]:
-    """Each step's and excursion's link, explained: the recipe changes of the variant's forward there, each kernel's
+    """Each step's and excursion's link, and each drift between its end builds, explained: the recipe changes of the variant's forward there, each kernel's
     share of the change (attnprof.analysis.history.kernel_shares; None on a CPU run), the environment differences
     of the link and whether every variant moved together."""
     labels = [b["label"] for b in doc["builds"]]
     out = []
     for c in doc["cells"]:
-        for e in (e for e in c["events"] if e["kind"] != "drift"):
+        for e in c["events"]:
+            if e["kind"] == "drift":
+                out.append(_drift_explained(e, c, labels))
+                continue
             for i in range(e["start"], e["end"]):
                 link = doc["links"][i]
-                out.append({"variant": c["variant"], "shape_key": c["shape_key"], "span": f"{labels[i]} \u2192 {labels[i + 1]}",
+                out.append({"variant": c["variant"], "shape_key": c["shape_key"], "span": _span(labels, i, i + 1),
                             "verdict": c["links"][i], "recipe": _recipe_changes(link, c), "env_diff": link["env_diff"],
-                            "shares": c["links"][i].get("kernel_shares"), "together": link["together"]})
+                            "shares": c["links"][i].get("kernel_shares"), "together": link["together"], "kind": "step"})
     return out
+
+
+def _drift_explained(e: dict, cell: dict, labels: list[str]) -> dict:
+    """A drift explained between its end builds (attnprof.analysis.history's drift evidence): the recipe changes, the
+    kernel shares and the environment differences of the end builds."""
+    return {"variant": cell["variant"], "shape_key": cell["shape_key"], "span": _span(labels, e["start"], e["end"]),
+            "verdict": {"verdict": e["direction"], "ratio": e["ratio"]}, "recipe": _recipe_changes(e, cell),
+            "env_diff": e.get("env_diff"), "shares": e.get("kernel_shares"), "together": None, "kind": "drift"}
 
 
 def history_context(doc: dict, css: str, plots: dict[str, str]) -> dict:
