@@ -276,6 +276,12 @@ def test_a_step_states_each_kernels_share_on_its_link_and_page():
     assert links["naive"]["kernel_shares"] is None
     html = render_html(history_context(doc, "", {}), Path(__file__).resolve().parents[1] / "report", "history.html.j2")
     assert "<td class=\"num\">+4</td><td class=\"num\">66.7&nbsp;%</td>" in html
+    # page 1 names the kernel that carries the step, its name escaped
+    builds[1]["kernels"].loc[builds[1]["kernels"]["label"] == "flash_fwd", "label"] = "flash_fwd<bf16>"
+    doc = {**history(builds, JUDGE), "confidence": 0.95}
+    html = render_html(history_context(doc, "", {}), Path(__file__).resolve().parents[1] / "report", "history.html.j2")
+    assert ", 66.7 % of it in flash_fwd&lt;bf16&gt;;" in html and "<bf16>" not in html
+    assert any(", 66.7 % of it in flash_fwd<bf16>;" in s for s in history_context(doc, "", {})["page1"])
     assert "<td class=\"num\">+2</td><td class=\"num\">33.3&nbsp;%</td>" in html
 
 
@@ -304,3 +310,4 @@ def test_a_drift_states_each_kernels_share_between_its_end_builds():
     html = render_html(history_context(doc, "", {}), Path(__file__).resolve().parents[1] / "report", "history.html.j2")
     assert "a drift, slower" in html and "<th>share of the drift</th>" in html
     assert "<td class=\"num\">+9</td><td class=\"num\">90&nbsp;%</td>" in html
+    assert "(no single link beyond the threshold), 90 % of it in softmax;" in html

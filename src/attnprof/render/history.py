@@ -30,12 +30,22 @@ def event_sentence(e: dict, cell: dict, labels: list[str]) -> str:
     """One event of one (variant, shape) in words, with its ratio and interval and its state at the newest build."""
     at = f"{cell['variant']} at {cell['shape_key']}"
     if e["kind"] == "excursion":
-        return (f"{at}: {labels[e['start'] + 1]} only: {_pct(e['ratio'])} {e['direction']} there ({_interval(e)}), "
-                f"back at {labels[e['end']]} (one event, not two steps)")
+        return (f"{at}: {labels[e['start'] + 1]} only: {_pct(e['ratio'])} {e['direction']} there ({_interval(e)})"
+                f"{_carried_by(e, cell)}, back at {labels[e['end']]} (one event, not two steps)")
     what = "drifted" if e["kind"] == "drift" else "stepped"
     tail = " (no single link beyond the threshold)" if e["kind"] == "drift" else ""
     return (f"{at}: {what} {_pct(e['ratio'])} {e['direction']} at {_span(labels, e['start'], e['end'])} "
-            f"({_interval(e)}){tail}; {_state_words(e, labels)}")
+            f"({_interval(e)}){tail}{_carried_by(e, cell)}; {_state_words(e, labels)}")
+
+
+def _carried_by(e: dict, cell: dict) -> str:
+    """Which kernel carries a step or drift: the largest of its kernel shares (a drift's own, a step's link's), or
+    nothing where it has none (a CPU run)."""
+    shares = e.get("kernel_shares") if e["kind"] == "drift" else cell["links"][e["start"]].get("kernel_shares")
+    if not shares or not shares["kernels"]:
+        return ""
+    top = shares["kernels"][0]
+    return f", {format_number(top['share_pct'], 3)} % of it in {top['label']}"
 
 
 def _span(labels: list[str], start: int, end: int) -> str:
