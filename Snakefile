@@ -107,7 +107,8 @@ onsuccess:
         print("attnprof: report written:", *_written, sep="\n  ", file=sys.stderr)
     elif any(p.is_file() for p in _current):
         print(
-            "attnprof: no report written by this run; the current result set's:",
+            "attnprof: no report written by this run. This config's result set (not necessarily the one the"
+            " targets named) has its report at:",
             *(p.resolve() for p in _current if p.is_file()),
             sep="\n  ",
             file=sys.stderr,

@@ -5,6 +5,8 @@
 #
 #   bash benchmarks/cost_h200.sh OLD_TGZ NEW_TGZ WHEELS_DIR
 #
+#   STEPS="sweep_new study_new" bash benchmarks/cost_h200.sh OLD_TGZ NEW_TGZ WHEELS_DIR   # some steps, in this order
+#
 # OLD_TGZ, NEW_TGZ: `git archive` of the two commits (examples/ left out); WHEELS_DIR: Snakemake's wheels and
 # msgspec (tools/device-env.sh). The trees run apart in /tmp/old and /tmp/new, each with its own results/.
 set -uo pipefail
@@ -37,7 +39,14 @@ step() {
     rm -f "$OUT/$name.log"
   )
 }
-step old study_old 120 1 --configfile benchmarks/configs/study.yaml --config run=study_old
-step new study_new 100 1 --configfile benchmarks/configs/study.yaml --config run=study_new
-step new sweep_new 340 16
+# STEPS picks and orders the steps (default: the two study runs, then the sweep with NEW); SWEEP_TIMEOUT_S (340)
+# bounds each sweep
+for s in ${STEPS:-study_old study_new sweep_new}; do
+  pkill -f attnprof.runtime.worker && sleep 2  # an earlier call's idle capture workers hold GPU memory (docs/costs.md)
+  case $s in
+    study_old|study_new) step "${s#study_}" "$s" 120 1 --configfile benchmarks/configs/study.yaml --config run="$s" ;;
+    sweep_old|sweep_new) step "${s#sweep_}" "$s" "${SWEEP_TIMEOUT_S:-340}" 16 ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
 ls -la "$OUT"
