@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from attnprof.analysis.trace import (GRAPH_LAUNCH_API, assign_forward, busy_time, cpu_ops, events_frame, flow_finishes,
-                                     forward_ranges, gpu_events, is_launch_api, launches)
+from attnprof.analysis.trace import (assign_forward, busy_time, cpu_ops, events_frame, flow_finishes, forward_ranges,
+                                     gpu_events, launches)
 from attnprof.model.names import backward_range_name
 
 
@@ -39,8 +39,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     ``gpu``, ``api``):
 
     - launch_calls: API calls that enqueue GPU work, whatever their name (``api["enqueues"]``,
-      :func:`attnprof.analysis.trace.enqueues_gpu_work`; for an ``api`` frame without that column: a name of
-      :data:`attnprof.analysis.trace.LAUNCH_API` or a GPU event with the call's correlation id);
+      :func:`attnprof.analysis.trace.enqueues_gpu_work`);
     - launches_without_gpu_event: of those, calls whose correlation id has no kernel, memcpy or
       memset event in the trace (Kineto lost the GPU records);
     - gpu_events_without_launch: GPU events with no launch record whose own External id names an
@@ -64,12 +63,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     enter device times."""
     fwd = pd.Index(ranges["forward"], name="forward")
     gpu_corr = gpu["correlation"].dropna()
-    if "enqueues" in api:
-        enqueues = api["enqueues"].astype(bool)
-    else:
-        enqueues = is_launch_api(api["name"]) | api["correlation"].isin(gpu_corr).fillna(False).astype(bool)
-    graph = (api["graph_launch"].astype(bool) if "graph_launch" in api
-             else api["name"].astype(str).str.match(GRAPH_LAUNCH_API))
+    enqueues, graph = api["enqueues"].astype(bool), api["graph_launch"].astype(bool)
     launch = api[(api["forward"] >= 0) & enqueues]
     lost = launch[~launch["correlation"].isin(gpu_corr).fillna(False).astype(bool)]
     every_launch = api[enqueues]
@@ -87,8 +81,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     out["duplicate_gpu_events"] = per_forward(inside[inside["duplicate"]])
     out["duplicate_launches"] = per_forward(launch[launch["correlation"].isin(reused)])
     out["bad_time_events"] = per_forward(inside[~inside["time_ok"]])
-    out["stream_overlap_events"] = (per_forward(inside[inside["stream_overlap"].astype(bool)]) if "stream_overlap" in inside
-                                    else 0)
+    out["stream_overlap_events"] = per_forward(inside[inside["stream_overlap"].astype(bool)])
     out["graph_launches"] = per_forward(launch[graph[launch.index]])
     out["range_ok"] = ranges.set_index("forward")["range_ok"].reindex(fwd).astype(bool)
     out["complete"] = (out["range_ok"] & (out["launches_without_gpu_event"] == 0) & (out["gpu_events_without_launch"] == 0)
@@ -383,23 +376,27 @@ def assign_backward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.S
     (``ranges.attrs["forward_ranges"]``, when set) holds on their own thread and that exactly one
     window holds."""
     out = assign_forward(ts, tid, ranges)
-    fwd = ranges.attrs.get("forward_ranges")
-    in_forward = assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
     index, _, _ = _cross_thread(ts, tid, ranges)
-    free = (out.to_numpy() < 0) & ~in_forward
+    free = (out.to_numpy() < 0) & ~_in_forward(ts, tid, ranges)
     return pd.Series(np.where(free, index, out.to_numpy()), index=ts.index, dtype="int64")
 
 
-def _unattributed_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """The calls of ``api`` that enqueue GPU work (``enqueues``, else a name of
-    :data:`attnprof.analysis.trace.LAUNCH_API`) and that no range holds, with a mask of those that a forward
-    range of their own thread holds."""
-    enqueues = api["enqueues"].astype(bool) if "enqueues" in api else is_launch_api(api["name"])
-    launch = api[(api["forward"] < 0) & enqueues]
+def _in_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> np.ndarray:
+    """Per (ts, tid) event: whether a forward range of its own thread (``ranges.attrs["forward_ranges"]``, when
+    set) holds it."""
     fwd = ranges.attrs.get("forward_ranges")
-    in_forward = (assign_forward(launch["ts"], launch["tid"], fwd).to_numpy() >= 0 if fwd is not None and len(fwd)
-                  and len(launch) else np.zeros(len(launch), bool))
-    return launch, in_forward
+    return assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
+
+
+def _window_launches(api: pd.DataFrame, ranges: pd.DataFrame, belonging: bool) -> tuple[pd.Series, np.ndarray, dict,
+                                                                                          np.ndarray]:
+    """A zero per backward range (index = range number), and of the calls of ``api`` that enqueue GPU work
+    (``enqueues``) and that no range holds: :func:`_cross_thread`'s window count and masks (``belonging``), and a
+    mask of those that no forward range of their own thread holds."""
+    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
+    launch = api[(api["forward"] < 0) & api["enqueues"].astype(bool)]
+    _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges, belonging)
+    return out, count, masks, ~_in_forward(launch["ts"], launch["tid"], ranges)
 
 
 def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
@@ -407,14 +404,9 @@ def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     left unattributed because the windows of two or more backward ranges on other threads, each
     with the call's thread among its engine threads, hold them (and no range of their own thread
     or forward does)."""
-    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
-    launch, in_forward = _unattributed_launches(api, ranges)
-    if launch.empty or ranges.empty:
-        return out
-    _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges)
-    ambiguous = (count >= 2) & ~in_forward
+    out, count, masks, free = _window_launches(api, ranges, belonging=True)
     for r, m in masks.items():
-        out[r] = int((m & ambiguous).sum())
+        out[r] = int((m & free & (count >= 2)).sum())
     return out
 
 
@@ -423,13 +415,9 @@ def other_thread_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     window, from a thread that is neither the range's nor one of its engine threads
     (:func:`backward_threads`) and not inside a forward range of their own thread: left out of
     every range (module docstring). 0 everywhere when ``ranges`` has no ``threads`` column."""
-    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
-    launch, in_forward = _unattributed_launches(api, ranges)
-    if launch.empty or ranges.empty:
-        return out
-    _, _, masks = _cross_thread(launch["ts"], launch["tid"], ranges, belonging=False)
+    out, _, masks, free = _window_launches(api, ranges, belonging=False)
     for r, m in masks.items():
-        out[r] = int((m & ~in_forward).sum())
+        out[r] = int((m & free).sum())
     return out
 
 

@@ -75,13 +75,6 @@ CPU_CATEGORIES = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver")
 TIME_TOLERANCE_US = 0.002
 
 
-def is_launch_api(names: pd.Series) -> pd.Series:
-    """True where an API call's name is of a family known to enqueue GPU work (:data:`LAUNCH_API`).
-    Only part of the rule: :func:`launches` column ``enqueues`` is the rule (it also takes calls
-    that the trace links to GPU work, whatever their name)."""
-    return names.astype(str).str.match(LAUNCH_API)
-
-
 def same_time_tolerance(ts) -> np.ndarray:
     """Per time ``ts`` (us, array-like): the difference below which two times are taken as equal --
     :data:`TIME_TOLERANCE_US`, or two float64 steps at that magnitude where those are larger
