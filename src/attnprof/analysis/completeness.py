@@ -11,6 +11,7 @@ recaptures nothing.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 
 import numpy as np
@@ -98,17 +99,18 @@ def analyse_trace(trace: dict, range_name: str, expect_gpu: bool | None = None) 
     capture ran on a GPU, so a forward without any GPU event is incomplete (default: the
     trace has ``deviceProperties``). Raises TraceError only through the caller's load."""
     events = events_frame(trace)
-    ranges = forward_ranges(events, range_name)
-    frames = {
-        "ranges": ranges,
-        "gpu": gpu_events(events, ranges),
-        "api": launches(events, ranges, flows=flow_finishes(trace)),
-        "ops": cpu_ops(events, ranges),
-    }
+    frames = _pass_frames(events, forward_ranges(events, range_name), flow_finishes(trace))
     if expect_gpu is None:
         expect_gpu = bool(trace.get("deviceProperties"))
-    frames["completeness"] = completeness(ranges, frames["gpu"], frames["api"], expect_gpu)
+    frames["completeness"] = completeness(frames["ranges"], frames["gpu"], frames["api"], expect_gpu)
     return frames
+
+
+def _pass_frames(events: pd.DataFrame, ranges: pd.DataFrame, flows: pd.DataFrame, assign=assign_forward) -> dict:
+    """The frames ``ranges``, ``gpu``, ``api`` and ``ops`` of one pass's ``ranges`` (``assign``: the rule that maps
+    an event to a range, as in :func:`attnprof.analysis.trace.launches`)."""
+    return {"ranges": ranges, "gpu": gpu_events(events, ranges, assign), "api": launches(events, ranges, assign, flows),
+            "ops": cpu_ops(events, ranges, assign)}
 
 
 def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
@@ -148,16 +150,9 @@ def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
 
 
 def _ranges_text(forwards: list[int]) -> str:
-    """'0-5, 8' for [0, 1, 2, 3, 4, 5, 8]."""
-    parts, run = [], []
-    for f in forwards:
-        if run and f != run[-1] + 1:
-            parts.append(run)
-            run = []
-        run.append(f)
-    if run:
-        parts.append(run)
-    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in parts)
+    """'0-5, 8' for [0, 1, 2, 3, 4, 5, 8]: each run of consecutive numbers (a constant number less its place)."""
+    runs = [[f for _, f in run] for _, run in itertools.groupby(enumerate(forwards), lambda p: p[1] - p[0])]
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def forward_groups(forwards: pd.DataFrame) -> list[dict]:
@@ -457,10 +452,7 @@ def analyse_passes(trace: dict, range_name: str, backward_name: str | None = Non
     _mark_pass_overlaps(fwd_ranges, bwd_ranges)
     bwd_ranges["threads"] = pd.Series(backward_threads(events, bwd_ranges), index=bwd_ranges.index, dtype=object)
     bwd_ranges.attrs["forward_ranges"] = fwd_ranges
-    fwd = {"ranges": fwd_ranges, "gpu": gpu_events(events, fwd_ranges), "api": launches(events, fwd_ranges, flows=flows),
-           "ops": cpu_ops(events, fwd_ranges)}
-    bwd = {"ranges": bwd_ranges, "gpu": gpu_events(events, bwd_ranges, assign_backward),
-           "api": launches(events, bwd_ranges, assign_backward, flows), "ops": cpu_ops(events, bwd_ranges, assign_backward)}
+    fwd, bwd = _pass_frames(events, fwd_ranges, flows), _pass_frames(events, bwd_ranges, flows, assign_backward)
     # both gpu frames hold the same events in the same order (same events, same sort): keep each
     # pass's own, and the stray ones in both
     fg, bg = fwd["gpu"], bwd["gpu"]
