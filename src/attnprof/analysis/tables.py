@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from attnprof.model.columns import formulas
+from attnprof.model.columns import columns_of, formulas
 from attnprof.analysis.trace import kernel_label
 # the completeness rule lives alone (the capture's self-check imports it without this module); its names are
 # kept here too, where the table code and its callers have always found them
@@ -22,11 +22,8 @@ from attnprof.analysis.completeness import (  # noqa: F401
     BUSY_NOTE_FRACTION, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, analyse_trace, assess_forwards, completeness,
     describe_groups, forward_groups, forward_table, incomplete_reason)
 
-KERNEL_COLUMNS = [
-    "variant", "shape_key", "kernel", "label", "category", "device", "calls_per_forward", "calls_min", "calls_max",
-    "total_us", "us_per_forward", "mean_us", "share_pct", "grid", "block", "registers_per_thread", "shared_memory_bytes",
-    "est_occupancy_pct", "launch_api", "op",
-]
+#: kernels.csv's columns, in the order of their declarations (attnprof.model.columns).
+KERNEL_COLUMNS = list(columns_of("kernels"))
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
     "kv_heads", "q_len", "causal_alignment",
@@ -139,14 +136,10 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else (frames[0] if frames else pd.DataFrame())
 
 
-def _counted_forwards(frames: dict) -> list[int]:
+def _forwards(frames: dict, verdict: str = "complete") -> list[int]:
+    """The forwards whose completeness column ``verdict`` (complete, timing_complete) is true."""
     c = frames["completeness"]
-    return list(c.index[c["complete"]])
-
-
-def _timed_forwards(frames: dict) -> list[int]:
-    c = frames["completeness"]
-    return list(c.index[c["timing_complete"]])
+    return list(c.index[c[verdict]])
 
 
 def per_forward_counts(rows: pd.DataFrame, key: str, forwards: list[int]) -> pd.DataFrame:
@@ -167,7 +160,7 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     mean_us is per call, share_pct is of all device time in those forwards. device is the GPU
     the events ran on (``args.device``). Launch metadata is the first call's (constant for a
     given kernel name and shape)."""
-    counted, timed = _counted_forwards(frames), _timed_forwards(frames)
+    counted, timed = _forwards(frames), _forwards(frames, "timing_complete")
     gpu = frames["gpu"]
     gpu = gpu[gpu["forward"].isin(counted)]
     if gpu.empty:
@@ -199,7 +192,7 @@ def _calls_table(frames: dict, which: str, column: str, variant: str, shape_key:
     """Calls per complete forward of each name in ``frames[which]`` (calls_per_forward as in
     :func:`per_forward_counts`, with calls_min/max) and their mean host duration in us; rows in
     name order, or with ``first_seen`` in order of first appearance in the first complete forward."""
-    counted = _counted_forwards(frames)
+    counted = _forwards(frames)
     rows = frames[which]
     rows = rows[rows["forward"].isin(counted)]
     cols = ["variant", "shape_key", column, "calls_per_forward", "calls_min", "calls_max", "mean_us"]
@@ -226,10 +219,10 @@ def op_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     return _calls_table(frames, "ops", "op", variant, shape_key, first_seen=True)
 
 
-def per_forward_stats(prefix: str, ms: pd.Series) -> dict:
-    """Summary columns of per-forward times ``ms``: <prefix>_per_forward (median), _min, _max,
-    _q1 and _q3 (pandas' linear quantiles: the inter-quartile range)."""
-    return {f"{prefix}_per_forward": ms.median(), f"{prefix}_min": ms.min(), f"{prefix}_max": ms.max(),
+def per_forward_stats(prefix: str, ms: pd.Series, median: str | None = None) -> dict:
+    """Summary columns of per-forward times ``ms``: ``median`` (default <prefix>_per_forward: the median),
+    <prefix>_min, _max, _q1 and _q3 (pandas' linear quantiles: the inter-quartile range)."""
+    return {median or f"{prefix}_per_forward": ms.median(), f"{prefix}_min": ms.min(), f"{prefix}_max": ms.max(),
             f"{prefix}_q1": ms.quantile(0.25), f"{prefix}_q3": ms.quantile(0.75)}
 
 
@@ -303,13 +296,12 @@ def _copies(ok: list[dict]) -> tuple[list[dict], list[str]]:
     kept, notes = [], []
     for r in ok:
         at = r.get("started_at")
-        if not _blank(at) and at in seen:
-            notes.append(f"repeat {r['repeat']} is a copy of repeat {seen[at]} (the same capture start, {at}): "
+        first = r if _blank(at) else seen.setdefault(at, r)
+        if first is r:
+            kept.append(r)
+        else:
+            notes.append(f"repeat {r['repeat']} is a copy of repeat {first['repeat']} (the same capture start, {at}): "
                          "counted once")
-            continue
-        if not _blank(at):
-            seen[at] = r["repeat"]
-        kept.append(r)
     return kept, notes
 
 
@@ -343,12 +335,8 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
 
 def _missing_time_notes(ok: list[dict], have: int, med: str) -> list[str]:
     """A note for each ok repeat without time ``med`` (``have`` of them have one), naming why from its trace note."""
-    notes = []
-    for r in ok:
-        if _blank(r.get(med)):
-            why = str(r.get("trace_note") or "no such time in its trace")[:200]
-            notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {have} of {len(ok)} repeats")
-    return notes
+    return [f"repeat {r['repeat']}: no {med} ({str(r.get('trace_note') or 'no such time in its trace')[:200]}); "
+            f"that time is of {have} of {len(ok)} repeats" for r in ok if _blank(r.get(med))]
 
 
 def _combine_time(row: dict, counted: list[dict], med: str, within: str, between: str, confidence: float,
@@ -480,11 +468,9 @@ def backward_tflops(backward_gflop, device_ms_per_backward) -> float | None:
 def _timing_columns(status: dict) -> dict:
     """The independent timing's columns (timed_*: single calls; graph_*: CUDA-graph replays) of a record."""
     timing, graph = status.get("timing") or {}, status.get("graph_timing") or {}
-    return {"timed_ms_median": timing.get("median_ms"), "timed_ms_q1": timing.get("q1_ms"),
-            "timed_ms_q3": timing.get("q3_ms"), "timed_ms_min": timing.get("min_ms"), "timed_ms_max": timing.get("max_ms"),
-            "timed_repeats": timing.get("repeats"), "timing_method": timing.get("method"),
-            "graph_ms_median": graph.get("median_ms"), "graph_ms_q1": graph.get("q1_ms"), "graph_ms_q3": graph.get("q3_ms"),
-            "graph_ms_min": graph.get("min_ms"), "graph_ms_max": graph.get("max_ms"), "graph_error": graph.get("error")}
+    return {**{f"timed_ms_{k}": timing.get(f"{k}_ms") for k in ("median", "q1", "q3", "min", "max")},
+            **{f"graph_ms_{k}": graph.get(f"{k}_ms") for k in ("median", "q1", "q3", "min", "max")},
+            "timed_repeats": timing.get("repeats"), "timing_method": timing.get("method"), "graph_error": graph.get("error")}
 
 
 def _forward_statistics(row: dict, forwards: pd.DataFrame, verdict: dict, gpu: bool, minimum: int) -> None:
