@@ -349,7 +349,7 @@ def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame,
     index = np.full(len(t), -1, dtype="int64")
     count = np.zeros(len(t), dtype="int64")
     masks = {}
-    good = ranges[ranges["range_ok"]] if "range_ok" in ranges else ranges
+    good = ranges[ranges["range_ok"]]
     with np.errstate(invalid="ignore"):
         for r in good.itertuples():
             m = (threads != r.tid) & (t >= r.ts) & (t <= r.end)

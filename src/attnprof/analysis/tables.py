@@ -521,8 +521,7 @@ def _shape_columns(status: dict) -> dict:
 def _trace_columns(status: dict, verdict: dict) -> dict:
     """The forward counts of :func:`assess_forwards`' ``verdict`` and its note on the trace; a capture that did not
     run has no trace to describe (its status and reason say why), so its note is empty."""
-    return {**{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
-                                       "incomplete_forwards", "bad_time_events")},
+    return {**{k: verdict[k] for k in TRACE_QUALITY_COLUMNS},
             "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else ""}
 
 

@@ -516,7 +516,7 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     same thread, range start <= ts <= range end -- or -1 when none does. Vectorised with
     numpy.searchsorted per thread; ranges of one thread do not overlap (forward_ranges)."""
     out = pd.Series(-1, index=ts.index, dtype="int64")
-    good = ranges[ranges["range_ok"]] if "range_ok" in ranges else ranges
+    good = ranges[ranges["range_ok"]]
     if good.empty or ts.empty:
         return out
     for thread, rr in good.groupby("tid"):
@@ -574,8 +574,7 @@ def _matches(names: pd.Series, pattern: re.Pattern) -> pd.Series:
 NONWORK_CATEGORIES = ("cuda_sync", "cuda_event")
 
 
-def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | None,
-                  nonwork: pd.DataFrame | None = None) -> pd.Series:
+def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | None, nonwork: pd.DataFrame) -> pd.Series:
     """Per API call: a GPU event carries its correlation id, or an ac2g flow of its correlation id
     lands somewhere else than on the call itself (another thread's row -- the GPU stream's -- or
     another time) and there not on a record of :data:`NONWORK_CATEGORIES` (``nonwork``: those
@@ -594,9 +593,8 @@ def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | No
             # synchronizations and event records carry the call's correlation and get its flow): no GPU work. A flow
             # that lands where no event is (its kernel's record was lost) still links the call to GPU work.
             starts: dict = {}
-            if nonwork is not None and len(nonwork):
-                for t, x in zip(nonwork["tid"], nonwork["ts"].to_numpy(float)):
-                    starts.setdefault(t, []).append(x)
+            for t, x in zip(nonwork["tid"], nonwork["ts"].to_numpy(float)):
+                starts.setdefault(t, []).append(x)
             starts = {t: np.sort(np.array(v)) for t, v in starts.items()}
 
             def on_record(t, x, tol):
@@ -638,7 +636,7 @@ def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
     out = linked | (named & (_matches(names, LAUNCH_API) | names.isin(known)))
     unnamed = ~named & ~linked
     if unnamed.any():
-        cbid = api["cbid"] if "cbid" in api else pd.Series(pd.NA, index=api.index, dtype="Int64")
+        cbid = api["cbid"]
         known_cbid = set(zip(api.loc[linked & cbid.notna(), "cat"], cbid[linked & cbid.notna()].astype(int)))
         by_cbid = [c is not pd.NA and (cat, int(c)) in known_cbid for cat, c in zip(api["cat"], cbid)]
         out |= unnamed & pd.Series(by_cbid, index=api.index, dtype=bool)
