@@ -10,6 +10,7 @@ recaptures nothing.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import re
@@ -323,12 +324,10 @@ def backward_threads(events: pd.DataFrame, ranges: pd.DataFrame) -> list[frozens
     engine = ops[ops["name"].astype(str).str.startswith(ENGINE_OP)]
     marked = ops if engine.empty else engine
     t, threads = marked["ts"].to_numpy(float), marked["tid"].to_numpy(object)
-    found: dict = {}
+    found: collections.Counter = collections.Counter()
     with np.errstate(invalid="ignore"):
         for r in ranges.itertuples():
-            inside = (t >= r.ts) & (t <= r.end) & (threads != r.tid)
-            for x in threads[inside]:
-                found[x] = found.get(x, 0) + 1
+            found.update(threads[(t >= r.ts) & (t <= r.end) & (threads != r.tid)])
     if engine.empty and len(found) > 1:
         # no engine op names the engine: of the threads running ops in the windows, the one that runs the most
         # (the engine runs the whole backward; a helper thread a few ops); the others' launches are counted apart

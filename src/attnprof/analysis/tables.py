@@ -175,15 +175,14 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
         "shape_key": shape_key,
         "kernel": names,
         "label": [kernel_label(k) for k in names],
-        "category": first.loc[names, "category"].values,
-        "device": first.loc[names, "device"].values,
         **{c: counts[c].values for c in counts.columns},
         "total_us": agg["total_us"].values,
         "us_per_forward": (agg["total_us"] / len(timed)).values if timed else float("nan"),
         "mean_us": agg["mean_us"].values,
     })
     table["share_pct"] = 100.0 * table["total_us"] / table["total_us"].sum()
-    for col in ("grid", "block", "registers_per_thread", "shared_memory_bytes", "est_occupancy_pct", "launch_api", "op"):
+    for col in ("category", "device", "grid", "block", "registers_per_thread", "shared_memory_bytes", "est_occupancy_pct",
+                "launch_api", "op"):
         table[col] = first.loc[names, col].values
     return table.sort_values(["total_us", "calls_max"], ascending=False)[KERNEL_COLUMNS].reset_index(drop=True)
 

@@ -133,7 +133,7 @@ def load_trace(path: str | Path) -> dict:
         return _load_reference(data, path)
     del data  # the text is freed before its columns become a frame
     top, columns = decoded
-    return Trace(top, _frame_from_columns(columns), source, path.suffix == ".gz", _flows_from_columns(columns))
+    return Trace(top, _frame_from_columns(columns), source, path.suffix == ".gz", _flow_frame(columns["flows"]))
 
 
 def _read_file(path: Path) -> tuple[bytes, bytes | bytearray]:
@@ -310,16 +310,11 @@ def _frame_from_columns(columns: dict) -> pd.DataFrame:
                          cbid=pd.Series(np.concatenate(columns["cbid"])))
 
 
-def _flows_from_columns(columns: dict) -> pd.DataFrame:
-    """:func:`flow_finishes` of the fast reader's columns."""
-    flows = columns["flows"]
-    return _flow_frame([f[0] for f in flows], [f[1] for f in flows], [f[2] for f in flows], [f[3] for f in flows])
-
-
-def _flow_frame(ids: list, pids: list, tids: list, ts: list) -> pd.DataFrame:
-    return pd.DataFrame({"correlation": integer_ids(pd.Series(ids, dtype=object)), "pid": pd.Series(pids, dtype=object),
-                         "tid": pd.Series(tids, dtype=object),
-                         "ts": pd.to_numeric(pd.Series(ts, dtype=object), errors="coerce").astype(float)})[FLOW_COLUMNS]
+def _flow_frame(rows: list[tuple]) -> pd.DataFrame:
+    """:func:`flow_finishes`' frame of the flow finishes' (id, pid, tid, ts) rows (the fast reader's, or of dicts)."""
+    flows = pd.DataFrame(rows, columns=FLOW_COLUMNS, dtype=object)
+    return flows.assign(correlation=integer_ids(flows["correlation"]),
+                        ts=pd.to_numeric(flows["ts"], errors="coerce").astype(float))
 
 
 def _frame_from_dicts(events: list) -> pd.DataFrame:
@@ -370,13 +365,12 @@ class Trace(dict):
 
     __slots__ = ("_frame", "_source", "_gzipped", "_flows")
 
-    def __init__(self, top: dict, frame: pd.DataFrame, source: bytes, gzipped: bool, flows: pd.DataFrame | None = None):
+    def __init__(self, top: dict, frame: pd.DataFrame, source: bytes, gzipped: bool, flows: pd.DataFrame):
         """``top``: the top-level object with :data:`_LAZY` for ``traceEvents``; ``frame``: its
         events_frame; ``source``: the file's bytes, gzip-compressed when ``gzipped``; ``flows``:
-        its :func:`flow_finishes` (None: none read)."""
+        its :func:`flow_finishes`."""
         super().__init__(top)
-        self._frame, self._source, self._gzipped = frame, source, gzipped
-        self._flows = flows if flows is not None else _flow_frame([], [], [], [])
+        self._frame, self._source, self._gzipped, self._flows = frame, source, gzipped, flows
 
     def events_frame(self) -> pd.DataFrame | None:
         """The columns read from the file while ``traceEvents`` has not been built; else None."""
@@ -474,8 +468,7 @@ def flow_finishes(trace: dict) -> pd.DataFrame:
     if flows is not None:
         return flows.copy()
     rows = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "f" and e.get("cat") == "ac2g"]
-    return _flow_frame([e.get("id") for e in rows], [e.get("pid") for e in rows], [e.get("tid") for e in rows],
-                       [e.get("ts") for e in rows])
+    return _flow_frame([(e.get("id"), e.get("pid"), e.get("tid"), e.get("ts")) for e in rows])
 
 
 def integer_ids(values: pd.Series) -> pd.Series:
