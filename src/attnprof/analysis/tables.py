@@ -63,19 +63,18 @@ BACKWARD_FLOP_RATIO = 2.5
 #: writes dq, dk and dv, each once (the logsumexp a fused backward also reads, B*H*Sq floats, is left
 #: out); against the forward's q, k, v read and the output written (Shape.min_bytes): twice the bytes.
 BACKWARD_BYTE_RATIO = 2
-#: Times over the repeats (config ``repeats``; :func:`combine_repeats`): (median column, within-capture
-#: column prefix, between-run column prefix). The median column holds the median of the repeat medians,
-#: the within-capture min/max/q1/q3 columns are those of the repeat whose median that is, and
-#: ``<between>_run_lo``/``_run_hi`` the interval a rerun's median will hold (attnprof.analysis.stats).
-REPEAT_TIMES = (("device_ms_per_forward", "device_ms", "device_ms"), ("cpu_ms_per_forward", "cpu_ms", "cpu_ms"),
-                ("device_ms_per_backward", "device_ms_backward", "device_ms_backward"),
-                ("cpu_ms_per_backward", "cpu_ms_backward", "cpu_ms_backward"))
+#: Times over the repeats (config ``repeats``; :func:`combine_repeats`): (median column, column prefix). The
+#: median column holds the median of the repeat medians, the within-capture <prefix>_min/_max/_q1/_q3 columns are
+#: those of the repeat whose median that is, and ``<prefix>_run_lo``/``_run_hi`` the interval a rerun's median will
+#: hold (attnprof.analysis.stats).
+REPEAT_TIMES = (("device_ms_per_forward", "device_ms"), ("cpu_ms_per_forward", "cpu_ms"),
+                ("device_ms_per_backward", "device_ms_backward"), ("cpu_ms_per_backward", "cpu_ms_backward"))
 #: Counts that every counted repeat must agree on (else they are not published and repeats_note says why).
 REPEAT_COUNTS = ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
                  "kernels_per_backward", "memcpy_per_backward", "memset_per_backward")
 #: summary.csv columns of the repeats: configured, counted (status ok), and what happened to the others.
 REPEAT_SUMMARY_COLUMNS = ["repeats", "repeats_ok", "repeats_note",
-                          *(f"{between}_run_{end}" for _, _, between in REPEAT_TIMES for end in ("lo", "hi")),
+                          *(f"{prefix}_run_{end}" for _, prefix in REPEAT_TIMES for end in ("lo", "hi")),
                           "device_ms_run_sd_pct", "cpu_ms_run_sd_pct", "device_ms_run_df", "gpus"]
 SUMMARY_COLUMNS += REPEAT_SUMMARY_COLUMNS
 #: summary.csv columns computed from its other columns (declared with a formula in attnprof.model.columns):
@@ -244,7 +243,7 @@ def _blank(v) -> bool:
 
 
 #: Host (CPU) times of :data:`REPEAT_TIMES`: stated over the captures without a parametric interval
-#: (attnprof.analysis.stats.host_range): ``<between>_run_lo``/``_hi`` are the lowest and highest capture medians.
+#: (attnprof.analysis.stats.host_range): ``<prefix>_run_lo``/``_hi`` are the lowest and highest capture medians.
 HOST_TIMES = ("cpu_ms_per_forward", "cpu_ms_per_backward")
 #: A capture's host time and its own timed calls (perf_counter, repeat 1) that differ by this factor or more are two
 #: draws of a different host: the capture is named, its host time not counted.
@@ -263,7 +262,7 @@ def repeat_noise(per_pair: Mapping[tuple[str, str], list[dict]]) -> dict[tuple[s
     from attnprof.analysis.stats import moderated_noise
 
     out: dict[tuple[str, str], dict] = {key: {} for key in per_pair}
-    for med, _, _ in REPEAT_TIMES:
+    for med, _ in REPEAT_TIMES:
         if med in HOST_TIMES:
             continue
         cells = {key: [r.get(med) for r in _counted_repeats(rows) if not _blank(r.get(med))]
@@ -338,8 +337,7 @@ def _missing_time_notes(ok: list[dict], have: int, med: str) -> list[str]:
             f"that time is of {have} of {len(ok)} repeats" for r in ok if _blank(r.get(med))]
 
 
-def _combine_time(row: dict, counted: list[dict], med: str, within: str, between: str, confidence: float,
-                  noise) -> None:
+def _combine_time(row: dict, counted: list[dict], med: str, prefix: str, confidence: float, noise) -> None:
     """One time of :data:`REPEAT_TIMES` over the counted repeats, into ``row``: the median, the rerun interval
     (device times: attnprof.analysis.stats.between_run_interval with the pooled ``noise``; host times: the
     min-max over captures, attnprof.analysis.stats.host_range), the sd of the log medians, and the within-capture
@@ -353,14 +351,14 @@ def _combine_time(row: dict, counted: list[dict], med: str, within: str, between
     else:
         stats = between_run_interval(values, confidence, noise)
     row[med] = stats["center"]
-    row[f"{between}_run_lo"], row[f"{between}_run_hi"] = stats["lo"], stats["hi"]
+    row[f"{prefix}_run_lo"], row[f"{prefix}_run_hi"] = stats["lo"], stats["hi"]
     if med.endswith("_per_forward"):
-        row[f"{between}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
-        row[f"{between}_run_df"] = stats["df"]
+        row[f"{prefix}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
+        row[f"{prefix}_run_df"] = stats["df"]
     if counted:
         middle = sorted(counted, key=lambda r: (r[med], int(r["repeat"])))[(len(counted) - 1) // 2]
         for end in ("min", "max", "q1", "q3"):
-            row[f"{within}_{end}"] = middle.get(f"{within}_{end}")
+            row[f"{prefix}_{end}"] = middle.get(f"{prefix}_{end}")
 
 
 def _trace_notes(row: dict, ok: list[dict]) -> None:
@@ -435,10 +433,10 @@ def _combine_times(row: dict, ok: list[dict], confidence: float, noise: Mapping[
     """Each time of :data:`REPEAT_TIMES` over the repeats counted for it (:func:`_counted`; on a CPU run against
     repeat 1's timed calls), into ``row``; returns the notes on repeats not counted."""
     notes = []
-    for med, within, between in REPEAT_TIMES:
+    for med, prefix in REPEAT_TIMES:
         counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
         notes += time_notes
-        _combine_time(row, counted, med, within, between, confidence, noise.get(med))
+        _combine_time(row, counted, med, prefix, confidence, noise.get(med))
     return notes
 
 

@@ -751,22 +751,17 @@ def same_stream_overlaps(gpu: pd.DataFrame, considered: pd.Series) -> pd.Series:
     return pd.Series(out, index=gpu.index)
 
 
-def busy_time(ts: pd.Series, dur: pd.Series, group: pd.Series | None = None):
-    """Time (us) covered by the union of the intervals [ts, ts + dur] -- the time the GPU was busy
-    with them, however many streams ran at once: the sum of their durations less every part
-    already covered by an earlier-starting interval (so it equals the sum, up to float rounding, when
-    none overlaps). A float (0.0 for none); with ``group`` (labels on the same index), a Series of
-    the busy time of each group's intervals, indexed by label."""
-    key = pd.Series(0, index=ts.index) if group is None else group
-    df = pd.DataFrame({"g": key, "ts": ts.astype(float), "dur": dur.astype(float)}).sort_values(["g", "ts"], kind="stable")
+def busy_time(ts: pd.Series, dur: pd.Series, group: pd.Series) -> pd.Series:
+    """Time (us) covered by the union of the intervals [ts, ts + dur] of each ``group`` (labels on the same
+    index) -- the time the GPU was busy with them, however many streams ran at once: the sum of their
+    durations less every part already covered by an earlier-starting interval (so it equals the sum, up to
+    float rounding, when none overlaps). A Series indexed by label."""
+    df = pd.DataFrame({"g": group, "ts": ts.astype(float), "dur": dur.astype(float)}).sort_values(["g", "ts"], kind="stable")
     df["end"] = df["ts"] + df["dur"]
     reach = df.groupby("g", sort=False)["end"].cummax()
     prev = reach.groupby(df["g"], sort=False).shift()  # latest end of the earlier-starting intervals
     covered = (np.minimum(df["end"], prev) - df["ts"]).clip(lower=0.0).fillna(0.0)
-    busy = df.groupby("g")["dur"].sum() - covered.groupby(df["g"]).sum()
-    if group is None:
-        return float(busy.iloc[0]) if len(busy) else 0.0
-    return busy
+    return df.groupby("g")["dur"].sum() - covered.groupby(df["g"]).sum()
 
 
 def device_properties(trace: dict) -> list[dict]:
