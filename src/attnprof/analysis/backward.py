@@ -53,12 +53,13 @@ from __future__ import annotations
 import pandas as pd
 
 from attnprof.analysis.tables import (BACKWARD_BYTE_RATIO, BACKWARD_FLOP_RATIO, BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS,
-                                     KERNEL_COLUMNS, compile_columns, assess_forwards, backward_tflops, kernel_table, op_table,
+                                     compile_columns, assess_forwards, backward_tflops, kernel_table, op_table,
                                      per_forward_stats)
 # the ranges of both passes and their completeness: with the completeness rule (the capture's self-check reads them)
 from attnprof.analysis.completeness import (  # noqa: F401
     BACKWARD_COLUMNS, ENGINE_OP, ambiguous_launches, analyse_passes, as_backward, assign_backward, backward_table,
     backward_threads, other_thread_launches)
+from attnprof.model.columns import columns_of
 
 PASSES = ("forward", "backward")
 
@@ -75,11 +76,9 @@ def backward_tables(frames: dict, variant: str, shape_key: str) -> dict[str, pd.
 
 
 def empty_backward_tables() -> dict[str, pd.DataFrame]:
-    """The backward tables of a capture that profiled no backward: headers only."""
-    return {"backwards": pd.DataFrame(columns=BACKWARD_COLUMNS),
-            "kernels_backward": _per_backward(pd.DataFrame(columns=KERNEL_COLUMNS)),
-            "ops_backward": _per_backward(pd.DataFrame(columns=["variant", "shape_key", "op", "calls_per_forward",
-                                                                "calls_min", "calls_max", "mean_us"]))}
+    """The backward tables of a capture that profiled no backward: headers only (the registry's columns, in the
+    order :func:`backward_tables` writes them: attnprof.model.columns)."""
+    return {table: pd.DataFrame(columns=list(columns_of(table))) for table in ("backwards", "kernels_backward", "ops_backward")}
 
 
 def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
