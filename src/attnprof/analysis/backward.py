@@ -32,7 +32,7 @@ everywhere else -- GPU event -> correlation id -> its runtime launch call -> the
   launched outside every range) and each range whose window holds one counts it in
   ``other_thread_launches``, which the note states; the range stays complete (its own work is).
 
-The completeness rule of :func:`attnprof.analysis.tables.completeness` applies to backward ranges as it
+The completeness rule of :func:`attnprof.analysis.completeness.completeness` applies to backward ranges as it
 does to forwards (every launch finds its GPU event, no orphaned or duplicate GPU records, some
 GPU activity on a GPU, valid times for device times), plus ``ambiguous_launches == 0``.
 

@@ -19,8 +19,7 @@ from attnprof.analysis.trace import kernel_label
 # the completeness rule lives alone (the capture's self-check imports it without this module); its names are
 # kept here too, where the table code and its callers have always found them
 from attnprof.analysis.completeness import (  # noqa: F401
-    BUSY_NOTE_FRACTION, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, analyse_trace, assess_forwards, completeness,
-    describe_groups, forward_groups, forward_table, incomplete_reason)
+    DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, analyse_trace, assess_forwards, forward_groups, forward_table, incomplete_reason)
 
 #: kernels.csv's columns, in the order of their declarations (attnprof.model.columns).
 KERNEL_COLUMNS = list(columns_of("kernels"))

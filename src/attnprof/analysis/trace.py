@@ -619,7 +619,7 @@ def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
        by aten ops of the same name in its range (for calls that carry no callback id).
 
     A call that enqueues work and whose correlation id no GPU event carries lost its GPU
-    records (:func:`attnprof.analysis.tables.completeness`). Calls that enqueue nothing
+    records (:func:`attnprof.analysis.completeness.completeness`). Calls that enqueue nothing
     (``cudaStreamIsCapturing``, ``cudaGetDevice``, ``cudaEventRecord``, synchronizations,
     ``cudaFuncSetAttribute``, ``cudaMalloc``...) are none of these. Bool Series on api's index."""
     names = api["name"].astype(str)
