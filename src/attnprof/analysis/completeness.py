@@ -162,9 +162,8 @@ def forward_groups(forwards: pd.DataFrame) -> list[dict]:
     over the group's timing-complete forwards, None if none)}. One group when all forwards
     launch the same work."""
     fw = forwards[forwards["complete"].astype(bool)]
-    if "signature" not in fw:
-        fw = fw.assign(signature="")
-    fw = fw.assign(signature=fw["signature"].astype(object).fillna("").astype(str))  # all-NaN on a CPU run
+    signature = pd.Series(fw.get("signature", ""), index=fw.index, dtype=object)  # all-NaN on a CPU run
+    fw = fw.assign(signature=signature.fillna("").astype(str))
     groups = []
     for (kern, mcp, mst, sig), g in fw.groupby(["kernels", "memcpy", "memset", "signature"]):
         timed = g[g["timing_complete"].astype(bool)]["device_us"]

@@ -11,10 +11,12 @@ import json
 import math
 import statistics
 from collections.abc import Mapping
+from pathlib import Path
 
 import pandas as pd
 
 from attnprof.model.columns import columns_of, formulas
+from attnprof.model.names import CAPTURE_FILES
 from attnprof.analysis.trace import kernel_label
 # the completeness rule lives alone (the capture's self-check imports it without this module); its names are
 # kept here too, where the table code and its callers have always found them
@@ -573,9 +575,5 @@ def repeat_row(status: dict, status_path, forwards: pd.DataFrame) -> dict:
     """One repeats.csv row: :func:`summary_row` of the capture whose record ``status`` (in the current format,
     attnprof.analysis.records.load_status: its ``repeat`` always there, a version-1 record's from its folder ``r<k>``)
     was read from ``status_path``, its trace beside it."""
-    from pathlib import Path
-
-    from attnprof.model.names import CAPTURE_FILES
-
     trace = Path(status_path).with_name(CAPTURE_FILES["trace"])
     return {**summary_row(status, forwards, str(trace)), "repeat": int(status["repeat"])}
