@@ -156,10 +156,8 @@ def repeat_step_times(tables: Sequence[pd.DataFrame | None], names: tuple) -> li
     for table in tables:
         if table is None or table.empty:
             continue
-        durs = []
-        for _, g in table.sort_values(["forward", "step"]).groupby("forward"):
-            if tuple(g["name"]) == names:
-                durs.append(list(g["dur_us"].where(g["time_ok"].astype(bool))))
+        durs = [list(g["dur_us"].where(g["time_ok"].astype(bool)))
+                for _, g in table.sort_values(["forward", "step"]).groupby("forward") if tuple(g["name"]) == names]
         if not durs:
             continue
         med = pd.DataFrame(durs).median(axis=0, skipna=True)

@@ -304,10 +304,8 @@ def _frame_from_columns(columns: dict) -> pd.DataFrame:
     gpu_args = np.full(len(df), None, dtype=object)
     for row, values in columns["gpu"]:
         gpu_args[row] = values
-    return _finish_frame(df, pd.Series(np.concatenate(columns["correlation"])),
-                         pd.Series(np.concatenate(columns["external_id"])), gpu_args,
-                         names_as_read=None in columns["name"] or None in columns["cat"],
-                         cbid=pd.Series(np.concatenate(columns["cbid"])))
+    return _finish_frame(df, *(pd.Series(np.concatenate(columns[c])) for c in ("correlation", "external_id", "cbid")),
+                         gpu_args, names_as_read=None in columns["name"] or None in columns["cat"])
 
 
 def _flow_frame(rows: list[tuple]) -> pd.DataFrame:
@@ -327,12 +325,11 @@ def _frame_from_dicts(events: list) -> pd.DataFrame:
     for row, (c, a) in enumerate(zip((e.get("cat") for e in rows), args)):
         if isinstance(c, str) and c in GPU_CATEGORIES:
             gpu_args[row] = tuple(a.get(k) for k in GPU_ARG_KEYS)
-    return _finish_frame(df, args.apply(lambda a: a.get("correlation")), args.apply(lambda a: a.get("External id")),
-                         gpu_args, cbid=args.apply(lambda a: a.get("cbid")))
+    return _finish_frame(df, *(args.apply(lambda a, k=k: a.get(k)) for k in ("correlation", "External id", "cbid")), gpu_args)
 
 
-def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, gpu_args: np.ndarray,
-                  names_as_read: bool = True, cbid: pd.Series | None = None) -> pd.DataFrame:
+def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, cbid: pd.Series, gpu_args: np.ndarray,
+                  names_as_read: bool = True) -> pd.DataFrame:
     """Both readers' last step: ``df`` holds the events' name, cat, ts, dur, pid, tid as read.
     ``names_as_read`` False: every name and cat is a string (the fast reader's, when none is
     missing), which the name and cat rules leave as they are."""
@@ -346,7 +343,7 @@ def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Seri
     df["end"] = df["ts"] + df["dur"]
     df["correlation"] = integer_ids(correlation)
     df["external_id"] = integer_ids(external_id)
-    df["cbid"] = integer_ids(cbid if cbid is not None else pd.Series([None] * len(df), dtype=object))
+    df["cbid"] = integer_ids(cbid)
     df["gpu_args"] = gpu_args
     return df
 

@@ -94,10 +94,9 @@ def _check_declaration(tables: tuple[str, ...], group: tuple[str, ...], report: 
     unknown = [t for t in tables if t not in TABLES]
     if unknown:
         raise ValueError(f"column {group[0]!r}: unknown table(s) {unknown}; known: {list(TABLES)}")
-    if report is not None and len(group) != 1:
-        raise ValueError(f"columns {group}: a report header belongs to one column")
-    if formula is not None and len(group) != 1:
-        raise ValueError(f"columns {group}: a formula belongs to one column")
+    for what, given in (("a report header", report), ("a formula", formula)):
+        if given is not None and len(group) != 1:
+            raise ValueError(f"columns {group}: {what} belongs to one column")
 
 
 def columns_of(table: str) -> dict[str, Column]:
