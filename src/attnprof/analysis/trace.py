@@ -519,14 +519,13 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     return out
 
 
-def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward,
-             flows: pd.DataFrame | None = None) -> pd.DataFrame:
+def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign, flows: pd.DataFrame) -> pd.DataFrame:
     """CUDA runtime and driver API calls (columns :data:`EVENT_COLUMNS`) with the forward they
     ran in (-1: outside any) and what the trace says about the GPU work they enqueue:
 
     - ``linked``: the trace links this call to GPU work: a kernel, memcpy or memset event carries
       its correlation id, or an ``ac2g`` flow from it lands on another process's row than the
-      call's (the GPU's; :func:`flow_finishes`, ``flows``; None: no flows);
+      call's (the GPU's; :func:`flow_finishes`, ``flows``);
     - ``enqueues``: the call enqueues GPU work, so that finding none of it means lost GPU records
       (:func:`enqueues_gpu_work`);
     - ``graph_launch``: the call replays a CUDA graph (name of :data:`GRAPH_LAUNCH_API`, or GPU
@@ -564,7 +563,7 @@ def _matches(names: pd.Series, pattern: re.Pattern) -> pd.Series:
 NONWORK_CATEGORIES = ("cuda_sync", "cuda_event")
 
 
-def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | None, nonwork: pd.DataFrame) -> pd.Series:
+def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame, nonwork: pd.DataFrame) -> pd.Series:
     """Per API call: a GPU event carries its correlation id, or an ac2g flow of its correlation id
     lands somewhere else than on the call itself (another thread's row -- the GPU stream's -- or
     another time) and there not on a record of :data:`NONWORK_CATEGORIES` (``nonwork``: those
@@ -572,7 +571,7 @@ def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | No
     ``cudaFuncSetAttribute``...) land on the call: its own thread, at its own start; those of
     synchronizations and event records land on their ``cuda_sync``/``cuda_event`` records."""
     linked = api["correlation"].isin(gpu["correlation"].dropna()).fillna(False).astype(bool)
-    if flows is not None and len(flows):
+    if len(flows):
         f = flows.dropna(subset=["correlation"]).rename(columns={"tid": "f_tid", "ts": "f_ts"})[["correlation", "f_tid", "f_ts"]]
         calls = api.loc[api["correlation"].notna(), ["correlation", "tid", "ts"]].reset_index()
         m = calls.merge(f, on="correlation")
