@@ -96,10 +96,6 @@ def test_only_calls_that_enqueue_work_and_no_range_holds_count_as_ambiguous_or_o
     b = backward_tables(bwd, "v", "s")["backwards"]
     assert list(b["ambiguous_launches"]) == [2, 2, 0] and list(b["other_thread_launches"]) == [1, 1, 0]
     assert list(b["complete"]) == [False, False, True]
-    # an api frame without the enqueues column: the launch-API names decide, and the unnamed call is not one
-    by_name = api.drop(columns="enqueues")
-    assert list(ambiguous_launches(by_name, ranges)) == [1, 1, 0]
-    assert list(other_thread_launches(by_name, ranges)) == [1, 1, 0]
 
 
 def test_attribution_without_forward_ranges():

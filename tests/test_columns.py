@@ -47,16 +47,23 @@ def test_the_declared_run_tables_are_those_the_code_writes():
 
 
 def test_the_declared_capture_tables_are_those_extract_writes(h200):
-    """The per-capture tables as extract builds them from a real H200 trace (conftest: the forward tables) and the
-    header a capture without a backward gets (the backward tables)."""
-    from attnprof.analysis.backward import BACKWARD_COLUMNS, empty_backward_tables
+    """The per-capture tables as extract builds them from a real H200 trace (conftest: the forward tables; the
+    backward tables of an H200 capture with a backward), and the header a capture without a backward gets: the
+    same columns in the same order."""
+    from attnprof.analysis.backward import BACKWARD_COLUMNS, analyse_passes, backward_tables, empty_backward_tables
+    from attnprof.analysis.trace import load_trace
 
+    capture = Path(__file__).parent / "fixtures" / "h200_beyond" / "b8_h16_s1024_d64_bf16_causal" / "sdpa_flash"
+    backward = backward_tables(analyse_passes(load_trace(capture / "trace.json.gz"), "attn_fwd", "attn_bwd",
+                                              expect_gpu=True)[1], "sdpa_flash", "s")
     built = {"kernels": h200["kernels"], "forwards": h200["forwards"]["sdpa_flash"],
-             "launches": h200["launches"][0], "ops": h200["ops"][0], **empty_backward_tables()}
-    assert len(h200["kernels"]) > 0 and len(h200["launches"][0]) > 0  # real rows, not only headers
+             "launches": h200["launches"][0], "ops": h200["ops"][0], **backward}
+    assert all(len(frame) > 0 for frame in built.values())  # real rows, not only headers
     assert set(built) == set(TABLES) - {"summary", "repeats", "recipe", "recipe_backward", "control"}
     for table, frame in built.items():
         assert sorted(columns_of(table)) == sorted(frame.columns), table
+    for table, empty in empty_backward_tables().items():
+        assert list(empty.columns) == list(backward[table].columns) and empty.empty, table
     assert sorted(columns_of("backwards")) == sorted(BACKWARD_COLUMNS)
 
 

@@ -32,7 +32,7 @@ everywhere else -- GPU event -> correlation id -> its runtime launch call -> the
   launched outside every range) and each range whose window holds one counts it in
   ``other_thread_launches``, which the note states; the range stays complete (its own work is).
 
-The completeness rule of :func:`attnprof.analysis.tables.completeness` applies to backward ranges as it
+The completeness rule of :func:`attnprof.analysis.completeness.completeness` applies to backward ranges as it
 does to forwards (every launch finds its GPU event, no orphaned or duplicate GPU records, some
 GPU activity on a GPU, valid times for device times), plus ``ambiguous_launches == 0``.
 
@@ -53,11 +53,13 @@ from __future__ import annotations
 import pandas as pd
 
 from attnprof.analysis.tables import (BACKWARD_BYTE_RATIO, BACKWARD_FLOP_RATIO, BACKWARD_SUMMARY_COLUMNS, DEFAULT_MIN_COMPLETE_FORWARDS,
-                                     KERNEL_COLUMNS, compile_columns, assess_forwards, backward_tflops, kernel_table, op_table)
+                                     compile_columns, assess_forwards, backward_tflops, kernel_table, op_table,
+                                     per_forward_stats)
 # the ranges of both passes and their completeness: with the completeness rule (the capture's self-check reads them)
 from attnprof.analysis.completeness import (  # noqa: F401
     BACKWARD_COLUMNS, ENGINE_OP, ambiguous_launches, analyse_passes, as_backward, assign_backward, backward_table,
     backward_threads, other_thread_launches)
+from attnprof.model.columns import columns_of
 
 PASSES = ("forward", "backward")
 
@@ -74,11 +76,9 @@ def backward_tables(frames: dict, variant: str, shape_key: str) -> dict[str, pd.
 
 
 def empty_backward_tables() -> dict[str, pd.DataFrame]:
-    """The backward tables of a capture that profiled no backward: headers only."""
-    return {"backwards": pd.DataFrame(columns=BACKWARD_COLUMNS),
-            "kernels_backward": _per_backward(pd.DataFrame(columns=KERNEL_COLUMNS)),
-            "ops_backward": _per_backward(pd.DataFrame(columns=["variant", "shape_key", "op", "calls_per_forward",
-                                                                "calls_min", "calls_max", "mean_us"]))}
+    """The backward tables of a capture that profiled no backward: headers only (the registry's columns, in the
+    order :func:`backward_tables` writes them: attnprof.model.columns)."""
+    return {table: pd.DataFrame(columns=list(columns_of(table))) for table in ("backwards", "kernels_backward", "ops_backward")}
 
 
 def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
@@ -162,17 +162,12 @@ def _trace_statistics(row: dict, status: dict, backwards: pd.DataFrame) -> None:
         return
     complete = fw[fw["complete"].astype(bool)]
     cpu_ms = complete["cpu_us"] / 1e3
-    row.update(_stats("cpu_ms", cpu_ms))
+    row.update(per_forward_stats("cpu_ms_backward", cpu_ms, "cpu_ms_per_backward"))
     groups = verdict["groups"]
     if status.get("device") == "cuda" and len(groups) == 1:
         g = groups[0]
         row.update(kernels_per_backward=g["kernels"], memcpy_per_backward=g["memcpy"], memset_per_backward=g["memset"])
         if verdict["forwards_timed"] >= minimum:
-            row.update(_stats("device_ms", complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3))
+            row.update(per_forward_stats("device_ms_backward", complete[complete["timing_complete"].astype(bool)]["device_us"] / 1e3,
+                                         "device_ms_per_backward"))
             row["backward_tflops"] = backward_tflops(row["backward_gflop"], row["device_ms_per_backward"])
-
-
-def _stats(prefix: str, ms: pd.Series) -> dict:
-    """<prefix>_per_backward (median), <prefix>_backward_min, _max, _q1, _q3 (pandas' linear quantiles)."""
-    return {f"{prefix}_per_backward": ms.median(), f"{prefix}_backward_min": ms.min(), f"{prefix}_backward_max": ms.max(),
-            f"{prefix}_backward_q1": ms.quantile(0.25), f"{prefix}_backward_q3": ms.quantile(0.75)}

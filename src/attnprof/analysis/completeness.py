@@ -10,14 +10,16 @@ recaptures nothing.
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
 import re
 
 import numpy as np
 import pandas as pd
 
-from attnprof.analysis.trace import (GRAPH_LAUNCH_API, assign_forward, busy_time, cpu_ops, events_frame, flow_finishes,
-                                     forward_ranges, gpu_events, is_launch_api, launches)
+from attnprof.analysis.trace import (assign_forward, busy_time, cpu_ops, events_frame, flow_finishes, forward_ranges,
+                                     gpu_events, launches)
 from attnprof.model.names import backward_range_name
 
 
@@ -39,8 +41,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     ``gpu``, ``api``):
 
     - launch_calls: API calls that enqueue GPU work, whatever their name (``api["enqueues"]``,
-      :func:`attnprof.analysis.trace.enqueues_gpu_work`; for an ``api`` frame without that column: a name of
-      :data:`attnprof.analysis.trace.LAUNCH_API` or a GPU event with the call's correlation id);
+      :func:`attnprof.analysis.trace.enqueues_gpu_work`);
     - launches_without_gpu_event: of those, calls whose correlation id has no kernel, memcpy or
       memset event in the trace (Kineto lost the GPU records);
     - gpu_events_without_launch: GPU events with no launch record whose own External id names an
@@ -64,12 +65,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     enter device times."""
     fwd = pd.Index(ranges["forward"], name="forward")
     gpu_corr = gpu["correlation"].dropna()
-    if "enqueues" in api:
-        enqueues = api["enqueues"].astype(bool)
-    else:
-        enqueues = is_launch_api(api["name"]) | api["correlation"].isin(gpu_corr).fillna(False).astype(bool)
-    graph = (api["graph_launch"].astype(bool) if "graph_launch" in api
-             else api["name"].astype(str).str.match(GRAPH_LAUNCH_API))
+    enqueues, graph = api["enqueues"].astype(bool), api["graph_launch"].astype(bool)
     launch = api[(api["forward"] >= 0) & enqueues]
     lost = launch[~launch["correlation"].isin(gpu_corr).fillna(False).astype(bool)]
     every_launch = api[enqueues]
@@ -87,8 +83,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     out["duplicate_gpu_events"] = per_forward(inside[inside["duplicate"]])
     out["duplicate_launches"] = per_forward(launch[launch["correlation"].isin(reused)])
     out["bad_time_events"] = per_forward(inside[~inside["time_ok"]])
-    out["stream_overlap_events"] = (per_forward(inside[inside["stream_overlap"].astype(bool)]) if "stream_overlap" in inside
-                                    else 0)
+    out["stream_overlap_events"] = per_forward(inside[inside["stream_overlap"].astype(bool)])
     out["graph_launches"] = per_forward(launch[graph[launch.index]])
     out["range_ok"] = ranges.set_index("forward")["range_ok"].reindex(fwd).astype(bool)
     out["complete"] = (out["range_ok"] & (out["launches_without_gpu_event"] == 0) & (out["gpu_events_without_launch"] == 0)
@@ -105,17 +100,18 @@ def analyse_trace(trace: dict, range_name: str, expect_gpu: bool | None = None) 
     capture ran on a GPU, so a forward without any GPU event is incomplete (default: the
     trace has ``deviceProperties``). Raises TraceError only through the caller's load."""
     events = events_frame(trace)
-    ranges = forward_ranges(events, range_name)
-    frames = {
-        "ranges": ranges,
-        "gpu": gpu_events(events, ranges),
-        "api": launches(events, ranges, flows=flow_finishes(trace)),
-        "ops": cpu_ops(events, ranges),
-    }
+    frames = _pass_frames(events, forward_ranges(events, range_name), flow_finishes(trace))
     if expect_gpu is None:
         expect_gpu = bool(trace.get("deviceProperties"))
-    frames["completeness"] = completeness(ranges, frames["gpu"], frames["api"], expect_gpu)
+    frames["completeness"] = completeness(frames["ranges"], frames["gpu"], frames["api"], expect_gpu)
     return frames
+
+
+def _pass_frames(events: pd.DataFrame, ranges: pd.DataFrame, flows: pd.DataFrame, assign=assign_forward) -> dict:
+    """The frames ``ranges``, ``gpu``, ``api`` and ``ops`` of one pass's ``ranges`` (``assign``: the rule that maps
+    an event to a range, as in :func:`attnprof.analysis.trace.launches`)."""
+    return {"ranges": ranges, "gpu": gpu_events(events, ranges, assign), "api": launches(events, ranges, assign, flows),
+            "ops": cpu_ops(events, ranges, assign)}
 
 
 def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
@@ -155,16 +151,9 @@ def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
 
 
 def _ranges_text(forwards: list[int]) -> str:
-    """'0-5, 8' for [0, 1, 2, 3, 4, 5, 8]."""
-    parts, run = [], []
-    for f in forwards:
-        if run and f != run[-1] + 1:
-            parts.append(run)
-            run = []
-        run.append(f)
-    if run:
-        parts.append(run)
-    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in parts)
+    """'0-5, 8' for [0, 1, 2, 3, 4, 5, 8]: each run of consecutive numbers (a constant number less its place)."""
+    runs = [[f for _, f in run] for _, run in itertools.groupby(enumerate(forwards), lambda p: p[1] - p[0])]
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def forward_groups(forwards: pd.DataFrame) -> list[dict]:
@@ -173,9 +162,8 @@ def forward_groups(forwards: pd.DataFrame) -> list[dict]:
     over the group's timing-complete forwards, None if none)}. One group when all forwards
     launch the same work."""
     fw = forwards[forwards["complete"].astype(bool)]
-    if "signature" not in fw:
-        fw = fw.assign(signature="")
-    fw = fw.assign(signature=fw["signature"].astype(object).fillna("").astype(str))  # all-NaN on a CPU run
+    signature = pd.Series(fw.get("signature", ""), index=fw.index, dtype=object)  # all-NaN on a CPU run
+    fw = fw.assign(signature=signature.fillna("").astype(str))
     groups = []
     for (kern, mcp, mst, sig), g in fw.groupby(["kernels", "memcpy", "memset", "signature"]):
         timed = g[g["timing_complete"].astype(bool)]["device_us"]
@@ -335,12 +323,10 @@ def backward_threads(events: pd.DataFrame, ranges: pd.DataFrame) -> list[frozens
     engine = ops[ops["name"].astype(str).str.startswith(ENGINE_OP)]
     marked = ops if engine.empty else engine
     t, threads = marked["ts"].to_numpy(float), marked["tid"].to_numpy(object)
-    found: dict = {}
+    found: collections.Counter = collections.Counter()
     with np.errstate(invalid="ignore"):
         for r in ranges.itertuples():
-            inside = (t >= r.ts) & (t <= r.end) & (threads != r.tid)
-            for x in threads[inside]:
-                found[x] = found.get(x, 0) + 1
+            found.update(threads[(t >= r.ts) & (t <= r.end) & (threads != r.tid)])
     if engine.empty and len(found) > 1:
         # no engine op names the engine: of the threads running ops in the windows, the one that runs the most
         # (the engine runs the whole backward; a helper thread a few ops); the others' launches are counted apart
@@ -361,7 +347,7 @@ def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame,
     index = np.full(len(t), -1, dtype="int64")
     count = np.zeros(len(t), dtype="int64")
     masks = {}
-    good = ranges[ranges["range_ok"]] if "range_ok" in ranges else ranges
+    good = ranges[ranges["range_ok"]]
     with np.errstate(invalid="ignore"):
         for r in good.itertuples():
             m = (threads != r.tid) & (t >= r.ts) & (t <= r.end)
@@ -383,23 +369,27 @@ def assign_backward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.S
     (``ranges.attrs["forward_ranges"]``, when set) holds on their own thread and that exactly one
     window holds."""
     out = assign_forward(ts, tid, ranges)
-    fwd = ranges.attrs.get("forward_ranges")
-    in_forward = assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
     index, _, _ = _cross_thread(ts, tid, ranges)
-    free = (out.to_numpy() < 0) & ~in_forward
+    free = (out.to_numpy() < 0) & ~_in_forward(ts, tid, ranges)
     return pd.Series(np.where(free, index, out.to_numpy()), index=ts.index, dtype="int64")
 
 
-def _unattributed_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """The calls of ``api`` that enqueue GPU work (``enqueues``, else a name of
-    :data:`attnprof.analysis.trace.LAUNCH_API`) and that no range holds, with a mask of those that a forward
-    range of their own thread holds."""
-    enqueues = api["enqueues"].astype(bool) if "enqueues" in api else is_launch_api(api["name"])
-    launch = api[(api["forward"] < 0) & enqueues]
+def _in_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> np.ndarray:
+    """Per (ts, tid) event: whether a forward range of its own thread (``ranges.attrs["forward_ranges"]``, when
+    set) holds it."""
     fwd = ranges.attrs.get("forward_ranges")
-    in_forward = (assign_forward(launch["ts"], launch["tid"], fwd).to_numpy() >= 0 if fwd is not None and len(fwd)
-                  and len(launch) else np.zeros(len(launch), bool))
-    return launch, in_forward
+    return assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
+
+
+def _window_launches(api: pd.DataFrame, ranges: pd.DataFrame, belonging: bool) -> tuple[pd.Series, np.ndarray, dict,
+                                                                                          np.ndarray]:
+    """A zero per backward range (index = range number), and of the calls of ``api`` that enqueue GPU work
+    (``enqueues``) and that no range holds: :func:`_cross_thread`'s window count and masks (``belonging``), and a
+    mask of those that no forward range of their own thread holds."""
+    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
+    launch = api[(api["forward"] < 0) & api["enqueues"].astype(bool)]
+    _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges, belonging)
+    return out, count, masks, ~_in_forward(launch["ts"], launch["tid"], ranges)
 
 
 def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
@@ -407,14 +397,9 @@ def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     left unattributed because the windows of two or more backward ranges on other threads, each
     with the call's thread among its engine threads, hold them (and no range of their own thread
     or forward does)."""
-    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
-    launch, in_forward = _unattributed_launches(api, ranges)
-    if launch.empty or ranges.empty:
-        return out
-    _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges)
-    ambiguous = (count >= 2) & ~in_forward
+    out, count, masks, free = _window_launches(api, ranges, belonging=True)
     for r, m in masks.items():
-        out[r] = int((m & ambiguous).sum())
+        out[r] = int((m & free & (count >= 2)).sum())
     return out
 
 
@@ -423,13 +408,9 @@ def other_thread_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     window, from a thread that is neither the range's nor one of its engine threads
     (:func:`backward_threads`) and not inside a forward range of their own thread: left out of
     every range (module docstring). 0 everywhere when ``ranges`` has no ``threads`` column."""
-    out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
-    launch, in_forward = _unattributed_launches(api, ranges)
-    if launch.empty or ranges.empty:
-        return out
-    _, _, masks = _cross_thread(launch["ts"], launch["tid"], ranges, belonging=False)
+    out, _, masks, free = _window_launches(api, ranges, belonging=False)
     for r, m in masks.items():
-        out[r] = int((m & ~in_forward).sum())
+        out[r] = int((m & free).sum())
     return out
 
 
@@ -469,10 +450,7 @@ def analyse_passes(trace: dict, range_name: str, backward_name: str | None = Non
     _mark_pass_overlaps(fwd_ranges, bwd_ranges)
     bwd_ranges["threads"] = pd.Series(backward_threads(events, bwd_ranges), index=bwd_ranges.index, dtype=object)
     bwd_ranges.attrs["forward_ranges"] = fwd_ranges
-    fwd = {"ranges": fwd_ranges, "gpu": gpu_events(events, fwd_ranges), "api": launches(events, fwd_ranges, flows=flows),
-           "ops": cpu_ops(events, fwd_ranges)}
-    bwd = {"ranges": bwd_ranges, "gpu": gpu_events(events, bwd_ranges, assign_backward),
-           "api": launches(events, bwd_ranges, assign_backward, flows), "ops": cpu_ops(events, bwd_ranges, assign_backward)}
+    fwd, bwd = _pass_frames(events, fwd_ranges, flows), _pass_frames(events, bwd_ranges, flows, assign_backward)
     # both gpu frames hold the same events in the same order (same events, same sort): keep each
     # pass's own, and the stray ones in both
     fg, bg = fwd["gpu"], bwd["gpu"]

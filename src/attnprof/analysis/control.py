@@ -39,9 +39,7 @@ def control_counts(summary: pd.DataFrame | None, ops: pd.DataFrame | None, devic
     result set's ``summary`` (summary.csv; GPU counts) or its repeat-1 ``ops`` tables (ops.csv rows,
     concatenated; CPU op calls); a count the tables do not hold is None. Returns None when the result
     set has no control row (made before the control existed)."""
-    if device == "cuda":
-        return _gpu_counts(summary)
-    return _cpu_counts(ops)
+    return _gpu_counts(summary) if device == "cuda" else _cpu_counts(ops)
 
 
 def _has_control(table: pd.DataFrame | None) -> bool:

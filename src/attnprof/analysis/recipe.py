@@ -36,9 +36,10 @@ import pandas as pd
 from attnprof.analysis.stats import CONFIDENCE
 from attnprof.analysis.verdict import compare_ratio
 from attnprof.analysis.trace import kernel_label
+from attnprof.model.columns import columns_of
 
-RECIPE_COLUMNS = ["variant", "shape_key", "forward", "step", "category", "name", "label", "grid", "block", "dur_us",
-                  "time_ok", "start_us", "launch_api", "launch_us", "launch_dur_us"]
+#: recipe.csv's columns, in the order of their declarations (attnprof.model.columns).
+RECIPE_COLUMNS = list(columns_of("recipe"))
 #: The kinds of a diff row, in the order a diff's ``counts`` lists them.
 DIFF_KINDS = ("kept", "replaced", "moved", "removed", "added")
 #: Architecture written into a kernel's own name: ``sm90_xmma_...``, ``..._sm80``, ``cutlass_80_...``.
@@ -136,14 +137,10 @@ def recipe_groups(table: pd.DataFrame) -> list[dict]:
         key = tuple(g["name"])
         groups.setdefault(key, []).append(int(fwd))
         first.setdefault(key, g)
-    order = sorted(groups, key=lambda k: (-len(groups[k]), groups[k][0]))
-    out = []
-    for key in order:
-        g = first[key]
-        steps = [{"category": c, "name": n, "label": lab, "grid": _cell(gr), "block": _cell(bl)}
-                 for c, n, lab, gr, bl in zip(g["category"], g["name"], g["label"], g["grid"], g["block"])]
-        out.append({"forwards": groups[key], "names": key, "steps": steps})
-    return out
+    return [{"forwards": groups[key], "names": key, "steps": [
+                {"category": c, "name": n, "label": lab, "grid": _cell(gr), "block": _cell(bl)}
+                for c, n, lab, gr, bl in zip(*(first[key][col] for col in ("category", "name", "label", "grid", "block")))]}
+            for key in sorted(groups, key=lambda k: (-len(groups[k]), groups[k][0]))]
 
 
 def _cell(v):
@@ -159,10 +156,8 @@ def repeat_step_times(tables: Sequence[pd.DataFrame | None], names: tuple) -> li
     for table in tables:
         if table is None or table.empty:
             continue
-        durs = []
-        for _, g in table.sort_values(["forward", "step"]).groupby("forward"):
-            if tuple(g["name"]) == names:
-                durs.append(list(g["dur_us"].where(g["time_ok"].astype(bool))))
+        durs = [list(g["dur_us"].where(g["time_ok"].astype(bool)))
+                for _, g in table.sort_values(["forward", "step"]).groupby("forward") if tuple(g["name"]) == names]
         if not durs:
             continue
         med = pd.DataFrame(durs).median(axis=0, skipna=True)

@@ -65,31 +65,23 @@ OTHER_KINETO_CATEGORIES = ("ac2g", "fwdbwd", "Trace", "gpu_user_annotation", "py
 _FIX_CAPTURE = "put the record back beside its own trace, or delete this capture's folder to capture it again"
 
 
-def _get(record: Mapping, dotted: str):
-    """``record``'s value at ``dotted`` (``config.profiler.range_name``); KeyError naming the first missing part,
-    TypeError naming the part that is not an object."""
+def _missing(record: Mapping, dotted: str) -> str | None:
+    """The first part of ``dotted`` (``config.profiler.range_name``) that ``record`` lacks (``config.profiler``), or
+    the part that is not an object (``config (not an object)``); None when ``record`` has the value."""
     value, seen = record, []
     for part in dotted.split("."):
         if not isinstance(value, Mapping):
-            raise TypeError(".".join(seen))
+            return f"{'.'.join(seen)} (not an object)"
         if part not in value:
-            raise KeyError(".".join([*seen, part]))
+            return ".".join([*seen, part])
         value, seen = value[part], [*seen, part]
-    return value
+    return None
 
 
 def missing_keys(record: Mapping, required_keys: Iterable[str]) -> list[str]:
     """The ``required_keys`` (dotted for nested ones: ``config.timing.repeats``) that ``record`` lacks, each as the
     first part that is missing (``config.timing`` when there is no timing at all), in order, without repeats."""
-    missing = []
-    for key in required_keys:
-        try:
-            _get(record, key)
-        except KeyError as exc:
-            missing.append(exc.args[0])
-        except TypeError as exc:
-            missing.append(f"{exc.args[0]} (not an object)")
-    return list(dict.fromkeys(missing))
+    return list(dict.fromkeys(m for key in required_keys if (m := _missing(record, key)) is not None))
 
 
 def _text(path: Path) -> str:

@@ -11,22 +11,20 @@ import json
 import math
 import statistics
 from collections.abc import Mapping
+from pathlib import Path
 
 import pandas as pd
 
-from attnprof.model.columns import formulas
+from attnprof.model.columns import columns_of, formulas
+from attnprof.model.names import CAPTURE_FILES
 from attnprof.analysis.trace import kernel_label
 # the completeness rule lives alone (the capture's self-check imports it without this module); its names are
 # kept here too, where the table code and its callers have always found them
 from attnprof.analysis.completeness import (  # noqa: F401
-    BUSY_NOTE_FRACTION, DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, analyse_trace, assess_forwards, completeness,
-    describe_groups, forward_groups, forward_table, incomplete_reason)
+    DEFAULT_MIN_COMPLETE_FORWARDS, FORWARD_COLUMNS, analyse_trace, assess_forwards, forward_groups, forward_table, incomplete_reason)
 
-KERNEL_COLUMNS = [
-    "variant", "shape_key", "kernel", "label", "category", "device", "calls_per_forward", "calls_min", "calls_max",
-    "total_us", "us_per_forward", "mean_us", "share_pct", "grid", "block", "registers_per_thread", "shared_memory_bytes",
-    "est_occupancy_pct", "launch_api", "op",
-]
+#: kernels.csv's columns, in the order of their declarations (attnprof.model.columns).
+KERNEL_COLUMNS = list(columns_of("kernels"))
 SUMMARY_COLUMNS = [
     "variant", "shape_key", "status", "batch", "heads", "seq_len", "head_dim", "dtype", "causal", "device",
     "kv_heads", "q_len", "causal_alignment",
@@ -66,19 +64,18 @@ BACKWARD_FLOP_RATIO = 2.5
 #: writes dq, dk and dv, each once (the logsumexp a fused backward also reads, B*H*Sq floats, is left
 #: out); against the forward's q, k, v read and the output written (Shape.min_bytes): twice the bytes.
 BACKWARD_BYTE_RATIO = 2
-#: Times over the repeats (config ``repeats``; :func:`combine_repeats`): (median column, within-capture
-#: column prefix, between-run column prefix). The median column holds the median of the repeat medians,
-#: the within-capture min/max/q1/q3 columns are those of the repeat whose median that is, and
-#: ``<between>_run_lo``/``_run_hi`` the interval a rerun's median will hold (attnprof.analysis.stats).
-REPEAT_TIMES = (("device_ms_per_forward", "device_ms", "device_ms"), ("cpu_ms_per_forward", "cpu_ms", "cpu_ms"),
-                ("device_ms_per_backward", "device_ms_backward", "device_ms_backward"),
-                ("cpu_ms_per_backward", "cpu_ms_backward", "cpu_ms_backward"))
+#: Times over the repeats (config ``repeats``; :func:`combine_repeats`): (median column, column prefix). The
+#: median column holds the median of the repeat medians, the within-capture <prefix>_min/_max/_q1/_q3 columns are
+#: those of the repeat whose median that is, and ``<prefix>_run_lo``/``_run_hi`` the interval a rerun's median will
+#: hold (attnprof.analysis.stats).
+REPEAT_TIMES = (("device_ms_per_forward", "device_ms"), ("cpu_ms_per_forward", "cpu_ms"),
+                ("device_ms_per_backward", "device_ms_backward"), ("cpu_ms_per_backward", "cpu_ms_backward"))
 #: Counts that every counted repeat must agree on (else they are not published and repeats_note says why).
 REPEAT_COUNTS = ("kernels_per_forward", "memcpy_per_forward", "memset_per_forward",
                  "kernels_per_backward", "memcpy_per_backward", "memset_per_backward")
 #: summary.csv columns of the repeats: configured, counted (status ok), and what happened to the others.
 REPEAT_SUMMARY_COLUMNS = ["repeats", "repeats_ok", "repeats_note",
-                          *(f"{between}_run_{end}" for _, _, between in REPEAT_TIMES for end in ("lo", "hi")),
+                          *(f"{prefix}_run_{end}" for _, prefix in REPEAT_TIMES for end in ("lo", "hi")),
                           "device_ms_run_sd_pct", "cpu_ms_run_sd_pct", "device_ms_run_df", "gpus"]
 SUMMARY_COLUMNS += REPEAT_SUMMARY_COLUMNS
 #: summary.csv columns computed from its other columns (declared with a formula in attnprof.model.columns):
@@ -139,14 +136,10 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else (frames[0] if frames else pd.DataFrame())
 
 
-def _counted_forwards(frames: dict) -> list[int]:
+def _forwards(frames: dict, verdict: str = "complete") -> list[int]:
+    """The forwards whose completeness column ``verdict`` (complete, timing_complete) is true."""
     c = frames["completeness"]
-    return list(c.index[c["complete"]])
-
-
-def _timed_forwards(frames: dict) -> list[int]:
-    c = frames["completeness"]
-    return list(c.index[c["timing_complete"]])
+    return list(c.index[c[verdict]])
 
 
 def per_forward_counts(rows: pd.DataFrame, key: str, forwards: list[int]) -> pd.DataFrame:
@@ -167,7 +160,7 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     mean_us is per call, share_pct is of all device time in those forwards. device is the GPU
     the events ran on (``args.device``). Launch metadata is the first call's (constant for a
     given kernel name and shape)."""
-    counted, timed = _counted_forwards(frames), _timed_forwards(frames)
+    counted, timed = _forwards(frames), _forwards(frames, "timing_complete")
     gpu = frames["gpu"]
     gpu = gpu[gpu["forward"].isin(counted)]
     if gpu.empty:
@@ -182,15 +175,14 @@ def kernel_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
         "shape_key": shape_key,
         "kernel": names,
         "label": [kernel_label(k) for k in names],
-        "category": first.loc[names, "category"].values,
-        "device": first.loc[names, "device"].values,
         **{c: counts[c].values for c in counts.columns},
         "total_us": agg["total_us"].values,
         "us_per_forward": (agg["total_us"] / len(timed)).values if timed else float("nan"),
         "mean_us": agg["mean_us"].values,
     })
     table["share_pct"] = 100.0 * table["total_us"] / table["total_us"].sum()
-    for col in ("grid", "block", "registers_per_thread", "shared_memory_bytes", "est_occupancy_pct", "launch_api", "op"):
+    for col in ("category", "device", "grid", "block", "registers_per_thread", "shared_memory_bytes", "est_occupancy_pct",
+                "launch_api", "op"):
         table[col] = first.loc[names, col].values
     return table.sort_values(["total_us", "calls_max"], ascending=False)[KERNEL_COLUMNS].reset_index(drop=True)
 
@@ -199,7 +191,7 @@ def _calls_table(frames: dict, which: str, column: str, variant: str, shape_key:
     """Calls per complete forward of each name in ``frames[which]`` (calls_per_forward as in
     :func:`per_forward_counts`, with calls_min/max) and their mean host duration in us; rows in
     name order, or with ``first_seen`` in order of first appearance in the first complete forward."""
-    counted = _counted_forwards(frames)
+    counted = _forwards(frames)
     rows = frames[which]
     rows = rows[rows["forward"].isin(counted)]
     cols = ["variant", "shape_key", column, "calls_per_forward", "calls_min", "calls_max", "mean_us"]
@@ -226,10 +218,10 @@ def op_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     return _calls_table(frames, "ops", "op", variant, shape_key, first_seen=True)
 
 
-def per_forward_stats(prefix: str, ms: pd.Series) -> dict:
-    """Summary columns of per-forward times ``ms``: <prefix>_per_forward (median), _min, _max,
-    _q1 and _q3 (pandas' linear quantiles: the inter-quartile range)."""
-    return {f"{prefix}_per_forward": ms.median(), f"{prefix}_min": ms.min(), f"{prefix}_max": ms.max(),
+def per_forward_stats(prefix: str, ms: pd.Series, median: str | None = None) -> dict:
+    """Summary columns of per-forward times ``ms``: ``median`` (default <prefix>_per_forward: the median),
+    <prefix>_min, _max, _q1 and _q3 (pandas' linear quantiles: the inter-quartile range)."""
+    return {median or f"{prefix}_per_forward": ms.median(), f"{prefix}_min": ms.min(), f"{prefix}_max": ms.max(),
             f"{prefix}_q1": ms.quantile(0.25), f"{prefix}_q3": ms.quantile(0.75)}
 
 
@@ -252,7 +244,7 @@ def _blank(v) -> bool:
 
 
 #: Host (CPU) times of :data:`REPEAT_TIMES`: stated over the captures without a parametric interval
-#: (attnprof.analysis.stats.host_range): ``<between>_run_lo``/``_hi`` are the lowest and highest capture medians.
+#: (attnprof.analysis.stats.host_range): ``<prefix>_run_lo``/``_hi`` are the lowest and highest capture medians.
 HOST_TIMES = ("cpu_ms_per_forward", "cpu_ms_per_backward")
 #: A capture's host time and its own timed calls (perf_counter, repeat 1) that differ by this factor or more are two
 #: draws of a different host: the capture is named, its host time not counted.
@@ -271,7 +263,7 @@ def repeat_noise(per_pair: Mapping[tuple[str, str], list[dict]]) -> dict[tuple[s
     from attnprof.analysis.stats import moderated_noise
 
     out: dict[tuple[str, str], dict] = {key: {} for key in per_pair}
-    for med, _, _ in REPEAT_TIMES:
+    for med, _ in REPEAT_TIMES:
         if med in HOST_TIMES:
             continue
         cells = {key: [r.get(med) for r in _counted_repeats(rows) if not _blank(r.get(med))]
@@ -303,13 +295,12 @@ def _copies(ok: list[dict]) -> tuple[list[dict], list[str]]:
     kept, notes = [], []
     for r in ok:
         at = r.get("started_at")
-        if not _blank(at) and at in seen:
-            notes.append(f"repeat {r['repeat']} is a copy of repeat {seen[at]} (the same capture start, {at}): "
+        first = r if _blank(at) else seen.setdefault(at, r)
+        if first is r:
+            kept.append(r)
+        else:
+            notes.append(f"repeat {r['repeat']} is a copy of repeat {first['repeat']} (the same capture start, {at}): "
                          "counted once")
-            continue
-        if not _blank(at):
-            seen[at] = r["repeat"]
-        kept.append(r)
     return kept, notes
 
 
@@ -343,16 +334,11 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
 
 def _missing_time_notes(ok: list[dict], have: int, med: str) -> list[str]:
     """A note for each ok repeat without time ``med`` (``have`` of them have one), naming why from its trace note."""
-    notes = []
-    for r in ok:
-        if _blank(r.get(med)):
-            why = str(r.get("trace_note") or "no such time in its trace")[:200]
-            notes.append(f"repeat {r['repeat']}: no {med} ({why}); that time is of {have} of {len(ok)} repeats")
-    return notes
+    return [f"repeat {r['repeat']}: no {med} ({str(r.get('trace_note') or 'no such time in its trace')[:200]}); "
+            f"that time is of {have} of {len(ok)} repeats" for r in ok if _blank(r.get(med))]
 
 
-def _combine_time(row: dict, counted: list[dict], med: str, within: str, between: str, confidence: float,
-                  noise) -> None:
+def _combine_time(row: dict, counted: list[dict], med: str, prefix: str, confidence: float, noise) -> None:
     """One time of :data:`REPEAT_TIMES` over the counted repeats, into ``row``: the median, the rerun interval
     (device times: attnprof.analysis.stats.between_run_interval with the pooled ``noise``; host times: the
     min-max over captures, attnprof.analysis.stats.host_range), the sd of the log medians, and the within-capture
@@ -366,14 +352,14 @@ def _combine_time(row: dict, counted: list[dict], med: str, within: str, between
     else:
         stats = between_run_interval(values, confidence, noise)
     row[med] = stats["center"]
-    row[f"{between}_run_lo"], row[f"{between}_run_hi"] = stats["lo"], stats["hi"]
+    row[f"{prefix}_run_lo"], row[f"{prefix}_run_hi"] = stats["lo"], stats["hi"]
     if med.endswith("_per_forward"):
-        row[f"{between}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
-        row[f"{between}_run_df"] = stats["df"]
+        row[f"{prefix}_run_sd_pct"] = None if stats["rel_sd"] is None else 100 * stats["rel_sd"]
+        row[f"{prefix}_run_df"] = stats["df"]
     if counted:
         middle = sorted(counted, key=lambda r: (r[med], int(r["repeat"])))[(len(counted) - 1) // 2]
         for end in ("min", "max", "q1", "q3"):
-            row[f"{within}_{end}"] = middle.get(f"{within}_{end}")
+            row[f"{prefix}_{end}"] = middle.get(f"{prefix}_{end}")
 
 
 def _trace_notes(row: dict, ok: list[dict]) -> None:
@@ -448,10 +434,10 @@ def _combine_times(row: dict, ok: list[dict], confidence: float, noise: Mapping[
     """Each time of :data:`REPEAT_TIMES` over the repeats counted for it (:func:`_counted`; on a CPU run against
     repeat 1's timed calls), into ``row``; returns the notes on repeats not counted."""
     notes = []
-    for med, within, between in REPEAT_TIMES:
+    for med, prefix in REPEAT_TIMES:
         counted, time_notes = _counted(ok, med, row.get("timed_ms_median") if row.get("device") == "cpu" else None)
         notes += time_notes
-        _combine_time(row, counted, med, within, between, confidence, noise.get(med))
+        _combine_time(row, counted, med, prefix, confidence, noise.get(med))
     return notes
 
 
@@ -480,11 +466,9 @@ def backward_tflops(backward_gflop, device_ms_per_backward) -> float | None:
 def _timing_columns(status: dict) -> dict:
     """The independent timing's columns (timed_*: single calls; graph_*: CUDA-graph replays) of a record."""
     timing, graph = status.get("timing") or {}, status.get("graph_timing") or {}
-    return {"timed_ms_median": timing.get("median_ms"), "timed_ms_q1": timing.get("q1_ms"),
-            "timed_ms_q3": timing.get("q3_ms"), "timed_ms_min": timing.get("min_ms"), "timed_ms_max": timing.get("max_ms"),
-            "timed_repeats": timing.get("repeats"), "timing_method": timing.get("method"),
-            "graph_ms_median": graph.get("median_ms"), "graph_ms_q1": graph.get("q1_ms"), "graph_ms_q3": graph.get("q3_ms"),
-            "graph_ms_min": graph.get("min_ms"), "graph_ms_max": graph.get("max_ms"), "graph_error": graph.get("error")}
+    return {**{f"timed_ms_{k}": timing.get(f"{k}_ms") for k in ("median", "q1", "q3", "min", "max")},
+            **{f"graph_ms_{k}": graph.get(f"{k}_ms") for k in ("median", "q1", "q3", "min", "max")},
+            "timed_repeats": timing.get("repeats"), "timing_method": timing.get("method"), "graph_error": graph.get("error")}
 
 
 def _forward_statistics(row: dict, forwards: pd.DataFrame, verdict: dict, gpu: bool, minimum: int) -> None:
@@ -535,8 +519,7 @@ def _shape_columns(status: dict) -> dict:
 def _trace_columns(status: dict, verdict: dict) -> dict:
     """The forward counts of :func:`assess_forwards`' ``verdict`` and its note on the trace; a capture that did not
     run has no trace to describe (its status and reason say why), so its note is empty."""
-    return {**{k: verdict[k] for k in ("forwards_expected", "forwards_profiled", "forwards_complete", "forwards_timed",
-                                       "incomplete_forwards", "bad_time_events")},
+    return {**{k: verdict[k] for k in TRACE_QUALITY_COLUMNS},
             "trace_note": verdict["note"] if status["status"] in ("ok", "incomplete_trace") else ""}
 
 
@@ -592,9 +575,5 @@ def repeat_row(status: dict, status_path, forwards: pd.DataFrame) -> dict:
     """One repeats.csv row: :func:`summary_row` of the capture whose record ``status`` (in the current format,
     attnprof.analysis.records.load_status: its ``repeat`` always there, a version-1 record's from its folder ``r<k>``)
     was read from ``status_path``, its trace beside it."""
-    from pathlib import Path
-
-    from attnprof.model.names import CAPTURE_FILES
-
     trace = Path(status_path).with_name(CAPTURE_FILES["trace"])
     return {**summary_row(status, forwards, str(trace)), "repeat": int(status["repeat"])}

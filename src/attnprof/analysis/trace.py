@@ -75,13 +75,6 @@ CPU_CATEGORIES = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver")
 TIME_TOLERANCE_US = 0.002
 
 
-def is_launch_api(names: pd.Series) -> pd.Series:
-    """True where an API call's name is of a family known to enqueue GPU work (:data:`LAUNCH_API`).
-    Only part of the rule: :func:`launches` column ``enqueues`` is the rule (it also takes calls
-    that the trace links to GPU work, whatever their name)."""
-    return names.astype(str).str.match(LAUNCH_API)
-
-
 def same_time_tolerance(ts) -> np.ndarray:
     """Per time ``ts`` (us, array-like): the difference below which two times are taken as equal --
     :data:`TIME_TOLERANCE_US`, or two float64 steps at that magnitude where those are larger
@@ -140,7 +133,7 @@ def load_trace(path: str | Path) -> dict:
         return _load_reference(data, path)
     del data  # the text is freed before its columns become a frame
     top, columns = decoded
-    return Trace(top, _frame_from_columns(columns), source, path.suffix == ".gz", _flows_from_columns(columns))
+    return Trace(top, _frame_from_columns(columns), source, path.suffix == ".gz", _flow_frame(columns["flows"]))
 
 
 def _read_file(path: Path) -> tuple[bytes, bytes | bytearray]:
@@ -311,22 +304,15 @@ def _frame_from_columns(columns: dict) -> pd.DataFrame:
     gpu_args = np.full(len(df), None, dtype=object)
     for row, values in columns["gpu"]:
         gpu_args[row] = values
-    return _finish_frame(df, pd.Series(np.concatenate(columns["correlation"])),
-                         pd.Series(np.concatenate(columns["external_id"])), gpu_args,
-                         names_as_read=None in columns["name"] or None in columns["cat"],
-                         cbid=pd.Series(np.concatenate(columns["cbid"])))
+    return _finish_frame(df, *(pd.Series(np.concatenate(columns[c])) for c in ("correlation", "external_id", "cbid")),
+                         gpu_args, names_as_read=None in columns["name"] or None in columns["cat"])
 
 
-def _flows_from_columns(columns: dict) -> pd.DataFrame:
-    """:func:`flow_finishes` of the fast reader's columns."""
-    flows = columns["flows"]
-    return _flow_frame([f[0] for f in flows], [f[1] for f in flows], [f[2] for f in flows], [f[3] for f in flows])
-
-
-def _flow_frame(ids: list, pids: list, tids: list, ts: list) -> pd.DataFrame:
-    return pd.DataFrame({"correlation": integer_ids(pd.Series(ids, dtype=object)), "pid": pd.Series(pids, dtype=object),
-                         "tid": pd.Series(tids, dtype=object),
-                         "ts": pd.to_numeric(pd.Series(ts, dtype=object), errors="coerce").astype(float)})[FLOW_COLUMNS]
+def _flow_frame(rows: list[tuple]) -> pd.DataFrame:
+    """:func:`flow_finishes`' frame of the flow finishes' (id, pid, tid, ts) rows (the fast reader's, or of dicts)."""
+    flows = pd.DataFrame(rows, columns=FLOW_COLUMNS, dtype=object)
+    return flows.assign(correlation=integer_ids(flows["correlation"]),
+                        ts=pd.to_numeric(flows["ts"], errors="coerce").astype(float))
 
 
 def _frame_from_dicts(events: list) -> pd.DataFrame:
@@ -339,12 +325,11 @@ def _frame_from_dicts(events: list) -> pd.DataFrame:
     for row, (c, a) in enumerate(zip((e.get("cat") for e in rows), args)):
         if isinstance(c, str) and c in GPU_CATEGORIES:
             gpu_args[row] = tuple(a.get(k) for k in GPU_ARG_KEYS)
-    return _finish_frame(df, args.apply(lambda a: a.get("correlation")), args.apply(lambda a: a.get("External id")),
-                         gpu_args, cbid=args.apply(lambda a: a.get("cbid")))
+    return _finish_frame(df, *(args.apply(lambda a, k=k: a.get(k)) for k in ("correlation", "External id", "cbid")), gpu_args)
 
 
-def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, gpu_args: np.ndarray,
-                  names_as_read: bool = True, cbid: pd.Series | None = None) -> pd.DataFrame:
+def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, cbid: pd.Series, gpu_args: np.ndarray,
+                  names_as_read: bool = True) -> pd.DataFrame:
     """Both readers' last step: ``df`` holds the events' name, cat, ts, dur, pid, tid as read.
     ``names_as_read`` False: every name and cat is a string (the fast reader's, when none is
     missing), which the name and cat rules leave as they are."""
@@ -358,7 +343,7 @@ def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Seri
     df["end"] = df["ts"] + df["dur"]
     df["correlation"] = integer_ids(correlation)
     df["external_id"] = integer_ids(external_id)
-    df["cbid"] = integer_ids(cbid if cbid is not None else pd.Series([None] * len(df), dtype=object))
+    df["cbid"] = integer_ids(cbid)
     df["gpu_args"] = gpu_args
     return df
 
@@ -377,13 +362,12 @@ class Trace(dict):
 
     __slots__ = ("_frame", "_source", "_gzipped", "_flows")
 
-    def __init__(self, top: dict, frame: pd.DataFrame, source: bytes, gzipped: bool, flows: pd.DataFrame | None = None):
+    def __init__(self, top: dict, frame: pd.DataFrame, source: bytes, gzipped: bool, flows: pd.DataFrame):
         """``top``: the top-level object with :data:`_LAZY` for ``traceEvents``; ``frame``: its
         events_frame; ``source``: the file's bytes, gzip-compressed when ``gzipped``; ``flows``:
-        its :func:`flow_finishes` (None: none read)."""
+        its :func:`flow_finishes`."""
         super().__init__(top)
-        self._frame, self._source, self._gzipped = frame, source, gzipped
-        self._flows = flows if flows is not None else _flow_frame([], [], [], [])
+        self._frame, self._source, self._gzipped, self._flows = frame, source, gzipped, flows
 
     def events_frame(self) -> pd.DataFrame | None:
         """The columns read from the file while ``traceEvents`` has not been built; else None."""
@@ -481,8 +465,7 @@ def flow_finishes(trace: dict) -> pd.DataFrame:
     if flows is not None:
         return flows.copy()
     rows = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "f" and e.get("cat") == "ac2g"]
-    return _flow_frame([e.get("id") for e in rows], [e.get("pid") for e in rows], [e.get("tid") for e in rows],
-                       [e.get("ts") for e in rows])
+    return _flow_frame([(e.get("id"), e.get("pid"), e.get("tid"), e.get("ts")) for e in rows])
 
 
 def integer_ids(values: pd.Series) -> pd.Series:
@@ -523,7 +506,7 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     same thread, range start <= ts <= range end -- or -1 when none does. Vectorised with
     numpy.searchsorted per thread; ranges of one thread do not overlap (forward_ranges)."""
     out = pd.Series(-1, index=ts.index, dtype="int64")
-    good = ranges[ranges["range_ok"]] if "range_ok" in ranges else ranges
+    good = ranges[ranges["range_ok"]]
     if good.empty or ts.empty:
         return out
     for thread, rr in good.groupby("tid"):
@@ -536,14 +519,13 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     return out
 
 
-def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward,
-             flows: pd.DataFrame | None = None) -> pd.DataFrame:
+def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign, flows: pd.DataFrame) -> pd.DataFrame:
     """CUDA runtime and driver API calls (columns :data:`EVENT_COLUMNS`) with the forward they
     ran in (-1: outside any) and what the trace says about the GPU work they enqueue:
 
     - ``linked``: the trace links this call to GPU work: a kernel, memcpy or memset event carries
       its correlation id, or an ``ac2g`` flow from it lands on another process's row than the
-      call's (the GPU's; :func:`flow_finishes`, ``flows``; None: no flows);
+      call's (the GPU's; :func:`flow_finishes`, ``flows``);
     - ``enqueues``: the call enqueues GPU work, so that finding none of it means lost GPU records
       (:func:`enqueues_gpu_work`);
     - ``graph_launch``: the call replays a CUDA graph (name of :data:`GRAPH_LAUNCH_API`, or GPU
@@ -581,8 +563,7 @@ def _matches(names: pd.Series, pattern: re.Pattern) -> pd.Series:
 NONWORK_CATEGORIES = ("cuda_sync", "cuda_event")
 
 
-def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | None,
-                  nonwork: pd.DataFrame | None = None) -> pd.Series:
+def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame, nonwork: pd.DataFrame) -> pd.Series:
     """Per API call: a GPU event carries its correlation id, or an ac2g flow of its correlation id
     lands somewhere else than on the call itself (another thread's row -- the GPU stream's -- or
     another time) and there not on a record of :data:`NONWORK_CATEGORIES` (``nonwork``: those
@@ -590,7 +571,7 @@ def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | No
     ``cudaFuncSetAttribute``...) land on the call: its own thread, at its own start; those of
     synchronizations and event records land on their ``cuda_sync``/``cuda_event`` records."""
     linked = api["correlation"].isin(gpu["correlation"].dropna()).fillna(False).astype(bool)
-    if flows is not None and len(flows):
+    if len(flows):
         f = flows.dropna(subset=["correlation"]).rename(columns={"tid": "f_tid", "ts": "f_ts"})[["correlation", "f_tid", "f_ts"]]
         calls = api.loc[api["correlation"].notna(), ["correlation", "tid", "ts"]].reset_index()
         m = calls.merge(f, on="correlation")
@@ -601,9 +582,8 @@ def _linked_calls(api: pd.DataFrame, gpu: pd.DataFrame, flows: pd.DataFrame | No
             # synchronizations and event records carry the call's correlation and get its flow): no GPU work. A flow
             # that lands where no event is (its kernel's record was lost) still links the call to GPU work.
             starts: dict = {}
-            if nonwork is not None and len(nonwork):
-                for t, x in zip(nonwork["tid"], nonwork["ts"].to_numpy(float)):
-                    starts.setdefault(t, []).append(x)
+            for t, x in zip(nonwork["tid"], nonwork["ts"].to_numpy(float)):
+                starts.setdefault(t, []).append(x)
             starts = {t: np.sort(np.array(v)) for t, v in starts.items()}
 
             def on_record(t, x, tol):
@@ -635,7 +615,7 @@ def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
        by aten ops of the same name in its range (for calls that carry no callback id).
 
     A call that enqueues work and whose correlation id no GPU event carries lost its GPU
-    records (:func:`attnprof.analysis.tables.completeness`). Calls that enqueue nothing
+    records (:func:`attnprof.analysis.completeness.completeness`). Calls that enqueue nothing
     (``cudaStreamIsCapturing``, ``cudaGetDevice``, ``cudaEventRecord``, synchronizations,
     ``cudaFuncSetAttribute``, ``cudaMalloc``...) are none of these. Bool Series on api's index."""
     names = api["name"].astype(str)
@@ -645,7 +625,7 @@ def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
     out = linked | (named & (_matches(names, LAUNCH_API) | names.isin(known)))
     unnamed = ~named & ~linked
     if unnamed.any():
-        cbid = api["cbid"] if "cbid" in api else pd.Series(pd.NA, index=api.index, dtype="Int64")
+        cbid = api["cbid"]
         known_cbid = set(zip(api.loc[linked & cbid.notna(), "cat"], cbid[linked & cbid.notna()].astype(int)))
         by_cbid = [c is not pd.NA and (cat, int(c)) in known_cbid for cat, c in zip(api["cat"], cbid)]
         out |= unnamed & pd.Series(by_cbid, index=api.index, dtype=bool)
@@ -767,22 +747,17 @@ def same_stream_overlaps(gpu: pd.DataFrame, considered: pd.Series) -> pd.Series:
     return pd.Series(out, index=gpu.index)
 
 
-def busy_time(ts: pd.Series, dur: pd.Series, group: pd.Series | None = None):
-    """Time (us) covered by the union of the intervals [ts, ts + dur] -- the time the GPU was busy
-    with them, however many streams ran at once: the sum of their durations less every part
-    already covered by an earlier-starting interval (so it equals the sum, up to float rounding, when
-    none overlaps). A float (0.0 for none); with ``group`` (labels on the same index), a Series of
-    the busy time of each group's intervals, indexed by label."""
-    key = pd.Series(0, index=ts.index) if group is None else group
-    df = pd.DataFrame({"g": key, "ts": ts.astype(float), "dur": dur.astype(float)}).sort_values(["g", "ts"], kind="stable")
+def busy_time(ts: pd.Series, dur: pd.Series, group: pd.Series) -> pd.Series:
+    """Time (us) covered by the union of the intervals [ts, ts + dur] of each ``group`` (labels on the same
+    index) -- the time the GPU was busy with them, however many streams ran at once: the sum of their
+    durations less every part already covered by an earlier-starting interval (so it equals the sum, up to
+    float rounding, when none overlaps). A Series indexed by label."""
+    df = pd.DataFrame({"g": group, "ts": ts.astype(float), "dur": dur.astype(float)}).sort_values(["g", "ts"], kind="stable")
     df["end"] = df["ts"] + df["dur"]
     reach = df.groupby("g", sort=False)["end"].cummax()
     prev = reach.groupby(df["g"], sort=False).shift()  # latest end of the earlier-starting intervals
     covered = (np.minimum(df["end"], prev) - df["ts"]).clip(lower=0.0).fillna(0.0)
-    busy = df.groupby("g")["dur"].sum() - covered.groupby(df["g"]).sum()
-    if group is None:
-        return float(busy.iloc[0]) if len(busy) else 0.0
-    return busy
+    return df.groupby("g")["dur"].sum() - covered.groupby(df["g"]).sum()
 
 
 def device_properties(trace: dict) -> list[dict]:

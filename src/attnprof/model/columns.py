@@ -94,10 +94,9 @@ def _check_declaration(tables: tuple[str, ...], group: tuple[str, ...], report: 
     unknown = [t for t in tables if t not in TABLES]
     if unknown:
         raise ValueError(f"column {group[0]!r}: unknown table(s) {unknown}; known: {list(TABLES)}")
-    if report is not None and len(group) != 1:
-        raise ValueError(f"columns {group}: a report header belongs to one column")
-    if formula is not None and len(group) != 1:
-        raise ValueError(f"columns {group}: a formula belongs to one column")
+    for what, given in (("a report header", report), ("a formula", formula)):
+        if given is not None and len(group) != 1:
+            raise ValueError(f"columns {group}: {what} belongs to one column")
 
 
 def columns_of(table: str) -> dict[str, Column]:
@@ -115,13 +114,9 @@ def formulas(table: str) -> dict[str, str]:
 
 # --- summary.csv ----------------------------------------------------------------------------------------------
 _S = "summary"
-declare((_S, "repeats", "kernels", "forwards", "launches", "ops", "backwards", "kernels_backward", "ops_backward",
-         "recipe", "recipe_backward", "control"),
-        "variant", "", "the variant's name (built in: attnprof.model.variants.VARIANTS, or one of `custom_variants`)",
+declare(tuple(TABLES), "variant", "", "the variant's name (built in: attnprof.model.variants.VARIANTS, or one of `custom_variants`)",
         ReportHeader("variant"))
-declare((_S, "repeats", "kernels", "forwards", "launches", "ops", "backwards", "kernels_backward", "ops_backward",
-         "recipe", "recipe_backward", "control"),
-        "shape_key", "", "the shape's key (above)")
+declare(tuple(TABLES), "shape_key", "", "the shape's key (above)")
 declare(_S, "batch heads seq_len head_dim dtype causal device", "",
         "what ran (q, k, v are [batch, heads, seq_len, head_dim])")
 declare(_S, "kv_heads q_len causal_alignment", "",
@@ -393,11 +388,7 @@ def columns_markdown(table: str) -> str:
     cols = columns_of(table)
     files, row = TABLES[table]
     lines = [f"{', '.join(f'`{f}`' for f in files.split(', '))}: {row}.", "", "| column | unit | meaning |", "|---|---|---|"]
-    seen = set()
-    for c in cols.values():
-        if c.group in seen:
-            continue
-        seen.add(c.group)
+    for c in {c.group: c for c in cols.values()}.values():  # a declaration's columns share all but their name
         meaning = c.description
         if c.formula:
             meaning += f"; computed: `{c.formula}`"
