@@ -11,8 +11,8 @@ from attnprof.model.fmt import format_number, format_range
 STATE_WORDS = {("slower", "gone"): "recovered by the newest build", ("faster", "gone"): "lost again by the newest build",
                ("slower", "still present"): "still present at the newest build",
                ("faster", "still present"): "still present at the newest build",
-               ("slower", "undetermined"): "undetermined at the newest build",
-               ("faster", "undetermined"): "undetermined at the newest build"}
+               ("slower", "undetermined"): "inconclusive at the newest build",
+               ("faster", "undetermined"): "inconclusive at the newest build"}
 
 
 def _pct(ratio: float | None) -> str:
@@ -86,7 +86,7 @@ def page1(doc: dict) -> list[str]:
 
 
 def _no_event(doc: dict) -> str:
-    """Page 1's sentence where no time changed: the threshold, and how many link verdicts were left undetermined."""
+    """Page 1's sentence where no time changed: the threshold, and how many link verdicts were left inconclusive."""
     every = [lk["verdict"] for c in doc["cells"] for lk in c["links"]]
     verdicts = [v for v in every if v not in ("not comparable", "not judged")]
     open_ = sum(v == "inconclusive" for v in verdicts)
@@ -94,9 +94,9 @@ def _no_event(doc: dict) -> str:
     shown = (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(_threshold(doc) * 100)} % "
              f"was shown over the {len(doc['builds'])} builds")
     if open_ == len(verdicts) and verdicts:
-        return (f"{shown}, and none was ruled out: all {open_} link verdicts are undetermined (the rounds spread too "
+        return (f"{shown}, and none was ruled out: all {open_} link verdicts are inconclusive (the rounds spread too "
                 "much to decide; a change up to their intervals is possible)")
-    return (f"{shown}; {open_} of the {len(verdicts)} judged link verdicts undetermined (a change up to their "
+    return (f"{shown}; {open_} of the {len(verdicts)} judged link verdicts inconclusive (a change up to their "
             f"intervals cannot be ruled out there){apart}")
 
 
