@@ -27,18 +27,12 @@ def datasheet(gpu_name: str | None) -> dict:
 def _median_ms(fn, repeats: int, warmup: int = 3) -> float:
     import torch
 
+    from attnprof.measure.capture import cuda_event_ms
+
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(cuda_event_ms(fn) for _ in range(repeats))
 
 
 def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: int = 2 << 30, repeats: int = 10) -> dict:

@@ -217,6 +217,19 @@ LONG_CALL_MS = 25.0
 LONG_CALL_REPEATS = 3
 
 
+def cuda_event_ms(call) -> float:
+    """Device time of ``call()`` in ms: between two CUDA events recorded on the current stream around it (launch gaps
+    between its kernels included), read once the end event has completed. Needs CUDA."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def _timed_loop(call, repeats: int, budget_s: float | None, min_repeats: int, long_ms: float | None = None) -> list[float]:
     """Run ``call(i)`` (returns one time in ms) ``repeats`` times, or stop earlier once
     ``budget_s`` seconds of wall time have passed and at least ``min_repeats`` calls ran
@@ -240,17 +253,11 @@ def _time_calls(forward, input_sets, device: str, repeats: int, budget_s: float 
     CUDA events on the current stream (device elapsed time, launch gaps between its kernels
     included); on CPU by ``time.perf_counter``. Returns ms statistics (:func:`_ms_stats`), the
     method, ``repeats`` (calls made) and ``repeats_asked``."""
-    import torch
 
     def one(i: int) -> float:
         q, k, v = input_sets[i % len(input_sets)]
         if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            forward(q, k, v)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
+            return cuda_event_ms(lambda: forward(q, k, v))
         t0 = time.perf_counter()
         forward(q, k, v)
         return (time.perf_counter() - t0) * 1e3
@@ -279,16 +286,7 @@ def _time_graph(forward, q, k, v, repeats: int, budget_s: float | None = None, m
         forward(q, k, v)
     graph.replay()
     torch.cuda.synchronize()
-
-    def one(_i: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-
-    times = _timed_loop(one, repeats, budget_s, min_repeats)  # the graph is freed when this returns
+    times = _timed_loop(lambda _i: cuda_event_ms(graph.replay), repeats, budget_s, min_repeats)  # the graph is freed when this returns
     return {"method": "cuda_graph_replay", "repeats": len(times), "repeats_asked": repeats, **_ms_stats(times)}
 
 
