@@ -11,30 +11,16 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-
-def _nvidia_smi(query: str) -> list[str]:
-    """Rows of ``nvidia-smi --query-gpu=<query> --format=csv,noheader``; [] when
-    nvidia-smi is missing or fails."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+from attnprof.measure.gpus import node_gpus, nvidia_smi, visible_gpus
 
 
 def detect_gpu() -> str | None:
     """Name of the first GPU this process may use (e.g. 'NVIDIA H200'): the first that nvidia-smi lists and
     CUDA_VISIBLE_DEVICES leaves visible (:func:`attnprof.measure.gpus.visible_gpus`), or None."""
-    from attnprof.measure.gpus import node_gpus, visible_gpus
-
     try:
         gpus = visible_gpus(node_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
     except ValueError:  # GPU rows in another format
@@ -43,7 +29,7 @@ def detect_gpu() -> str | None:
     if named or gpus == []:
         return named[0] if named else None
     # rows in another format, or MIG instances only: the first GPU nvidia-smi lists by name
-    rows = [r for r in _nvidia_smi("name") if r and not r.lower().startswith(("no devices", "nvidia-smi has failed"))]
+    rows = [r for r in nvidia_smi("name") if r and not r.lower().startswith(("no devices", "nvidia-smi has failed"))]
     return rows[0] if rows else None
 
 
@@ -207,6 +193,6 @@ def capture_environment() -> dict:
             sm_count=props.multi_processor_count,
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
         )
-        drivers = _nvidia_smi("driver_version")
+        drivers = nvidia_smi("driver_version")
         env["driver"] = drivers[0] if drivers else None
     return env

@@ -35,22 +35,25 @@ from attnprof.model.gpus import QUERY, Gpu, parse_nvidia_smi, select_gpus, visib
 STANDIN_ENV = "ATTNPROF_NVIDIA_SMI"
 
 
+def nvidia_smi(query: str, options: str = "noheader") -> list[str]:
+    """Rows of ``nvidia-smi --query-gpu=<query> --format=csv,<options>``; [] when nvidia-smi is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, f"--query-gpu={query}", f"--format=csv,{options}"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
 def node_gpus() -> list[Gpu]:
     """Every GPU of the node, from nvidia-smi (or :data:`STANDIN_ENV`); [] when nvidia-smi is missing, fails or lists
     no GPU. Raises ValueError (:func:`attnprof.model.gpus.parse_nvidia_smi`) for GPU rows in another format."""
     text = os.environ.get(STANDIN_ENV)
     if text is None:
-        exe = shutil.which("nvidia-smi")
-        if not exe:
-            return []
-        try:
-            out = subprocess.run([exe, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True,
-                                 text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        if out.returncode != 0:
-            return []
-        text = out.stdout
+        text = "\n".join(nvidia_smi(QUERY, "noheader,nounits"))
     if not any(line.strip()[:1].isdigit() for line in text.splitlines()):
         return []  # no GPU row: nvidia-smi said so in words ('No devices were found') or printed nothing
     return parse_nvidia_smi(text)
