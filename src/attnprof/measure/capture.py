@@ -630,10 +630,9 @@ def gpu_record(assigned: dict | None) -> tuple[dict, str | None]:
     rec = {**(assigned or {"uuid": f"GPU-{seen}" if seen else None, "name": props.name}),
            "torch_uuid": seen or None, "torch_name": props.name}
     uuid = (assigned or {}).get("uuid") or ""
-    if uuid and seen and not uuid.upper().startswith("MIG-"):
-        if bare_uuid(uuid) != bare_uuid(seen):
-            return rec, (f"the capture's job holds GPU {uuid} ({assigned.get('name')}), but cuda:0 in its process is "
-                         f"GPU-{seen} ({props.name}): CUDA_VISIBLE_DEVICES did not reach the capture process")
+    if uuid and seen and not uuid.upper().startswith("MIG-") and bare_uuid(uuid) != bare_uuid(seen):
+        return rec, (f"the capture's job holds GPU {uuid} ({assigned.get('name')}), but cuda:0 in its process is "
+                     f"GPU-{seen} ({props.name}): CUDA_VISIBLE_DEVICES did not reach the capture process")
     return rec, None
 
 
@@ -763,9 +762,7 @@ def _after_profile(spec: dict, device: str, trace_path: Path, record: dict, outc
         record.update(check_own_trace(trace_path, spec, record.get("passes")))
     if outcome["status"] == "ok":
         return
-    for key in ("traceback", "unsupported_reasons"):
-        if key in outcome:
-            record[key] = outcome[key]
+    record.update({key: outcome[key] for key in ("traceback", "unsupported_reasons") if key in outcome})
     if outcome["status"] == "out_of_memory":
         record["oom_bytes"] = oom_bytes(record["reason"])
     if device == "cpu" and not spec.get("custom") and not runs_on(spec["variant"], device):
@@ -939,7 +936,8 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
     is applied to the backward ranges (:func:`attnprof.analysis.completeness.analyse_passes`): ``trace_check``
     gets ``backward`` (the same counts), and too few complete backwards make the returned
     ``passes`` say ``incomplete_trace`` for the backward -- never for the capture."""
-    from attnprof.analysis.completeness import analyse_trace, assess_forwards, forward_table, incomplete_reason
+    from attnprof.analysis.completeness import (analyse_passes, analyse_trace, as_backward, assess_forwards,
+                                                backward_table, forward_table, incomplete_reason)
     from attnprof.analysis.trace import TraceError, load_trace
 
     try:
@@ -948,8 +946,6 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
         return {"status": "failed", "reason": f"TraceError: {exc}"}
     backward = bool(passes) and passes.get("backward", {}).get("status") == "ok"
     if backward:
-        from attnprof.analysis.completeness import analyse_passes, backward_table
-
         frames, bwd_frames = analyse_passes(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
     else:
         frames = analyse_trace(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
@@ -962,8 +958,6 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
     log(f"trace check: {verdict['forwards_complete']} of {verdict['forwards_expected']} forwards complete"
         + (f" ({verdict['note']})" if verdict["note"] else ""))
     if backward:
-        from attnprof.analysis.completeness import as_backward
-
         bwd = backward_table(bwd_frames, spec["variant"], "").rename(columns={"backward": "forward"})
         bv = assess_forwards(bwd, spec["schedule"]["active"], _min_complete(spec))
         out["trace_check"]["backward"] = {k: as_backward(bv[k]) if k == "note" else bv[k]

@@ -301,10 +301,8 @@ def _ncu_version(ncu: str) -> str:
 
 def _child_line(output: str) -> dict | None:
     """The child's own summary (a JSON line prefixed ``attnprof_counters_child:``)."""
-    for ln in output.splitlines():
-        if ln.startswith("attnprof_counters_child:"):
-            return json.loads(ln.split(":", 1)[1])
-    return None
+    return next((json.loads(ln.split(":", 1)[1]) for ln in output.splitlines() if ln.startswith("attnprof_counters_child:")),
+                None)
 
 
 def child(spec: dict) -> dict:

@@ -62,11 +62,8 @@ def torch_build() -> dict:
                 m = re.search(pattern, text, re.M)
                 if m:
                     info[key] = m.group(1)
-    for dist in importlib.metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower()
-        if name.startswith("nvidia-cudnn"):
-            info["cudnn"] = dist.version
-            break
+    info["cudnn"] = next((dist.version for dist in importlib.metadata.distributions()
+                          if (dist.metadata["Name"] or "").lower().startswith("nvidia-cudnn")), None)
     return info
 
 
