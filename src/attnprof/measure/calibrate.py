@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 
+from attnprof.measure.lock import device_lock
+
 #: Datasheet peaks (dense, no sparsity): GPU name substring -> (bf16/fp16 TFLOP/s, memory TB/s).
 #: Sources: NVIDIA H200 datasheet (SXM: 989 TFLOP/s bf16 dense = H100 SXM, 4.8 TB/s HBM3e),
 #: NVIDIA H100 datasheet (SXM: 989 TFLOP/s, 3.35 TB/s), NVIDIA A100 datasheet (SXM 80GB: 312 TFLOP/s, 2.039 TB/s).
@@ -46,8 +48,6 @@ def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: i
 
     if not torch.cuda.is_available():
         return {"device": device, "skipped": "torch.cuda.is_available() is False"}
-    from attnprof.measure.lock import device_lock
-
     # never beside a capture on its GPU (each would slow the other); on a node of several GPUs, beside the others' captures
     with device_lock(device, (gpu or {}).get("uuid")) as waited_s:
         out = _measure(n, copy_bytes, repeats)

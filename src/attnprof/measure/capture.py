@@ -379,7 +379,7 @@ def _run_phase(name: str, fn, spec: dict, device: str, caught: list) -> tuple[di
 
 
 def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, stack: contextlib.ExitStack,
-                   caught: list | None = None) -> dict:
+                   caught: list) -> dict:
     """Set up, warm up and trace; leaves forward, input sets and the last output in ``st``
     and the variant's backend context entered on ``stack`` for the later phases.
 
@@ -408,12 +408,11 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
         produced["passes"] = {"forward": {"status": "ok", "reason": ""}}
         log(f"backward: {max(1, spec['warmup_calls'])} warm-up steps (forward with grad + backward)")
         outcome, made = _run_phase("backward", lambda: _backward_setup(spec, shape, device, st, q, k, v),
-                                   spec, device, caught if caught is not None else [])
+                                   spec, device, caught)
         produced["passes"]["backward"] = outcome
         if outcome["status"] == "ok":
-            step = made["step"]
-            if "compile_backward" in made:
-                produced["compile_backward"] = made["compile_backward"]
+            step = made.pop("step")
+            produced.update(made)  # compile_backward, for a compiled variant
         else:
             log(f"backward: {outcome['status']}: {outcome['reason'][:300]}; profiling the forward only")
 
@@ -845,7 +844,7 @@ def _note_missing_checks(record: dict) -> None:
         record["graph_timing"] = {"error": missing["graph_timing"]["reason"][:500]}
 
 
-def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.ExitStack, backward: bool) -> dict:
+def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.ExitStack, backward: bool) -> None:
     """The check process's set-up for :func:`run_checks`: what :func:`_profile_phase` leaves in ``st`` before its
     profile (the forward, the input sets, the warm-up calls, the backward's leaf inputs and output gradient), then
     one forward of the first input set, whose output the float64 check reads (the profiled steps ran the same
@@ -857,7 +856,6 @@ def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.E
         _backward_setup(spec, shape, device, st, q, k, v)
     st.out = st.forward(q, k, v)
     _sync(device)
-    return {}
 
 
 def run_checks(spec: dict, passes: dict | None = None) -> dict:
@@ -906,8 +904,8 @@ def merge_checks(record: dict, result: dict | None, error: str = "") -> dict:
         return record
     apart = [n for n, p in record["phases"].items() if p.get("reason") == CHECKS_APART]
     if result is None:
-        for name in apart:
-            record["phases"][name] = {"status": "failed", "reason": f"check process: {error}"[:2000], "seconds": 0.0}
+        record["phases"].update({name: {"status": "failed", "reason": f"check process: {error}"[:2000], "seconds": 0.0}
+                                 for name in apart})
         record["checks"] = {"error": error[:2000]}
     else:
         record.update({k: v for k, v in result.items() if k not in ("phases", "warnings", "pid", "seconds")})
