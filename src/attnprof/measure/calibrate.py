@@ -60,8 +60,7 @@ def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: i
 def _measure(n: int, copy_bytes: int, repeats: int) -> dict:
     import torch
 
-    device = "cuda"
-    out = {"device": device, "gpu_name": torch.cuda.get_device_name(), "gemm_n": n, "copy_bytes": copy_bytes, "repeats": repeats,
+    out = {"device": "cuda", "gpu_name": torch.cuda.get_device_name(), "gemm_n": n, "copy_bytes": copy_bytes, "repeats": repeats,
            "method": "median of CUDA-event timings after 3 warm-ups; random inputs"}
     gen = torch.Generator(device="cuda").manual_seed(0)
     for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):

@@ -293,9 +293,7 @@ def _time_graph(forward, q, k, v, repeats: int, budget_s: float | None = None, m
 def oom_bytes(message: str) -> int | None:
     """Bytes the allocator asked for, from PyTorch's 'Tried to allocate 64.00 GiB' message; None if absent."""
     m = re.search(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", message)
-    if not m:
-        return None
-    return int(float(m.group(1)) * 1024 ** ("B", "KiB", "MiB", "GiB", "TiB").index(m.group(2)))
+    return int(float(m.group(1)) * 1024 ** ("B", "KiB", "MiB", "GiB", "TiB").index(m.group(2))) if m else None
 
 
 def _op_input_types(forward, q, k, v) -> list[dict]:

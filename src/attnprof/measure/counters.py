@@ -158,11 +158,9 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
         "grid": rows.get("Grid Size", empty).map(_dims),
         "block": rows.get("Block Size", empty).map(_dims),
     }
-    units = {}
-    for metric, (name, _) in columns.items():
-        if metric in raw.columns:
-            units[name] = str(units_row[metric]).strip()
-            data[name] = _metric_values(rows[metric], units[name])
+    units = {name: str(units_row[metric]).strip() for metric, (name, _) in columns.items() if metric in raw.columns}
+    data.update({name: _metric_values(rows[metric], units[name]) for metric, (name, _) in columns.items()
+                 if metric in raw.columns})
     return pd.DataFrame(data), units
 
 

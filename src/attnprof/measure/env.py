@@ -6,6 +6,7 @@ the Snakefile calls them on every invocation, dry runs included.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -139,12 +140,10 @@ def default_run_id(device: str, gpu_name: str | None, build: dict) -> str:
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor() or the
     machine type."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 

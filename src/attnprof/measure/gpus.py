@@ -82,11 +82,11 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
 
     if not gpus:
         raise ValueError("no GPU to claim")
-    files = [open_shared(gpu_file(g.uuid, "claim", folder)) for g in gpus]
-    try:
+    with contextlib.ExitStack() as files:
+        claims = [files.enter_context(open_shared(gpu_file(g.uuid, "claim", folder))) for g in gpus]
         told = False
         while True:
-            for gpu, fh in zip(gpus, files):
+            for gpu, fh in zip(gpus, claims):
                 try:
                     fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -100,9 +100,6 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
                 say(f"all {len(gpus)} GPUs of the run are busy with other captures: waiting for one")
                 told = True
             time.sleep(poll_s)
-    finally:
-        for fh in files:
-            fh.close()
 
 
 @contextlib.contextmanager
