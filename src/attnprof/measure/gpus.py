@@ -103,15 +103,13 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
 
 
 @contextlib.contextmanager
-def job_gpu(device: str, choice="all", say=None, environ: dict | None = None):
+def job_gpu(device: str, choice="all", say=None):
     """The GPU a capture-stage job (capture, calibrate, environment) runs its work on, held for the block; yields a
     :class:`Gpu`, or None where there is none to name (a CPU run; CUDA without nvidia-smi; ``choice`` 'any', a
     cluster job: the capture process then takes the device as CUDA gives it, and records which). With one GPU it is taken at once (the capture worker's queue orders that run's
     captures); with several, through :func:`claim_gpu`. Raises ValueError as :func:`select_gpus` does."""
-    if choice == "any":  # a cluster job: its allocation's GPU as CUDA gives it; the capture records which
-        yield None
-        return
-    gpus = run_gpus(choice, environ) if device == "cuda" else []
+    # choice 'any', a cluster job: its allocation's GPU as CUDA gives it; the capture records which
+    gpus = run_gpus(choice) if device == "cuda" and choice != "any" else []
     if len(gpus) < 2:
         yield gpus[0] if gpus else None
         return
