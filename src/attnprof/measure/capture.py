@@ -385,7 +385,7 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     ``backward`` probe runs ``warmup_calls`` (at least one) forward+backward steps outside the
     profiler, in :func:`_run_phase` (its outcome is ``passes.backward``; ``caught``: the warnings
     list that explains an ``unsupported`` one). If it succeeds, each profiled step is
-    :func:`_backward_step`; else the steps are the forward-only ones under ``no_grad``."""
+    :func:`_backward_setup`'s step; else the steps are the forward-only ones under ``no_grad``."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 

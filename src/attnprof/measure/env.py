@@ -73,12 +73,12 @@ def torch_build() -> dict:
 SOURCE_DIR = Path(__file__).resolve().parents[2]
 
 
-def interpreter_environ(overrides: dict | None = None, base: dict | None = None) -> dict:
+def interpreter_environ(overrides: dict | None = None) -> dict:
     """The process environment for another Python environment's capture processes (config ``environments``):
-    ``base`` (default os.environ) with ``overrides`` set over it and :data:`SOURCE_DIR` put first on
+    this process's (os.environ) with ``overrides`` set over it and :data:`SOURCE_DIR` put first on
     PYTHONPATH, so that its interpreter imports this checkout's attnprof (not one installed there).
     Returns a new dict; values are strings."""
-    env = {**(os.environ if base is None else base), **{k: str(v) for k, v in (overrides or {}).items()}}
+    env = {**os.environ, **{k: str(v) for k, v in (overrides or {}).items()}}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_DIR), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                                         if p and p != str(SOURCE_DIR)]]))
     return env
