@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 
+from attnprof.measure.lock import device_lock
+
 #: Datasheet peaks (dense, no sparsity): GPU name substring -> (bf16/fp16 TFLOP/s, memory TB/s).
 #: Sources: NVIDIA H200 datasheet (SXM: 989 TFLOP/s bf16 dense = H100 SXM, 4.8 TB/s HBM3e),
 #: NVIDIA H100 datasheet (SXM: 989 TFLOP/s, 3.35 TB/s), NVIDIA A100 datasheet (SXM 80GB: 312 TFLOP/s, 2.039 TB/s).
@@ -27,18 +29,12 @@ def datasheet(gpu_name: str | None) -> dict:
 def _median_ms(fn, repeats: int, warmup: int = 3) -> float:
     import torch
 
+    from attnprof.measure.capture import cuda_event_ms
+
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(cuda_event_ms(fn) for _ in range(repeats))
 
 
 def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: int = 2 << 30, repeats: int = 10) -> dict:
@@ -52,8 +48,6 @@ def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: i
 
     if not torch.cuda.is_available():
         return {"device": device, "skipped": "torch.cuda.is_available() is False"}
-    from attnprof.measure.lock import device_lock
-
     # never beside a capture on its GPU (each would slow the other); on a node of several GPUs, beside the others' captures
     with device_lock(device, (gpu or {}).get("uuid")) as waited_s:
         out = _measure(n, copy_bytes, repeats)
@@ -66,8 +60,7 @@ def calibrate(device: str, gpu: dict | None = None, n: int = 8192, copy_bytes: i
 def _measure(n: int, copy_bytes: int, repeats: int) -> dict:
     import torch
 
-    device = "cuda"
-    out = {"device": device, "gpu_name": torch.cuda.get_device_name(), "gemm_n": n, "copy_bytes": copy_bytes, "repeats": repeats,
+    out = {"device": "cuda", "gpu_name": torch.cuda.get_device_name(), "gemm_n": n, "copy_bytes": copy_bytes, "repeats": repeats,
            "method": "median of CUDA-event timings after 3 warm-ups; random inputs"}
     gen = torch.Generator(device="cuda").manual_seed(0)
     for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):

@@ -217,6 +217,19 @@ LONG_CALL_MS = 25.0
 LONG_CALL_REPEATS = 3
 
 
+def cuda_event_ms(call) -> float:
+    """Device time of ``call()`` in ms: between two CUDA events recorded on the current stream around it (launch gaps
+    between its kernels included), read once the end event has completed. Needs CUDA."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def _timed_loop(call, repeats: int, budget_s: float | None, min_repeats: int, long_ms: float | None = None) -> list[float]:
     """Run ``call(i)`` (returns one time in ms) ``repeats`` times, or stop earlier once
     ``budget_s`` seconds of wall time have passed and at least ``min_repeats`` calls ran
@@ -240,17 +253,11 @@ def _time_calls(forward, input_sets, device: str, repeats: int, budget_s: float 
     CUDA events on the current stream (device elapsed time, launch gaps between its kernels
     included); on CPU by ``time.perf_counter``. Returns ms statistics (:func:`_ms_stats`), the
     method, ``repeats`` (calls made) and ``repeats_asked``."""
-    import torch
 
     def one(i: int) -> float:
         q, k, v = input_sets[i % len(input_sets)]
         if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            forward(q, k, v)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
+            return cuda_event_ms(lambda: forward(q, k, v))
         t0 = time.perf_counter()
         forward(q, k, v)
         return (time.perf_counter() - t0) * 1e3
@@ -279,25 +286,14 @@ def _time_graph(forward, q, k, v, repeats: int, budget_s: float | None = None, m
         forward(q, k, v)
     graph.replay()
     torch.cuda.synchronize()
-
-    def one(_i: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-
-    times = _timed_loop(one, repeats, budget_s, min_repeats)  # the graph is freed when this returns
+    times = _timed_loop(lambda _i: cuda_event_ms(graph.replay), repeats, budget_s, min_repeats)  # the graph is freed when this returns
     return {"method": "cuda_graph_replay", "repeats": len(times), "repeats_asked": repeats, **_ms_stats(times)}
 
 
 def oom_bytes(message: str) -> int | None:
     """Bytes the allocator asked for, from PyTorch's 'Tried to allocate 64.00 GiB' message; None if absent."""
     m = re.search(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", message)
-    if not m:
-        return None
-    return int(float(m.group(1)) * 1024 ** ("B", "KiB", "MiB", "GiB", "TiB").index(m.group(2)))
+    return int(float(m.group(1)) * 1024 ** ("B", "KiB", "MiB", "GiB", "TiB").index(m.group(2))) if m else None
 
 
 def _op_input_types(forward, q, k, v) -> list[dict]:
@@ -381,7 +377,7 @@ def _run_phase(name: str, fn, spec: dict, device: str, caught: list) -> tuple[di
 
 
 def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, stack: contextlib.ExitStack,
-                   caught: list | None = None) -> dict:
+                   caught: list) -> dict:
     """Set up, warm up and trace; leaves forward, input sets and the last output in ``st``
     and the variant's backend context entered on ``stack`` for the later phases.
 
@@ -389,7 +385,7 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     ``backward`` probe runs ``warmup_calls`` (at least one) forward+backward steps outside the
     profiler, in :func:`_run_phase` (its outcome is ``passes.backward``; ``caught``: the warnings
     list that explains an ``unsupported`` one). If it succeeds, each profiled step is
-    :func:`_backward_step`; else the steps are the forward-only ones under ``no_grad``."""
+    :func:`_backward_setup`'s step; else the steps are the forward-only ones under ``no_grad``."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
@@ -410,12 +406,11 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
         produced["passes"] = {"forward": {"status": "ok", "reason": ""}}
         log(f"backward: {max(1, spec['warmup_calls'])} warm-up steps (forward with grad + backward)")
         outcome, made = _run_phase("backward", lambda: _backward_setup(spec, shape, device, st, q, k, v),
-                                   spec, device, caught if caught is not None else [])
+                                   spec, device, caught)
         produced["passes"]["backward"] = outcome
         if outcome["status"] == "ok":
-            step = made["step"]
-            if "compile_backward" in made:
-                produced["compile_backward"] = made["compile_backward"]
+            step = made.pop("step")
+            produced.update(made)  # compile_backward, for a compiled variant
         else:
             log(f"backward: {outcome['status']}: {outcome['reason'][:300]}; profiling the forward only")
 
@@ -632,10 +627,9 @@ def gpu_record(assigned: dict | None) -> tuple[dict, str | None]:
     rec = {**(assigned or {"uuid": f"GPU-{seen}" if seen else None, "name": props.name}),
            "torch_uuid": seen or None, "torch_name": props.name}
     uuid = (assigned or {}).get("uuid") or ""
-    if uuid and seen and not uuid.upper().startswith("MIG-"):
-        if bare_uuid(uuid) != bare_uuid(seen):
-            return rec, (f"the capture's job holds GPU {uuid} ({assigned.get('name')}), but cuda:0 in its process is "
-                         f"GPU-{seen} ({props.name}): CUDA_VISIBLE_DEVICES did not reach the capture process")
+    if uuid and seen and not uuid.upper().startswith("MIG-") and bare_uuid(uuid) != bare_uuid(seen):
+        return rec, (f"the capture's job holds GPU {uuid} ({assigned.get('name')}), but cuda:0 in its process is "
+                     f"GPU-{seen} ({props.name}): CUDA_VISIBLE_DEVICES did not reach the capture process")
     return rec, None
 
 
@@ -765,9 +759,7 @@ def _after_profile(spec: dict, device: str, trace_path: Path, record: dict, outc
         record.update(check_own_trace(trace_path, spec, record.get("passes")))
     if outcome["status"] == "ok":
         return
-    for key in ("traceback", "unsupported_reasons"):
-        if key in outcome:
-            record[key] = outcome[key]
+    record.update({key: outcome[key] for key in ("traceback", "unsupported_reasons") if key in outcome})
     if outcome["status"] == "out_of_memory":
         record["oom_bytes"] = oom_bytes(record["reason"])
     if device == "cpu" and not spec.get("custom") and not runs_on(spec["variant"], device):
@@ -850,7 +842,7 @@ def _note_missing_checks(record: dict) -> None:
         record["graph_timing"] = {"error": missing["graph_timing"]["reason"][:500]}
 
 
-def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.ExitStack, backward: bool) -> dict:
+def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.ExitStack, backward: bool) -> None:
     """The check process's set-up for :func:`run_checks`: what :func:`_profile_phase` leaves in ``st`` before its
     profile (the forward, the input sets, the warm-up calls, the backward's leaf inputs and output gradient), then
     one forward of the first input set, whose output the float64 check reads (the profiled steps ran the same
@@ -862,7 +854,6 @@ def _checks_setup(spec: dict, shape: Shape, device: str, st, stack: contextlib.E
         _backward_setup(spec, shape, device, st, q, k, v)
     st.out = st.forward(q, k, v)
     _sync(device)
-    return {}
 
 
 def run_checks(spec: dict, passes: dict | None = None) -> dict:
@@ -911,8 +902,8 @@ def merge_checks(record: dict, result: dict | None, error: str = "") -> dict:
         return record
     apart = [n for n, p in record["phases"].items() if p.get("reason") == CHECKS_APART]
     if result is None:
-        for name in apart:
-            record["phases"][name] = {"status": "failed", "reason": f"check process: {error}"[:2000], "seconds": 0.0}
+        record["phases"].update({name: {"status": "failed", "reason": f"check process: {error}"[:2000], "seconds": 0.0}
+                                 for name in apart})
         record["checks"] = {"error": error[:2000]}
     else:
         record.update({k: v for k, v in result.items() if k not in ("phases", "warnings", "pid", "seconds")})
@@ -941,7 +932,8 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
     is applied to the backward ranges (:func:`attnprof.analysis.completeness.analyse_passes`): ``trace_check``
     gets ``backward`` (the same counts), and too few complete backwards make the returned
     ``passes`` say ``incomplete_trace`` for the backward -- never for the capture."""
-    from attnprof.analysis.completeness import analyse_trace, assess_forwards, forward_table, incomplete_reason
+    from attnprof.analysis.completeness import (analyse_passes, analyse_trace, as_backward, assess_forwards,
+                                                backward_table, forward_table, incomplete_reason)
     from attnprof.analysis.trace import TraceError, load_trace
 
     try:
@@ -950,8 +942,6 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
         return {"status": "failed", "reason": f"TraceError: {exc}"}
     backward = bool(passes) and passes.get("backward", {}).get("status") == "ok"
     if backward:
-        from attnprof.analysis.completeness import analyse_passes, backward_table
-
         frames, bwd_frames = analyse_passes(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
     else:
         frames = analyse_trace(trace, spec["range_name"], expect_gpu=spec["device"] == "cuda")
@@ -964,8 +954,6 @@ def check_own_trace(trace_path: Path, spec: dict, passes: dict | None = None) ->
     log(f"trace check: {verdict['forwards_complete']} of {verdict['forwards_expected']} forwards complete"
         + (f" ({verdict['note']})" if verdict["note"] else ""))
     if backward:
-        from attnprof.analysis.completeness import as_backward
-
         bwd = backward_table(bwd_frames, spec["variant"], "").rename(columns={"backward": "forward"})
         bv = assess_forwards(bwd, spec["schedule"]["active"], _min_complete(spec))
         out["trace_check"]["backward"] = {k: as_backward(bv[k]) if k == "note" else bv[k]

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -44,6 +43,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from attnprof.measure.env import interpreter_environ
+from attnprof.model.variants import Shape
 
 #: NVTX push/pop range around the measured forwards; ``--nvtx-include RANGE/`` selects it
 #: (the trailing ``/`` names a push/pop range of the default domain, ncu's filter syntax).
@@ -88,21 +90,11 @@ TENSOR_METRICS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def all_columns() -> dict[str, tuple[str, str]]:
-    """Every metric attnprof may ask for -> (column, description): :data:`METRICS` and :data:`TENSOR_METRICS`."""
-    return {**METRICS, **{b + suffix: (col, desc) for b, (suffix, col, desc) in TENSOR_METRICS.items()}}
-
-
 #: ncu's marker for "no permission to read the GPU's performance counters".
 PERMISSION_MARKERS = ("ERR_NVGPUCTRPERM", "does not have permission to access NVIDIA GPU Performance Counters")
 
 #: Columns of the counters CSV before the metrics.
 ID_COLUMNS = ["variant", "shape_key", "id", "kernel", "grid", "block"]
-
-
-def ncu_path() -> str | None:
-    """The ``ncu`` on PATH, else None."""
-    return shutil.which("ncu")
 
 
 def _tail(text: str, n: int = 2000) -> str:
@@ -150,12 +142,13 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
     missing) for a CSV without the ID or Kernel Name column, or with no units row. Percentages
     outside 0..100 and unparseable cells become NaN. Returns ``(table, units)``: ``table`` one row per kernel with
     :data:`ID_COLUMNS`' id, kernel, grid, block (``"8x8x16"``, as the kernels tables write
-    them) and each metric of ``columns`` (default :func:`all_columns`) that the CSV holds, under
+    them) and each metric of ``columns`` (default: every one attnprof may ask for, :data:`METRICS` and all of
+    :data:`TENSOR_METRICS`) that the CSV holds, under
     its column name, as a float (the raw page also lists every device attribute: those are
     left out); ``units`` {column: unit} from the units row ('' where ncu gives none)."""
     import pandas as pd
 
-    columns = columns if columns is not None else all_columns()
+    columns = columns if columns is not None else {**METRICS, **tensor_metrics(set(TENSOR_METRICS))}
     raw = _raw_table(text)
     units_row, rows = raw.iloc[0], raw.iloc[1:].reset_index(drop=True)
     empty = pd.Series([""] * len(rows), dtype=str)
@@ -165,11 +158,9 @@ def parse_raw_csv(text: str, columns: dict[str, tuple[str, str]] | None = None) 
         "grid": rows.get("Grid Size", empty).map(_dims),
         "block": rows.get("Block Size", empty).map(_dims),
     }
-    units = {}
-    for metric, (name, _) in columns.items():
-        if metric in raw.columns:
-            units[name] = str(units_row[metric]).strip()
-            data[name] = _metric_values(rows[metric], units[name])
+    units = {name: str(units_row[metric]).strip() for metric, (name, _) in columns.items() if metric in raw.columns}
+    data.update({name: _metric_values(rows[metric], units[name]) for metric, (name, _) in columns.items()
+                 if metric in raw.columns})
     return pd.DataFrame(data), units
 
 
@@ -215,15 +206,11 @@ def _dims(text: str) -> str:
 
 def make_spec(variant: str, shape_key: str, device: str, seed: int, warmup_calls: int, custom: dict | None = None) -> dict:
     """The spec :func:`measure` and :func:`child` take: one measured forward after ``warmup_calls``."""
-    from attnprof.model.variants import Shape
-
     return {"variant": variant, **({"custom": dict(custom)} if custom else {}), "shape": Shape.from_key(shape_key).as_dict(),
             "device": device, "seed": seed, "warmup_calls": warmup_calls, "forwards": 1}
 
 
 def _record(spec: dict, status: str, reason: str, **extra) -> dict:
-    from attnprof.model.variants import Shape
-
     return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, "status": status, "reason": reason, **extra}
 
 
@@ -244,7 +231,7 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
     t0 = time.perf_counter()
     if spec.get("device") != "cuda":
         return _record(spec, "skipped", f"{spec.get('device')} run: hardware counters need a CUDA GPU")
-    ncu = ncu or ncu_path()
+    ncu = ncu or shutil.which("ncu")
     if not ncu:
         return _record(spec, "skipped", "ncu (Nsight Compute) not found on PATH")
     version = _ncu_version(ncu)
@@ -256,7 +243,7 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
         base = {"metrics": {c: m for m, (c, _) in columns.items()}, "command": " ".join(cmd[:-1] + ["SPEC.json"]),
                 "ncu": {"path": ncu, "version": version}}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=_child_env())
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=interpreter_environ())
         except subprocess.TimeoutExpired as exc:
             return _record(spec, "failed", f"ncu timed out after {timeout_s} s", **base, output_tail=_tail(_text_of(exc.stdout)),
                            wall_s=round(time.perf_counter() - t0, 3))
@@ -283,12 +270,6 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
     table.to_csv(out_csv, index=False)
     child = _child_line(output)
     return {**record, **({"child": child} if child else {})}
-
-
-def _child_env() -> dict:
-    """The environment of ncu's child: this one, with the package's source folder first on PYTHONPATH."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                      os.environ.get("PYTHONPATH")]))}
 
 
 def _text_of(out) -> str:
@@ -318,10 +299,8 @@ def _ncu_version(ncu: str) -> str:
 
 def _child_line(output: str) -> dict | None:
     """The child's own summary (a JSON line prefixed ``attnprof_counters_child:``)."""
-    for ln in output.splitlines():
-        if ln.startswith("attnprof_counters_child:"):
-            return json.loads(ln.split(":", 1)[1])
-    return None
+    return next((json.loads(ln.split(":", 1)[1]) for ln in output.splitlines() if ln.startswith("attnprof_counters_child:")),
+                None)
 
 
 def child(spec: dict) -> dict:
@@ -330,7 +309,6 @@ def child(spec: dict) -> dict:
     import torch
 
     from attnprof.measure.capture import make_inputs
-    from attnprof.model.variants import Shape
     from attnprof.measure.forwards import make_forward
 
     shape = Shape(**spec["shape"])

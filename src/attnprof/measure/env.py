@@ -6,35 +6,22 @@ the Snakefile calls them on every invocation, dry runs included.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-
-def _nvidia_smi(query: str) -> list[str]:
-    """Rows of ``nvidia-smi --query-gpu=<query> --format=csv,noheader``; [] when
-    nvidia-smi is missing or fails."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+from attnprof.measure.gpus import node_gpus, nvidia_smi, visible_gpus
 
 
 def detect_gpu() -> str | None:
     """Name of the first GPU this process may use (e.g. 'NVIDIA H200'): the first that nvidia-smi lists and
     CUDA_VISIBLE_DEVICES leaves visible (:func:`attnprof.measure.gpus.visible_gpus`), or None."""
-    from attnprof.measure.gpus import node_gpus, visible_gpus
-
     try:
         gpus = visible_gpus(node_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
     except ValueError:  # GPU rows in another format
@@ -43,7 +30,7 @@ def detect_gpu() -> str | None:
     if named or gpus == []:
         return named[0] if named else None
     # rows in another format, or MIG instances only: the first GPU nvidia-smi lists by name
-    rows = [r for r in _nvidia_smi("name") if r and not r.lower().startswith(("no devices", "nvidia-smi has failed"))]
+    rows = [r for r in nvidia_smi("name") if r and not r.lower().startswith(("no devices", "nvidia-smi has failed"))]
     return rows[0] if rows else None
 
 
@@ -76,11 +63,8 @@ def torch_build() -> dict:
                 m = re.search(pattern, text, re.M)
                 if m:
                     info[key] = m.group(1)
-    for dist in importlib.metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower()
-        if name.startswith("nvidia-cudnn"):
-            info["cudnn"] = dist.version
-            break
+    info["cudnn"] = next((dist.version for dist in importlib.metadata.distributions()
+                          if (dist.metadata["Name"] or "").lower().startswith("nvidia-cudnn")), None)
     return info
 
 
@@ -89,12 +73,12 @@ def torch_build() -> dict:
 SOURCE_DIR = Path(__file__).resolve().parents[2]
 
 
-def interpreter_environ(overrides: dict | None = None, base: dict | None = None) -> dict:
+def interpreter_environ(overrides: dict | None = None) -> dict:
     """The process environment for another Python environment's capture processes (config ``environments``):
-    ``base`` (default os.environ) with ``overrides`` set over it and :data:`SOURCE_DIR` put first on
+    this process's (os.environ) with ``overrides`` set over it and :data:`SOURCE_DIR` put first on
     PYTHONPATH, so that its interpreter imports this checkout's attnprof (not one installed there).
     Returns a new dict; values are strings."""
-    env = {**(os.environ if base is None else base), **{k: str(v) for k, v in (overrides or {}).items()}}
+    env = {**os.environ, **{k: str(v) for k, v in (overrides or {}).items()}}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_DIR), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                                         if p and p != str(SOURCE_DIR)]]))
     return env
@@ -156,12 +140,10 @@ def default_run_id(device: str, gpu_name: str | None, build: dict) -> str:
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor() or the
     machine type."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 
@@ -207,6 +189,6 @@ def capture_environment() -> dict:
             sm_count=props.multi_processor_count,
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
         )
-        drivers = _nvidia_smi("driver_version")
+        drivers = nvidia_smi("driver_version")
         env["driver"] = drivers[0] if drivers else None
     return env

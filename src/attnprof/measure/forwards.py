@@ -60,15 +60,12 @@ def _sdpa_forward(shape: Shape, device: str) -> Callable:
     if shape.causal_alignment == "lower_right":
         from torch.nn.attention.bias import causal_lower_right
 
-        bias = causal_lower_right(shape.queries, shape.kv_len)
-
-        def forward(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **kwargs)
-
-        return forward
+        kwargs["attn_mask"] = causal_lower_right(shape.queries, shape.kv_len)
+    else:
+        kwargs["is_causal"] = shape.causal
 
     def forward(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal, **kwargs)
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
     return forward
 
@@ -106,29 +103,18 @@ def _flex_forward(shape: Shape, device: str) -> Callable:
     return forward
 
 
-def import_target(target: str):
-    """The object named by ``"module:attribute"`` (the module imported as ``import`` would:
-    from the working directory or an installed package). Raises ValueError for a target
-    without ':' and ImportError/AttributeError when it cannot be found."""
-    import importlib
-
-    module, sep, attr = target.partition(":")
-    if not (sep and module and attr):
-        raise ValueError(f"not a 'module:function' target: {target!r}")
-    obj = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _custom_forward(custom: dict, shape: Shape, device: str) -> Callable:
     """A user variant (config ``custom_variants``): ``custom["function"]`` names
     ``fn(q, k, v, *, causal, scale) -> out`` (q, k, v and out [batch, heads, seq_len,
     head_dim]; ``scale`` = 1/sqrt(head_dim)); the optional ``custom["setup"]`` names
     ``setup(shape: dict, device: str) -> dict`` of extra keyword arguments for ``fn``, called
-    once here, outside the profiled forwards (a mask or a compiled kernel built once)."""
-    fn = import_target(custom["function"])
-    extra = import_target(custom["setup"])(shape.as_dict(), device) if custom.get("setup") else {}
+    once here, outside the profiled forwards (a mask or a compiled kernel built once). Each ``"module:function"`` is
+    imported as ``import`` would (pkgutil.resolve_name: from the working directory or an installed package); the
+    config schema admits no other form. Raises ImportError or AttributeError when one cannot be found."""
+    from pkgutil import resolve_name
+
+    fn = resolve_name(custom["function"])
+    extra = resolve_name(custom["setup"])(shape.as_dict(), device) if custom.get("setup") else {}
     scale = 1.0 / math.sqrt(shape.head_dim)
 
     def forward(q, k, v):
@@ -266,10 +252,10 @@ def _source(obj) -> str:
 def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
     """sha256 (16 hex digits) of the source code a variant's capture runs: its forward builder (and the
     functions of this module the builder calls), its registration's backend, builder, options and compiled flag,
-    make_forward, Shape and the float64 references (_reference_blocks, relative_error, gradient_relative_errors); for a
-    user variant (``custom``: {"function", "setup"}) also the whole source of the modules
-    those name, read without importing them. A Snakemake param of the capture rule, so that
-    editing one variant's code reruns that variant's captures only."""
+    make_forward, Shape and the float64 references (_reference_blocks, relative_error, gradient_relative_errors,
+    _ErrorNorms); for a user variant (``custom``: {"function", "setup"}) also the whole source of the modules those
+    name, read without importing them. A Snakemake param of the capture rule, so that editing one variant's code
+    reruns that variant's captures only."""
     import hashlib
 
     if custom:
@@ -285,7 +271,7 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
         own = [repr((v.backend, v.builder, v.options, v.compiled))]
         own += [_source(f) for f in _called_here(builder) if f is not builder]
     parts = [variant, *own] + [_source(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
-                                                        kept_reference, gradient_relative_errors)]
+                                                        kept_reference, gradient_relative_errors, _ErrorNorms)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -354,18 +340,14 @@ def relative_error(out, q, k, v, causal: bool, block: int = REFERENCE_BLOCK, off
     entry at a time on out's device instead. Returns a
     dimensionless float: nan if out and ref are both zero, inf if only ref is. Raises
     ValueError if ``out`` is not [B, H, S, D_v] like q and v."""
-    import torch
-
     if tuple(out.shape) != (*q.shape[:-1], v.shape[-1]):
         raise ValueError(f"output shape {tuple(out.shape)} does not match q {tuple(q.shape)} and v {tuple(v.shape)}")
-    num = torch.zeros((), dtype=torch.float64, device=q.device)
-    den = torch.zeros((), dtype=torch.float64, device=q.device)
+    errors = _ErrorNorms(("out",), q.device)
     pieces = (((b,), reference[b].to(q.device)) for b in range(q.shape[0])) if reference is not None else (
         ((b, h, rows), ref) for b, h, rows, ref in _reference_blocks(q, k, v, causal, block, offset))
     for where, ref in pieces:
-        num += (out[where].double() - ref).square().sum()
-        den += ref.square().sum()
-    return (num.sqrt() / den.sqrt()).item()
+        errors.add("out", out[where], ref)
+    return errors.ratios()["out"]
 
 
 #: Bytes of float64 references a process keeps (:func:`kept_reference`), in host memory: every shape of the default

@@ -35,22 +35,25 @@ from attnprof.model.gpus import QUERY, Gpu, parse_nvidia_smi, select_gpus, visib
 STANDIN_ENV = "ATTNPROF_NVIDIA_SMI"
 
 
+def nvidia_smi(query: str, options: str = "noheader") -> list[str]:
+    """Rows of ``nvidia-smi --query-gpu=<query> --format=csv,<options>``; [] when nvidia-smi is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, f"--query-gpu={query}", f"--format=csv,{options}"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
 def node_gpus() -> list[Gpu]:
     """Every GPU of the node, from nvidia-smi (or :data:`STANDIN_ENV`); [] when nvidia-smi is missing, fails or lists
     no GPU. Raises ValueError (:func:`attnprof.model.gpus.parse_nvidia_smi`) for GPU rows in another format."""
     text = os.environ.get(STANDIN_ENV)
     if text is None:
-        exe = shutil.which("nvidia-smi")
-        if not exe:
-            return []
-        try:
-            out = subprocess.run([exe, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True,
-                                 text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        if out.returncode != 0:
-            return []
-        text = out.stdout
+        text = "\n".join(nvidia_smi(QUERY, "noheader,nounits"))
     if not any(line.strip()[:1].isdigit() for line in text.splitlines()):
         return []  # no GPU row: nvidia-smi said so in words ('No devices were found') or printed nothing
     return parse_nvidia_smi(text)
@@ -79,11 +82,11 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
 
     if not gpus:
         raise ValueError("no GPU to claim")
-    files = [open_shared(gpu_file(g.uuid, "claim", folder)) for g in gpus]
-    try:
+    with contextlib.ExitStack() as files:
+        claims = [files.enter_context(open_shared(gpu_file(g.uuid, "claim", folder))) for g in gpus]
         told = False
         while True:
-            for gpu, fh in zip(gpus, files):
+            for gpu, fh in zip(gpus, claims):
                 try:
                     fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -97,21 +100,16 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
                 say(f"all {len(gpus)} GPUs of the run are busy with other captures: waiting for one")
                 told = True
             time.sleep(poll_s)
-    finally:
-        for fh in files:
-            fh.close()
 
 
 @contextlib.contextmanager
-def job_gpu(device: str, choice="all", say=None, environ: dict | None = None):
+def job_gpu(device: str, choice="all", say=None):
     """The GPU a capture-stage job (capture, calibrate, environment) runs its work on, held for the block; yields a
     :class:`Gpu`, or None where there is none to name (a CPU run; CUDA without nvidia-smi; ``choice`` 'any', a
     cluster job: the capture process then takes the device as CUDA gives it, and records which). With one GPU it is taken at once (the capture worker's queue orders that run's
     captures); with several, through :func:`claim_gpu`. Raises ValueError as :func:`select_gpus` does."""
-    if choice == "any":  # a cluster job: its allocation's GPU as CUDA gives it; the capture records which
-        yield None
-        return
-    gpus = run_gpus(choice, environ) if device == "cuda" else []
+    # choice 'any', a cluster job: its allocation's GPU as CUDA gives it; the capture records which
+    gpus = run_gpus(choice) if device == "cuda" and choice != "any" else []
     if len(gpus) < 2:
         yield gpus[0] if gpus else None
         return

@@ -48,10 +48,7 @@ def device_lock(device: str, gpu_uuid: str | None = None):
     t0 = time.perf_counter()
     path = capture_lock_path(device, gpu_uuid)
     try:
-        if gpu_uuid:
-            fh = open_shared(path)
-        else:
-            fh = open(path, "a")
+        fh = open_shared(path) if gpu_uuid else open(path, "a")
     except OSError as exc:
         raise RuntimeError(f"the capture lock {path} cannot be opened ({exc.strerror}); it lives in /tmp, or in the "
                            "directory ATTNPROF_CAPTURE_LOCK_DIR names, which must exist and be writable") from exc
