@@ -462,9 +462,8 @@ def _judged(col: str, paired: bool) -> bool:
 
 
 def _repeat_medians(x: dict, key: tuple[str, str], col: str) -> list[float]:
-    s = x["summary"]
-    row = s[(s["variant"] == key[0]) & (s["shape_key"] == key[1])]
-    return repeat_medians(x.get("repeats"), row.iloc[0] if len(row) else pd.Series(dtype=object), key[0], key[1], col)
+    """:func:`repeat_medians` of one (variant, shape) of the pair's keys, which both summaries have."""
+    return repeat_medians(x.get("repeats"), _summary_row(x["summary"], *key), key[0], key[1], col)
 
 
 def time_verdicts(a: dict, b: dict, keys: list[tuple[str, str]], med: str, paired_keys: list[tuple[str, str]],

@@ -23,7 +23,7 @@ from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_r
 from attnprof.analysis.trace import kernel_label
 from attnprof.findings.data import RunData, at_shape, records
 from attnprof.findings.expectations import WITHIN_NOISE
-from attnprof.findings.ranking import PASSES, check_failed, claims as ranking_claims, rank, spread_words, time_prefix
+from attnprof.findings.ranking import PASSES, check_failed, claims as ranking_claims, present, rank, spread_words, time_prefix
 from attnprof.findings.rules.timing import rule_fidelity, rule_speed
 from attnprof.model.fmt import format_range, format_value
 from attnprof.model.gpus import differing_kinds, number_text
@@ -118,11 +118,6 @@ def _grad_wrong(row: dict) -> bool:
 #: a status of summary.csv in words, for page 1
 _STATUS_WORDS = {"out_of_memory": "ran out of memory", "unsupported": "is not supported", "error": "failed",
                  "incomplete_trace": "left an incomplete trace"}
-
-
-def present(value) -> bool:
-    """Whether a cell holds a value (not None, not NaN)."""
-    return value is not None and not (isinstance(value, float) and value != value)
 
 
 def _interval(row, prefix: str) -> str:
@@ -224,10 +219,7 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
 
 def _by_variant(rows: list[dict]) -> dict[str, list[dict]]:
     """Rows grouped by variant, in their order."""
-    out: dict[str, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r["variant"], []).append(r)
-    return out
+    return {v: [r for r in rows if r["variant"] == v] for v in dict.fromkeys(r["variant"] for r in rows)}
 
 
 def _wrong_brief(p: _Page1) -> list[dict]:

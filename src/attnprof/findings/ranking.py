@@ -63,9 +63,14 @@ def spread_words(prefix: str, between_run: bool) -> dict[str, str]:
             "high": "slowest forward", "low": "fastest"}
 
 
+def present(value) -> bool:
+    """Whether a cell holds a value (not None, not NaN)."""
+    return value is not None and not (isinstance(value, float) and value != value)
+
+
 def _value(row: dict, column: str):
-    v = row.get(column)
-    return None if v is None or (isinstance(v, float) and v != v) else v
+    """A row's cell, None for an empty one (None, NaN)."""
+    return v if present(v := row.get(column)) else None
 
 
 def check_failed(value) -> bool:

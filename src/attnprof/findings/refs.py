@@ -11,13 +11,12 @@ the tables do not hold (schema: ``workflow/schemas/findings.schema.json``).
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_TABLES, RUN_FILES
 from attnprof.findings.data import RunData
+from attnprof.findings.ranking import present
 
 #: The tables a reference may name (its ``table``; findings.schema.json enumerates them): the run's
 #: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
@@ -30,7 +29,7 @@ TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS, KERNELS_BACKWARD)
 
 def clean(v):
     """A table cell as a plain Python value: None for missing (None, NaN), numpy scalars unwrapped."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if not present(v):
         return None
     if hasattr(v, "item"):
         v = v.item()
