@@ -31,7 +31,7 @@ import pandas as pd
 
 from attnprof.analysis.control import ACCOUNTING_CHANGED, check_control, check_control_table, compare_controls, control_counts
 from attnprof.analysis.recipe import diff_recipes, recipe_table_problem, restore_names
-from attnprof.analysis.records import RecordError, load_record
+from attnprof.analysis.records import RecordError, load_record, load_status
 from attnprof.analysis.stats import CONFIDENCE, SITTING_DF, SITTING_SD
 from attnprof.analysis.tables import HOST_TIMES, concat_tables
 from attnprof.analysis.verdict import (Design, Sitting, design_of, judge_rows, paired_rows, paired_verdicts,
@@ -64,20 +64,9 @@ def normalise_kernel(name: str) -> str:
     return short_kernel_name(name)
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def env_diff(a: dict, b: dict) -> list[dict]:
     """Keys of env.json (config flattened as config.x.y) whose values differ: [{key, a, b}]."""
-    fa, fb = _flatten(a), _flatten(b)
+    fa, fb = (pd.json_normalize(x).to_dict("records")[0] for x in (a, b))
     return [{"key": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
@@ -113,12 +102,9 @@ def _row_keys(c: dict) -> dict:
 
 
 def _dispatch(findings: dict, shape_key: str, key: str = "headline") -> str | None:
-    for shape in findings.get("shapes", []):
-        if shape["shape_key"] == shape_key:
-            for f in shape["findings"]:
-                if f["rule"] == "dispatch":
-                    return f.get(key)
-    return None
+    """``key`` of the first dispatch finding at ``shape_key`` in a findings.json, None where there is none."""
+    return next((f.get(key) for shape in findings.get("shapes", []) if shape["shape_key"] == shape_key
+                 for f in shape["findings"] if f["rule"] == "dispatch"), None)
 
 
 #: PyTorch's own words in a capture's reason: what follows "Because:" (attnprof.measure.capture._because:
@@ -307,12 +293,10 @@ def dispatch_changes(a: dict, b: dict) -> list[dict]:
     """What sdpa_auto dispatched to (headline and statement, from findings) for every shape in both result sets,
     each with ``changed`` (the headlines differ)."""
     shapes = sorted(set(a["summary"]["shape_key"]) & set(b["summary"]["shape_key"]))
-    dispatch = [{"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s),
+    dispatch = ({"shape_key": s, "a": _dispatch(a["findings"], s), "b": _dispatch(b["findings"], s),
                  "statement_a": _dispatch(a["findings"], s, "statement"), "statement_b": _dispatch(b["findings"], s, "statement")}
-                for s in shapes]
-    for d in dispatch:
-        d["changed"] = d["a"] != d["b"]
-    return dispatch
+                for s in shapes)
+    return [{**d, "changed": d["a"] != d["b"]} for d in dispatch]
 
 
 def _self_check(x: dict) -> dict:
@@ -443,13 +427,8 @@ def ab_unpaired_rows(a: dict, b: dict, keys: list[tuple[str, str]]) -> dict:
     if not _ab_environments(a, b):
         return dict.fromkeys(keys, "")
     both = pd.concat([x["repeats"].assign(_side=x["name"]) for x in (a, b)], ignore_index=True)
-    out = {}
-    for key in keys:
-        rows = both[(both["variant"] == key[0]) & (both["shape_key"] == key[1])]
-        why = _interleaving_problem(rows)
-        if why is not None:
-            out[key] = why
-    return out
+    whys = {key: _interleaving_problem(both[(both["variant"] == key[0]) & (both["shape_key"] == key[1])]) for key in keys}
+    return {key: why for key, why in whys.items() if why is not None}
 
 
 def _ab_environments(a: dict, b: dict) -> bool:
@@ -483,9 +462,8 @@ def _judged(col: str, paired: bool) -> bool:
 
 
 def _repeat_medians(x: dict, key: tuple[str, str], col: str) -> list[float]:
-    s = x["summary"]
-    row = s[(s["variant"] == key[0]) & (s["shape_key"] == key[1])]
-    return repeat_medians(x.get("repeats"), row.iloc[0] if len(row) else pd.Series(dtype=object), key[0], key[1], col)
+    """:func:`repeat_medians` of one (variant, shape) of the pair's keys, which both summaries have."""
+    return repeat_medians(x.get("repeats"), _summary_row(x["summary"], *key), key[0], key[1], col)
 
 
 def time_verdicts(a: dict, b: dict, keys: list[tuple[str, str]], med: str, paired_keys: list[tuple[str, str]],
@@ -648,10 +626,8 @@ def _control_path(run_dir: Path, env: dict) -> Path | None:
 
 def _checked_files(files: dict, control: Path | None) -> list:
     """Every file of ``files`` (:func:`load_result_set`) that compare reads and its writer checksummed: all but env.json."""
-    out = [files[k] for k in ("summary", "kernels", "repeats", "findings")]
-    for kind in ("ops", "recipe", "recipe_backward"):
-        out += list(files.get(kind) or [])
-    return out + ([control] if control else [])
+    return ([files[k] for k in ("summary", "kernels", "repeats", "findings")]
+            + [p for kind in ("ops", "recipe", "recipe_backward") for p in files.get(kind) or []] + ([control] if control else []))
 
 
 def _record(path, keys, fix: str, kind: str | None = None) -> dict:
@@ -727,9 +703,6 @@ def _check_started_at(repeats: pd.DataFrame, path, run_dir: Path) -> None:
     (the table of another result set, or edited with its sidecar), which a sidecar alone cannot tell (docs/trust.md).
     Rows whose capture is not here (a result set copied without its captures) are not judged. Raises ResultSetError
     naming both files, both times and the fix."""
-    from attnprof.analysis.records import load_status
-    from attnprof.model.plan import Layout
-
     lay, run = Layout(str(run_dir.parent)), run_dir.name
     for row in repeats[["shape_key", "variant", "repeat", "started_at"]].dropna().itertuples(index=False):
         status = Path(lay.capture_file("status", run, shape=row.shape_key, variant=row.variant, repeat=int(row.repeat)))

@@ -16,22 +16,19 @@ The package, by module:
 - :mod:`.metrics`: the numbers expectations are checked against (:data:`METRICS`);
 - :mod:`.expectations`: config/expectations.yaml checked against a shape's data.
 
-Everything public is importable from ``attnprof.findings`` itself.
+What the scripts, the tests and the docs use is importable from ``attnprof.findings`` itself; the rest from its module.
 """
 
 from __future__ import annotations
 
-from attnprof.findings.data import FUSED, LOW_PRECISION, PINNED, RunData, load_run_data
-from attnprof.findings.expectations import COMPARES, check_expectations, expectation_problems, load_expectations
-from attnprof.findings.kernel_names import (FP32_GEMM, GEMM, KERNEL_CLASSES, KERNEL_GROUPS, MASK_KERNEL, UPCAST_KERNEL, decode_kernel_name,
-                           kernel_class, kernel_group, matches)
-from attnprof.findings.metrics import (METRICS, metric_cpu_excess, metric_device_ratio, metric_fastest_fused, metric_fp32_gemms,
-                      metric_kernels_plus_memcpy, metric_kernels_saved, metric_main_occupancy, metric_mask_kernels, metric_memcpy, metric_safe_softmax)
+from attnprof.findings.data import FUSED, PINNED, RunData, load_run_data
+from attnprof.findings.expectations import check_expectations, load_expectations
+from attnprof.findings.kernel_names import FP32_GEMM, GEMM, decode_kernel_name, kernel_class, kernel_group, matches
+from attnprof.findings.metrics import (METRICS, metric_cpu_excess, metric_device_ratio, metric_fastest_fused, metric_kernels_plus_memcpy,
+                                       metric_kernels_saved, metric_main_occupancy)
 from attnprof.findings.occupancy import theoretical_occupancy
-from attnprof.findings.refs import derived, finding, iter_numbers, lookup, ref_kernel, ref_launch, ref_op, ref_summary
-from attnprof.findings.rules import (DRIVER_LAUNCH, INTERESTING_OPS, LIBRARY_OF_OP, RULE_NAMES, RULES, TIMING_DISAGREEMENT, rule_correctness, rule_cpu_cost,
-                    rule_dispatch, rule_extra_ops, rule_fidelity, rule_fusion, rule_hidden_copy, rule_mask, rule_memset,
-                    rule_occupancy, rule_precision, rule_speed, rule_status, rule_trace_quality)
+from attnprof.findings.refs import derived, iter_numbers, lookup
+from attnprof.findings.rules import RULE_NAMES, RULES, rule_fidelity, rule_fusion, rule_occupancy, rule_speed, rule_trace_quality
 
 
 def compute(d: RunData, expectations: dict | None = None) -> dict:
@@ -49,12 +46,8 @@ def compute(d: RunData, expectations: dict | None = None) -> dict:
 
 
 __all__ = [
-    "COMPARES", "DRIVER_LAUNCH", "FP32_GEMM", "FUSED", "GEMM", "INTERESTING_OPS", "KERNEL_CLASSES", "KERNEL_GROUPS", "LIBRARY_OF_OP",
-    "LOW_PRECISION", "MASK_KERNEL", "METRICS", "PINNED", "RULE_NAMES", "RULES", "TIMING_DISAGREEMENT", "UPCAST_KERNEL", "RunData",
-    "check_expectations", "compute", "expectation_problems", "load_expectations", "decode_kernel_name", "derived", "finding", "iter_numbers", "kernel_class", "kernel_group",
-    "load_run_data", "lookup", "matches", "metric_cpu_excess", "metric_device_ratio", "metric_fastest_fused", "metric_fp32_gemms",
-    "metric_kernels_plus_memcpy", "metric_kernels_saved", "metric_main_occupancy", "metric_mask_kernels", "metric_memcpy", "metric_safe_softmax",
-    "ref_kernel", "ref_launch", "ref_op", "ref_summary", "rule_correctness", "rule_cpu_cost", "rule_dispatch", "rule_extra_ops",
-    "rule_fidelity", "rule_fusion", "rule_hidden_copy", "rule_mask", "rule_memset", "rule_occupancy", "rule_precision",
-    "rule_speed", "rule_status", "rule_trace_quality", "theoretical_occupancy",
+    "FP32_GEMM", "FUSED", "GEMM", "METRICS", "PINNED", "RULE_NAMES", "RunData", "compute", "decode_kernel_name", "derived", "iter_numbers",
+    "kernel_class", "kernel_group", "load_expectations", "load_run_data", "lookup", "matches", "metric_cpu_excess", "metric_device_ratio",
+    "metric_fastest_fused", "metric_kernels_plus_memcpy", "metric_kernels_saved", "metric_main_occupancy", "rule_fidelity", "rule_fusion",
+    "rule_occupancy", "rule_speed", "rule_trace_quality", "theoretical_occupancy",
 ]

@@ -23,7 +23,7 @@ from attnprof.analysis.tables import CAPTURE_ONLY_COLUMNS, derive_columns, has_r
 from attnprof.analysis.trace import kernel_label
 from attnprof.findings.data import RunData, at_shape, records
 from attnprof.findings.expectations import WITHIN_NOISE
-from attnprof.findings.ranking import PASSES, claims as ranking_claims, rank, spread_words, time_prefix
+from attnprof.findings.ranking import PASSES, check_failed, claims as ranking_claims, present, rank, spread_words, time_prefix
 from attnprof.findings.rules.timing import rule_fidelity, rule_speed
 from attnprof.model.fmt import format_range, format_value
 from attnprof.model.gpus import differing_kinds, number_text
@@ -91,7 +91,7 @@ def timing_findings(stored: list[dict], summary: pd.DataFrame, kernels: pd.DataF
     fresh = rule_speed(d) + rule_fidelity(d)
     after = ("correctness", "grad_correctness", "backward")
     at = next((i for i, f in enumerate(stored) if f["rule"] in TIMING_RULES + after), len(stored))
-    return [f for f in stored[:at]] + fresh + [f for f in stored[at:] if f["rule"] not in TIMING_RULES]
+    return stored[:at] + fresh + [f for f in stored[at:] if f["rule"] not in TIMING_RULES]
 
 
 def backward_numbers(row: dict, gpu: bool, findings: list[dict]) -> dict:
@@ -118,16 +118,6 @@ def _grad_wrong(row: dict) -> bool:
 #: a status of summary.csv in words, for page 1
 _STATUS_WORDS = {"out_of_memory": "ran out of memory", "unsupported": "is not supported", "error": "failed",
                  "incomplete_trace": "left an incomplete trace"}
-
-
-def present(value) -> bool:
-    """Whether a cell holds a value (not None, not NaN)."""
-    return value is not None and not (isinstance(value, float) and value != value)
-
-
-def check_failed(value) -> bool:
-    """A check that failed: False, or its text in a table read back as strings."""
-    return value is False or str(value).lower() == "false"
 
 
 def _interval(row, prefix: str) -> str:
@@ -224,15 +214,12 @@ def in_brief(study: dict | None, shapes: list[dict], summary: pd.DataFrame, kern
         return []
     p = _Page1(summary, study, shapes, kernels)
     out = _wrong_brief(p) + _wrong_grad_brief(p) + _fastest_brief(p) + _dispatch_brief(p) + _work_brief(p)
-    return out + _backward_and_compile_brief(p) + _backward_failed_brief(p) + _missing_brief(p)
+    return out + _backward_brief(p) + _compile_brief(p) + _backward_failed_brief(p) + _missing_brief(p)
 
 
 def _by_variant(rows: list[dict]) -> dict[str, list[dict]]:
     """Rows grouped by variant, in their order."""
-    out: dict[str, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r["variant"], []).append(r)
-    return out
+    return {v: [r for r in rows if r["variant"] == v] for v in dict.fromkeys(r["variant"] for r in rows)}
 
 
 def _wrong_brief(p: _Page1) -> list[dict]:
@@ -532,12 +519,6 @@ def _gbps_rerun(row: dict) -> str:
         return ""
     scale = row["gbps"] * row["device_ms_per_forward"]  # GB/s x ms: the same bytes over another time
     return f" ({spread_words('device_ms', True)['label']} {format_range(scale / hi, scale / lo, 'GB/s')})"
-
-
-def _backward_and_compile_brief(p: _Page1) -> list[dict]:
-    """Page 1's sentences on the backward pass (:func:`_backward_brief`) and on torch.compile
-    (:func:`_compile_brief`) at the study's shape. [] for a forward-only run."""
-    return _backward_brief(p) + _compile_brief(p)
 
 
 def _backward_brief(p: _Page1) -> list[dict]:

@@ -17,12 +17,11 @@ theoretical occupancy, achieved occupancy, tensor-pipe, SM and DRAM throughput (
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
-from attnprof.findings.occupancy import theoretical_occupancy
+from attnprof.findings.occupancy import block_threads, theoretical_occupancy
 from attnprof.findings.rules.kernels import DRIVER_LAUNCH
 from attnprof.analysis.records import RecordError, load_record
 from attnprof.analysis.trace import kernel_label, properties_of, short_kernel_name
@@ -36,14 +35,10 @@ def _num(v):
     return None if pd.isna(v) else float(v)
 
 
-def _threads(block) -> int:
-    return math.prod(int(x) for x in str(block).split("x")) if isinstance(block, str) and block else 0
-
-
 def _launch_limit(row: pd.Series, devices: list[dict]) -> float | None:
     """Occupancy (%) the trace's launch configuration allows: theoretical_occupancy of the
     findings (registers, shared memory, warps) with the device's properties; None if unknown."""
-    theo = theoretical_occupancy(row.get("registers_per_thread"), _threads(row.get("block")),
+    theo = theoretical_occupancy(row.get("registers_per_thread"), block_threads(row.get("block")),
                                  row.get("shared_memory_bytes"), properties_of(devices, row.get("device")))
     return None if theo is None else round(theo * 100, 2)
 

@@ -66,6 +66,12 @@ class RunData:
     def kernels_of(self, variant: str) -> pd.DataFrame:
         return self.kernels[self.kernels["variant"] == variant]
 
+    def main_kernel(self, variant: str) -> pd.Series | None:
+        """A variant's longest kernel (category kernel; kernel tables are sorted by device time), or None."""
+        k = self.kernels_of(variant)
+        k = k[k["category"] == "kernel"]
+        return k.iloc[0] if len(k) else None
+
     def kernels_backward_of(self, variant: str) -> pd.DataFrame:
         k = self.kernels_backward
         return k[k["variant"] == variant] if len(k) else pd.DataFrame(columns=["kernel", "category", "share_pct"])

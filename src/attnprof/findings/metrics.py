@@ -8,19 +8,10 @@ and returns a reference (attnprof.findings.refs) whose ``value`` is compared wit
 
 from __future__ import annotations
 
-import pandas as pd
-
 from attnprof.findings.data import RunData
 from attnprof.findings.kernel_names import FP32_GEMM, MASK_KERNEL, matches
 from attnprof.findings.ranking import rank
 from attnprof.findings.refs import derived, ref_kernel, ref_op, ref_summary
-
-
-def _main_kernel(d: RunData, v: str) -> pd.Series | None:
-    """The longest kernel of variant ``v`` (kernel tables are sorted by device time), or None."""
-    k = d.kernels_of(v)
-    k = k[k["category"] == "kernel"]
-    return k.iloc[0] if len(k) else None
 
 
 def metric_kernels_plus_memcpy(d, vs):
@@ -34,20 +25,22 @@ def metric_memcpy(d, vs):
     return ref_summary(d, vs[0], "memcpy_per_forward")
 
 
+def _launches(d: RunData, variant: str, pattern) -> dict:
+    """Launches per forward of ``variant``'s kernels whose kernel_label matches ``pattern``: the sum of their
+    kernels.csv ``calls_per_forward``, 0 when none."""
+    k = d.kernels_of(variant)
+    refs = [ref_kernel(d, variant, n, "calls_per_forward") for n in k[matches(k, pattern)]["kernel"]]
+    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+
+
 def metric_fp32_gemms(d, vs):
     """FP32 GEMM kernel launches per forward (kernels named by :data:`FP32_GEMM`; 0 when none)."""
-    k = d.kernels_of(vs[0])
-    g = k[matches(k, FP32_GEMM)]
-    refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in g["kernel"]]
-    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+    return _launches(d, vs[0], FP32_GEMM)
 
 
 def metric_mask_kernels(d, vs):
     """Causal-mask kernel launches per forward (kernels named by :data:`MASK_KERNEL`; 0 when none)."""
-    k = d.kernels_of(vs[0])
-    m = k[matches(k, MASK_KERNEL)]
-    refs = [ref_kernel(d, vs[0], n, "calls_per_forward") for n in m["kernel"]]
-    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+    return _launches(d, vs[0], MASK_KERNEL)
 
 
 def metric_safe_softmax(d, vs):
@@ -90,7 +83,7 @@ def metric_fastest_fused(d, vs):
 
 def metric_main_occupancy(d, vs):
     """The profiler's estimated achieved occupancy of ``vs[0]``'s longest kernel, in %."""
-    main = _main_kernel(d, vs[0])
+    main = d.main_kernel(vs[0])
     return ref_kernel(d, vs[0], main["kernel"], "est_occupancy_pct", "%") if main is not None else {"value": None}
 
 

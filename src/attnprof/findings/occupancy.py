@@ -19,6 +19,11 @@ REGISTER_ALLOCATION_UNIT = 256
 MAX_BLOCKS_PER_SM = 32
 
 
+def block_threads(block) -> int:
+    """Threads per block of a kernel table's ``block`` ("128x1x1": x, y and z threads); 0 where it is not recorded."""
+    return math.prod(int(x) for x in block.split("x")) if isinstance(block, str) and block else 0
+
+
 def theoretical_occupancy(registers_per_thread: float, threads_per_block: int, shared_memory_bytes: float, props: dict) -> float | None:
     """Occupancy limit (fraction of max resident warps) from registers, shared memory and
     warps, as in NVIDIA's CUDA Occupancy Calculator: registers are allocated per warp in

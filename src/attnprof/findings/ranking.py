@@ -63,12 +63,17 @@ def spread_words(prefix: str, between_run: bool) -> dict[str, str]:
             "high": "slowest forward", "low": "fastest"}
 
 
+def present(value) -> bool:
+    """Whether a cell holds a value (not None, not NaN)."""
+    return value is not None and not (isinstance(value, float) and value != value)
+
+
 def _value(row: dict, column: str):
-    v = row.get(column)
-    return None if v is None or (isinstance(v, float) and v != v) else v
+    """A row's cell, None for an empty one (None, NaN)."""
+    return v if present(v := row.get(column)) else None
 
 
-def _false(value) -> bool:
+def check_failed(value) -> bool:
     """A check that failed: False, or its text in a table read back as strings."""
     return value is False or str(value).lower() == "false"
 
@@ -77,11 +82,11 @@ def left_out_reason(row: dict, pass_: str, column: str) -> str | None:
     """Why a summary row is not ranked for ``pass_`` (None: it is ranked)."""
     checks = (
         (row.get("status") != "ok", f"status {row.get('status')}"),
-        (_false(row.get("rel_error_ok")), "wrong result (relative error "
+        (check_failed(row.get("rel_error_ok")), "wrong result (relative error "
                                           f"{_value(row, 'rel_error')} above the tolerance)"),
         (row.get("variant") in DISPATCHERS, "a dispatcher: it runs another variant's kernel"),
         (pass_ == "backward" and row.get("backward_status") != "ok", f"backward {row.get('backward_status') or 'not run'}"),
-        (pass_ == "backward" and _false(row.get("grad_rel_error_ok")), "wrong gradients"),
+        (pass_ == "backward" and check_failed(row.get("grad_rel_error_ok")), "wrong gradients"),
         (_value(row, column) is None, "no time"),
     )
     return next((why for failed, why in checks if failed), None)

@@ -11,13 +11,12 @@ the tables do not hold (schema: ``workflow/schemas/findings.schema.json``).
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_TABLES, RUN_FILES
 from attnprof.findings.data import RunData
+from attnprof.findings.ranking import present
 
 #: The tables a reference may name (its ``table``; findings.schema.json enumerates them): the run's
 #: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
@@ -30,7 +29,7 @@ TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS, KERNELS_BACKWARD)
 
 def clean(v):
     """A table cell as a plain Python value: None for missing (None, NaN), numpy scalars unwrapped."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if not present(v):
         return None
     if hasattr(v, "item"):
         v = v.item()
@@ -56,19 +55,20 @@ def ref_kernel(d: RunData, variant: str, kernel: str, column: str, unit: str = "
 
 def ref_launch(d: RunData, variant: str, api: str) -> dict:
     """Reference to launches.csv calls_per_forward of ``api`` in ``variant`` (0 if absent)."""
-    la = d.launches_of(variant)
-    la = la[la["api"] == api]
-    return {"value": clean(la.iloc[0]["calls_per_forward"]) if len(la) else 0, "unit": "calls/forward",
-            "table": LAUNCHES, "shape_key": d.shape_key, "variant": variant, "api": api,
-            "column": "calls_per_forward"}
+    return _ref_calls(d, d.launches_of(variant), LAUNCHES, variant, "api", api)
 
 
 def ref_op(d: RunData, variant: str, op: str) -> dict:
     """Reference to ops.csv calls_per_forward of ``op`` in ``variant`` (0 if absent)."""
-    o = d.ops_of(variant)
-    o = o[o["op"] == op]
-    return {"value": clean(o.iloc[0]["calls_per_forward"]) if len(o) else 0, "unit": "calls/forward",
-            "table": OPS, "shape_key": d.shape_key, "variant": variant, "op": op, "column": "calls_per_forward"}
+    return _ref_calls(d, d.ops_of(variant), OPS, variant, "op", op)
+
+
+def _ref_calls(d: RunData, rows: pd.DataFrame, table: str, variant: str, key: str, name: str) -> dict:
+    """Reference to calls_per_forward of the row of per-capture table ``table`` (``rows``: its rows of ``variant``)
+    whose column ``key`` (api, op) is ``name``; 0 if absent."""
+    rows = rows[rows[key] == name]
+    return {"value": clean(rows.iloc[0]["calls_per_forward"]) if len(rows) else 0, "unit": "calls/forward",
+            "table": table, "shape_key": d.shape_key, "variant": variant, key: name, "column": "calls_per_forward"}
 
 
 def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:

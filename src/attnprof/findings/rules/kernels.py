@@ -11,7 +11,7 @@ import re
 
 from attnprof.findings.data import FUSED, PINNED, RunData
 from attnprof.findings.kernel_names import decode_kernel_name
-from attnprof.findings.occupancy import theoretical_occupancy
+from attnprof.findings.occupancy import block_threads, theoretical_occupancy
 from attnprof.findings.refs import fmt_ref, finding, ref_kernel, ref_summary
 from attnprof.analysis.trace import kernel_label
 from attnprof.model.variants import DISPATCHERS
@@ -26,7 +26,7 @@ def rule_fusion(d: RunData) -> list[dict]:
 
 
 def _fusion_of(d: RunData, variant: str) -> dict:
-    main = _main(d, variant)
+    main = d.main_kernel(variant)
     info = decode_kernel_name(main["kernel"])
     nums = {"kernels_per_forward": ref_summary(d, variant, "kernels_per_forward"),
             "kernel_us": ref_kernel(d, variant, main["kernel"], "mean_us", "us")}
@@ -55,15 +55,8 @@ def occupancy_not_estimated(est_occupancy_pct, launch_api) -> bool:
 def rule_occupancy(d: RunData) -> list[dict]:
     """Estimated achieved occupancy of each variant's longest kernel, the register-limited
     theoretical value, and 0 % on driver-API launches flagged as a profiler artefact."""
-    mains = {v: _main(d, v) for v in d.summary["variant"] if d.ok(v)}
+    mains = {v: d.main_kernel(v) for v in d.summary["variant"] if d.ok(v)}
     return [_occupancy_of(d, v, main) for v, main in mains.items() if main is not None]
-
-
-def _main(d: RunData, variant: str):
-    """A variant's longest kernel (kernel tables are sorted by device time), or None."""
-    k = d.kernels_of(variant)
-    k = k[k["category"] == "kernel"]
-    return None if k.empty else k.iloc[0]
 
 
 def _occupancy_of(d: RunData, variant: str, main) -> dict:
@@ -74,8 +67,8 @@ def _occupancy_of(d: RunData, variant: str, main) -> dict:
     if est is None:
         return finding("occupancy", d, [variant], f"{variant}: the trace carries no occupancy estimate for "
                        f"{kernel_label(main['kernel'])} (no launch metadata)", nums, evidence)
-    threads = math.prod(int(x) for x in str(main["block"]).split("x")) if isinstance(main["block"], str) else 0
-    theo = theoretical_occupancy(main["registers_per_thread"], threads, main["shared_memory_bytes"], d.props_of(main))
+    theo = theoretical_occupancy(main["registers_per_thread"], block_threads(main["block"]), main["shared_memory_bytes"],
+                                 d.props_of(main))
     text = (f"{variant}: {kernel_label(main['kernel'])} has {fmt_ref(nums['est_occupancy'])} estimated achieved occupancy "
             f"({fmt_ref(nums['registers'])} registers/thread, block {main['block']})")
     text += f"; registers and shared memory allow {theo * 100:.1f} % at most" if theo is not None else ""

@@ -87,11 +87,11 @@ def rule_speed(d: RunData) -> list[dict]:
     """Ratios and rankings between variants, stated as findings only where they hold outside the spread (the rerun
     interval with repeats, else the min-max over the profiled forwards): the math / naive_inplace ratio
     (:func:`_math_ratio`), where the math backend's time goes (:func:`_breakdown`) and the shape's rankings
-    (:func:`ranking_findings`, the one ranking rule of attnprof.findings.ranking)."""
+    (:func:`ranking_finding` of each pass, the one ranking rule of attnprof.findings.ranking)."""
     out = _math_ratio(d)
     if d.on_gpu and d.ok(SDPA_MATH):
         out.extend(_breakdown(d, SDPA_MATH))
-    return out + ranking_findings(d)
+    return out + [f for f in (ranking_finding(d, p) for p in PASSES) if f is not None]
 
 
 def _math_ratio(d: RunData) -> list[dict]:
@@ -136,12 +136,6 @@ def _disagree(r: float | None, rt: float | None) -> bool:
     if r is None or rt is None or r <= 0 or rt <= 0:
         return False
     return max(r / rt, rt / r) > TIMING_DISAGREEMENT
-
-
-def ranking_findings(d: RunData) -> list[dict]:
-    """The shape's rankings (attnprof.findings.ranking.rank, the one rule): the forward's, and the backward's where
-    one was profiled; each a finding of rule speed carrying its ``ranking``."""
-    return [f for f in (ranking_finding(d, p) for p in PASSES) if f is not None]
 
 
 def ranking_finding(d: RunData, pass_: str = "forward") -> dict | None:

@@ -48,11 +48,9 @@ def rule_hidden_copy(d: RunData) -> list[dict]:
 
 
 def _input_dtypes(d: RunData, variant: str, op_names: tuple[str, ...]) -> list[str]:
-    types = set()
-    for op in d.status.get(variant, {}).get("op_input_types", []) or []:
-        if op["name"] in op_names:
-            types.update(t for t in op["input_types"] if t)
-    return sorted(types)
+    """The input dtypes recorded (status.json ``op_input_types``) for ``variant``'s calls of ``op_names``, sorted."""
+    ops = d.status.get(variant, {}).get("op_input_types", []) or []
+    return sorted({t for op in ops if op["name"] in op_names for t in op["input_types"] if t})
 
 
 def rule_precision(d: RunData) -> list[dict]:
