@@ -116,3 +116,38 @@ def test_the_compare_page_opens_each_pair_with_the_headline_its_data_states(exam
     said = re.findall(r'<p class="brief(?: verdict-different)?"><b>([^<]+)</b>(?: \(threshold|:)', whole)
     said = [s for s in said if s not in ("Profiler accounting changed", "How sure", "Detection limit", "Environment and config")]
     assert said == [p["headline"] for p in context["cmp"]["pairs"]] and said
+
+
+@pytest.mark.parametrize("timed, words", [
+    # perf_counter's medians agree with the trace (auto above flash): the cost is stated, with its numbers
+    ((11.9, 12.8), "costs 0.992 ms more host time per forward"),
+    # they order the two the other way: no cost is stated, and the page says why, with both timings
+    ((13.0, 12.0), "not told apart from sdpa_flash's by this run (the trace's"),
+])
+def test_a_dispatchers_host_cost_is_stated_only_where_the_independent_timing_agrees(timed, words):
+    run = ROOT / "examples" / "cpu@torch2.13"
+    summary = pd.read_csv(run / "summary.csv")
+    flash, auto = (summary["variant"] == v for v in ("sdpa_flash", "sdpa_auto"))
+    # sdpa_auto's host time moved above flash's (11.64-11.85 ms, median 11.708) outside every range of the two
+    for col, value in {"cpu_ms_per_forward": 12.7, "cpu_ms_min": 12.5, "cpu_ms_max": 13.0, "cpu_ms_run_lo": 12.5,
+                       "cpu_ms_run_hi": 13.0}.items():
+        summary.loc[auto, col] = value
+    summary.loc[flash, "timed_ms_median"], summary.loc[auto, "timed_ms_median"] = timed
+    text = next(s["text"] for s in page1(summary, None, json.loads((run / "findings.json").read_text()))["statements"]
+                if s["text"].startswith("sdpa_auto is a dispatcher"))
+    assert words in text, text
+    if timed[0] > timed[1]:
+        assert "perf_counter's medians the other way: 12 against 13 ms" in text and "costs" not in text
+
+
+@pytest.mark.parametrize("auto_ms, said", [(11.84, True), (20.0, False)])
+def test_a_variant_left_out_between_the_fastest_and_the_next_is_named_with_why(auto_ms, said):
+    run = ROOT / "examples" / "cpu@torch2.13"
+    summary = pd.read_csv(run / "summary.csv")
+    # the CPU example by hand: sdpa_flash 11.71 ms first, naive_inplace 17.68 ms next; sdpa_auto (a dispatcher, not
+    # ranked) at 11.84 ms lies between them, at 20 ms beyond the next
+    summary.loc[summary["variant"] == "sdpa_auto", "cpu_ms_per_forward"] = auto_ms
+    text = next(s["text"] for s in page1(summary, None, json.loads((run / "findings.json").read_text()))["statements"]
+                if s["text"].startswith("The fastest variant"))
+    assert "next variant, naive_inplace" in text
+    assert ("; sdpa_auto, 11.8 ms, is not ranked (a dispatcher: it runs another variant's kernel)" in text) is said, text

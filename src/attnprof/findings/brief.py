@@ -328,13 +328,23 @@ def _margin(p: _Page1, per_shape: dict, r: dict) -> str:
     best, nxt = p.by[(r["order"][0], key)], p.by[(r["order"][1], key)]
     label = _main_kernel(p.kernels, nxt["variant"], key) if p.gpu else ""
     text = (f", {format_value(nxt[col] / best[col])}\u00d7 faster than the next variant, {nxt['variant']}"
-            + (f" ({label})" if label and len(label) <= 40 else "") + f", at {_time(nxt, p.prefix)}")
+            + (f" ({label})" if label and len(label) <= 40 else "") + f", at {_time(nxt, p.prefix)}" + _unranked(p, r))
     margins = [q["median"][q["order"][1]] / q["median"][q["order"][0]] for q in per_shape.values()
                if q["clear"] and q["order"][0] == best["variant"]]
     if p.many and len(margins) > 1:
         text += (f"; where it is ahead outside the {p.spans} ({p.shapes_text(len(margins))}), its margin is "
                  f"{format_range(min(margins), max(margins), '×')}")
     return text
+
+
+def _unranked(p: _Page1, r: dict) -> str:
+    """'; V, T ms, is not ranked (why)' for each variant left out of ranking ``r`` (a dispatcher, a wrong result)
+    whose median lies between the first and the next: a reader looking for it between them learns why it is not there."""
+    key, col = r["shape_key"], r["column"]
+    first, nxt = (p.by[(v, key)][col] for v in r["order"][:2])
+    skipped = [(v, row) for v, why in r["left_out"].items()
+               if (row := p.by.get((v, key))) and present(row.get(col)) and first <= row[col] < nxt]
+    return "".join(f"; {v}, {format_value(row[col])} ms, is not ranked ({r['left_out'][v]})" for v, row in skipped)
 
 
 def _tie_words(p: _Page1, r: dict) -> str:
@@ -380,10 +390,21 @@ def _host_cost(p: _Page1, disp: str, target: str) -> str:
     if not (_apart(b, a, "cpu_ms") if more > 0 else _apart(a, b, "cpu_ms")):
         # a difference inside the intervals is no finding: say so, without the numbers of a non-result
         return f"; its host time per forward is not told apart from {target}'s by this run (the {p.host_spans} overlap)"
+    if not p.gpu and (timed := _timed_against(a, b)) and (timed[0] > timed[1]) != (more > 0):
+        return (f"; its host time per forward is not told apart from {target}'s by this run (the trace's "
+                f"{_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}; perf_counter's medians the other way: "
+                f"{format_value(timed[0])} against {format_value(timed[1])} ms)")
     higher = sum(1 for k in p.keys if 0 < _host_ms(p.by.get((target, k))) < _host_ms(p.by.get((disp, k))))
     return (f", and costs {format_value(abs(more))} ms {'more' if more > 0 else 'less'} host time per forward at "
             f"{p.skey}: {_time(a, 'cpu_ms')} against {_time(b, 'cpu_ms')}"
             + (f"; by median more at {higher} of {len(p.keys)} shapes" if p.many else ""))
+
+
+def _timed_against(a: dict, b: dict) -> tuple[float, float] | None:
+    """The independent timings' medians (perf_counter around single calls on a CPU, ms) of rows ``a`` and ``b``, or
+    None where either has none."""
+    x, y = a.get("timed_ms_median"), b.get("timed_ms_median")
+    return (x, y) if present(x) and present(y) else None
 
 
 def _host_ms(row: dict | None) -> float:
