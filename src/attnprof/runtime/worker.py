@@ -226,23 +226,19 @@ def _send(sock: socket.socket, obj: dict) -> None:
     sock.sendall((json.dumps(obj) + "\n").encode())
 
 
-class _Lines:
-    """Reads newline-terminated JSON objects from a socket; ``None`` at end of stream."""
+def _tell(conn: socket.socket, obj: dict) -> None:
+    """:func:`_send` to a client that may have gone: the supervisor serves on (:func:`_await_reply` notices it left)."""
+    with contextlib.suppress(OSError):
+        _send(conn, obj)
 
-    def __init__(self, sock: socket.socket):
-        self.sock, self.buf = sock, b""
 
-    def next(self) -> dict | None:
-        while b"\n" not in self.buf:
-            try:
-                chunk = self.sock.recv(65536)
-            except ConnectionError:
-                return None
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+def _next(lines) -> dict | None:
+    """The next newline-terminated JSON object on ``lines`` (a socket's ``makefile("rb")``); None at end of stream."""
+    try:
+        line = lines.readline()
+    except ConnectionError:
+        return None
+    return json.loads(line) if line.endswith(b"\n") else None
 
 
 # --- client ----------------------------------------------------------------------------------
@@ -355,20 +351,16 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     request = {"spec": spec, "trace": str(trace_path.resolve()), "timeout_s": timeout_s}
     what = f"capture of {spec['variant']} at {Shape(**spec['shape']).key}"
     try:
-        msg = _request(spec["device"], request, idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S, python, env)
+        msg = _request(spec["device"], request, idle_s, worker_log, what, python, env)
+        record = msg["record"]
+        # the capture's own span starts when the supervisor took it; the wait behind other jobs'
+        # captures (capture_mode worker: they queue there, not in Snakemake) is recorded apart
+        record.setdefault("worker", {})["queued_s"] = round(msg["accepted_at"] - started, 3)
+        if record.get("checks") == CHECKS_APART:
+            _checks_apart(spec, record, timeout_s, idle_s, worker_log, python, env)
     except BaseException:
         trace_path.unlink(missing_ok=True)
         raise
-    record = msg["record"]
-    # the capture's own span starts when the supervisor took it; the wait behind other jobs'
-    # captures (capture_mode worker: they queue there, not in Snakemake) is recorded apart
-    record.setdefault("worker", {})["queued_s"] = round(msg["accepted_at"] - started, 3)
-    if record.get("checks") == CHECKS_APART:
-        try:
-            _checks_apart(spec, record, timeout_s, idle_s, worker_log, python, env)
-        except BaseException:
-            trace_path.unlink(missing_ok=True)
-            raise
     return finish_capture(record, trace_path, status_path, msg["accepted_at"])
 
 
@@ -379,7 +371,7 @@ def _checks_apart(spec: dict, record: dict, timeout_s: float, idle_s: float, wor
     phases ``failed`` with its reason (``checks_missing``), as a failed phase does in one process."""
     what = f"checks of {spec['variant']} at {Shape(**spec['shape']).key}"
     msg = _request(spec["device"], {"call": CHECKS_CALL, "args": [spec, record.get("passes")], "timeout_s": timeout_s},
-                   idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S, python, env)
+                   idle_s, worker_log, what, python, env)
     merge_checks(record, msg.get("result"), str(msg.get("error", ""))[-2000:])
 
 
@@ -393,7 +385,7 @@ def call_in_worker(device: str, target: str, args: list | None = None, timeout_s
     traceback when the call raised (the capture process is then replaced), and
     :class:`~attnprof.runtime.isolation.CaptureInterrupted` when it was killed from outside."""
     msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target,
-                   timeout_s + ANSWER_GRACE_S, python, env)
+                   python, env)
     if "error" in msg:
         raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
     return msg["result"]
@@ -416,33 +408,31 @@ def call_where_captures_run(function, args: list, mode: str, device: str, idle_s
     return function(*args)
 
 
-def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, answer_s: float,
-             python: str | None = None, env: dict | None = None) -> dict:
+def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, python: str | None,
+             env: dict | None) -> dict:
     """Send one request to the supervisor (starting it when needed), copy its progress lines
     to stderr, and return its final message. Raises CaptureInterrupted when the work was
     killed from outside or the supervisor ended without an answer, and TimeoutError when no
-    message came for ``answer_s`` seconds (the job fails; nothing is recorded)."""
+    message came for the request's ``timeout_s`` plus :data:`ANSWER_GRACE_S` seconds (the job fails; nothing is
+    recorded)."""
     with signals_raise_exit():
         for _attempt in range(3):  # a supervisor exiting for idleness as we connect: start another
-            with contextlib.closing(connect_or_start(device, idle_s, worker_log, python, env)) as sock:
+            with connect_or_start(device, idle_s, worker_log, python, env) as sock, sock.makefile("rb") as lines:
                 _send(sock, request)
-                lines = _Lines(sock)
                 # Waiting to be accepted is waiting in the supervisor's queue behind other jobs'
                 # captures (each bounded by its own timeout), not for this one: no limit. A
                 # supervisor that dies closes the connection, which ends the wait.
                 sock.settimeout(None)
-                first = lines.next()
+                first = _next(lines)
                 accepted_at = time.time()
-                sock.settimeout(answer_s)
+                sock.settimeout(request["timeout_s"] + ANSWER_GRACE_S)
                 if first is None:  # not accepted
                     continue
                 if "error" in first:
                     raise RuntimeError(f"the capture worker refused the request: {first['error']}")
-                msg = lines.next()
-                while msg is not None and "log" in msg:
+                while (msg := _next(lines)) is not None and "log" in msg:
                     sys.stderr.write(msg["log"])
                     sys.stderr.flush()
-                    msg = lines.next()
                 break
         else:
             raise RuntimeError("capture worker closed the connection before accepting the request, three times")
@@ -514,7 +504,7 @@ def _read_request(conn: socket.socket) -> dict | None:
     :func:`request_timeout_s` seconds to send it."""
     conn.settimeout(request_timeout_s())
     try:
-        request = _Lines(conn).next()
+        request = _next(conn.makefile("rb"))
     except (TimeoutError, OSError, ValueError, UnicodeDecodeError) as exc:
         request, why = None, f"unreadable request ({type(exc).__name__})"
     else:
@@ -528,22 +518,16 @@ def _read_request(conn: socket.socket) -> dict | None:
         if ok_timeout and (ok_spec or isinstance(request.get("call"), str)):
             return request
         why = "malformed request"
-    with contextlib.suppress(OSError):
-        _send(conn, {"error": why})
+    _tell(conn, {"error": why})
     if why != "empty request":  # a client that only made sure the supervisor listens (start_worker)
         log(f"dropped a connection: {why}")
     return None
 
 
-def _serve_one(conn: socket.socket, child: _Child | None, ahead: _Ahead, request: dict | None = None) -> _Child | None:
-    """Serve one request on ``conn`` (``request``: already read, else read here; a fresh process from ``ahead``);
-    returns the capture
-    process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the capture process is killed
-    before ``conn`` closes, so a capture never outlives the request it serves."""
-    if request is None:
-        request = _read_request(conn)
-    if request is None:
-        return child
+def _serve_one(conn: socket.socket, child: _Child | None, ahead: _Ahead, request: dict) -> _Child | None:
+    """Serve ``request`` (read from ``conn`` by :func:`_admit`) on ``conn``, a fresh process from ``ahead`` where
+    needed; returns the capture process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the
+    capture process is killed before ``conn`` closes, so a capture never outlives the request it serves."""
     try:
         return _serve_request(conn, request, child, ahead)
     except BaseException:
@@ -562,32 +546,28 @@ def _order_of(request: dict) -> tuple[int, bool]:
     return repeat, bool(spec) and ends_capture_process(spec.get("variant"), spec.get("custom"))
 
 
-def _admit(conn: socket.socket, pending: list, seq: int) -> int:
-    """Read the request on an accepted ``conn`` and add ``(order, seq, conn, request)`` to ``pending`` (order:
-    :func:`_order_of`); a
-    peer of another user id, or a malformed request, is dropped. Returns the next sequence number."""
+def _admit(conn: socket.socket, pending: list) -> None:
+    """Read the request on an accepted ``conn`` and append ``(order, conn, request)`` to ``pending`` (order:
+    :func:`_order_of`); a peer of another user id, or a malformed request, is dropped."""
     uid = peer_uid(conn)
     if uid != os.getuid():  # an abstract socket has no file permissions: check the peer
         log(f"refused a connection from uid {uid}")
         conn.close()
-        return seq
-    request = _read_request(conn)
-    if request is None:
+    elif (request := _read_request(conn)) is None:
         conn.close()
-        return seq
-    pending.append((_order_of(request), seq, conn, request))
-    return seq + 1
+    else:
+        pending.append((_order_of(request), conn, request))
 
 
-def _admit_waiting(listener: socket.socket, pending: list, seq: int) -> int:
-    """Accept every connection waiting on ``listener`` now (:func:`_admit`). Returns the next sequence number."""
+def _admit_waiting(listener: socket.socket, pending: list) -> None:
+    """Accept every connection waiting on ``listener`` now (:func:`_admit`)."""
     listener.settimeout(0.05)  # clients of one Snakemake round start together: let the stragglers connect
     while True:
         try:
             conn, _ = listener.accept()
         except (TimeoutError, BlockingIOError):
-            return seq
-        seq = _admit(conn, pending, seq)
+            return
+        _admit(conn, pending)
 
 
 def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahead: _Ahead) -> _Child | None:
@@ -595,33 +575,23 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahe
     process to keep (None: it ended or must not serve on)."""
     device = ahead.device
     child = _child_for(request, child, ahead)
-    with contextlib.suppress(OSError):
-        _send(conn, {"accepted": child.proc.pid})
+    _tell(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:
-        with contextlib.suppress(OSError):
-            _send(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
+        _tell(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
         return child
-
-    def send(obj: dict) -> bool:
-        try:
-            _send(conn, obj)
-            return True
-        except OSError:
-            return False
-
     try:
         child.proc.stdin.write((json.dumps({k: v for k, v in request.items() if k != "timeout_s"}) + "\n").encode())
         child.proc.stdin.flush()
     except OSError:
         pass  # it died already: its exit status is read below
-    how, reply = _await_reply(conn, child, time.monotonic() + float(request["timeout_s"]), send)
+    how, reply = _await_reply(conn, child, time.monotonic() + float(request["timeout_s"]))
     if how == "left":
         log(f"{(request.get('spec') or {}).get('variant') or request.get('call')}: client left, capture process killed")
         return None
     if how != "reply":  # timed out (ours: a result, not an interruption), or ended without a reply
-        send(_ended_message(request, device, reply["returncode"], reply["tail"]))
+        _tell(conn, _ended_message(request, device, reply["returncode"], reply["tail"]))
         return None
-    send(reply)
+    _tell(conn, reply)
     if _reusable_reply(reply):
         return child
     child.close()  # work that did not fully succeed: the next request gets a fresh process
@@ -644,8 +614,8 @@ def _child_for(request: dict, child: _Child | None, ahead: _Ahead) -> _Child:
     return child
 
 
-def _await_reply(conn: socket.socket, child: _Child, deadline: float, send) -> tuple[str, dict]:
-    """Relay ``child``'s progress lines to the client (``send``) until its reply. Returns ("reply", the reply);
+def _await_reply(conn: socket.socket, child: _Child, deadline: float) -> tuple[str, dict]:
+    """Relay ``child``'s progress lines to the client on ``conn`` until its reply. Returns ("reply", the reply);
     ("timeout", {returncode: None, tail}) at ``deadline`` (the child killed); ("ended", {returncode, tail}) when the
     child ended without a reply; ("left", {}) when the client went away (the child killed: captures never overlap)."""
     out_fd, err_fd = child.proc.stdout.fileno(), child.proc.stderr.fileno()
@@ -660,22 +630,23 @@ def _await_reply(conn: socket.socket, child: _Child, deadline: float, send) -> t
             child.kill()
             return "left", {}
         if err_fd in readable:
-            tail = _relay_progress(child, err_fd, open_fds, tail, send)
+            tail = _relay_progress(child, err_fd, open_fds, tail, conn)
         if out_fd in readable and (reply := _read_reply(child, out_fd, open_fds)) is not None:
             return "reply", reply
         if out_fd not in open_fds:
             return "ended", {"returncode": child.proc.wait(), "tail": (tail + child.err).decode(errors="replace")}
 
 
-def _relay_progress(child: _Child, fd: int, open_fds: set, tail: bytes, send) -> bytes:
-    """Read the child's progress stream, send each whole line to the client; returns the stream's last 4000 bytes."""
+def _relay_progress(child: _Child, fd: int, open_fds: set, tail: bytes, conn: socket.socket) -> bytes:
+    """Read the child's progress stream, send each whole line to the client on ``conn``; returns the stream's last
+    4000 bytes."""
     data = os.read(fd, 65536)
     if not data:
         open_fds.discard(fd)
     child.err += data
     *done, child.err = child.err.split(b"\n")
     for line in done:
-        send({"log": line.decode(errors="replace") + "\n"})
+        _tell(conn, {"log": line.decode(errors="replace") + "\n"})
     return (tail + data)[-4000:]
 
 
@@ -740,8 +711,7 @@ def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
     listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
     procs: dict[str, _Child | None] = {"capture": None, "checks": None}  # the capture process; the check process
     ahead = _Ahead(device, spares)  # the spares started ahead (a GPU run)
-    pending: list = []  # (repeat, arrival, conn, request): accepted, not yet served
-    seq = 0
+    pending: list = []  # (order, conn, request): accepted, not yet served, in arrival order within an order
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
     try:
         with signals_raise_exit():
@@ -752,21 +722,21 @@ def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
                         conn, _ = listener.accept()
                     except TimeoutError:
                         break
-                    seq = _admit(conn, pending, seq)
-                seq = _admit_waiting(listener, pending, seq)
+                    _admit(conn, pending)
+                _admit_waiting(listener, pending)
                 if not pending:
                     continue
                 # the earliest round first, the captures that end their process last in it, then arrival order:
                 # the repeats stay in rounds whatever number of capture jobs Snakemake starts at once (each round
-                # gets a fresh capture process)
-                pending.sort(key=lambda p: (p[0], p[1]))
-                _, _, conn, request = pending.pop(0)
+                # gets a fresh capture process); the sort is stable, so arrival order stays within an order
+                pending.sort(key=lambda p: p[0])
+                _, conn, request = pending.pop(0)
                 kind = "checks" if request.get("call") == CHECKS_CALL else "capture"
                 with conn, _device_lock(device):  # the supervisors of an A/B run (one per environment) take turns
                     procs[kind] = _serve_one(conn, procs[kind], ahead, request)
     finally:
         listener.close()
-        for _, _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
+        for _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
             conn.close()
         for child in procs.values():  # idle (ours), or a signal mid-capture: either way it must not run on
             if child is not None:
@@ -810,7 +780,7 @@ def child_main(device: str) -> int:
                                 "started_at": round(started_at, 3)}
             captures += 1
             reply = {"record": record}
-        if device == "cuda" and torch.cuda.is_available():
+        if cuda:
             torch.cuda.empty_cache()
         proto.write(json.dumps(reply, default=str) + "\n")
         proto.flush()
@@ -832,12 +802,11 @@ def _first_profiler_session(cuda: bool) -> None:
 
 
 def _call(target: str, args: list) -> dict:
-    """``{"result": module.function(*args)}``, or ``{"error": traceback}`` if it raised."""
+    """``{"result": module.function(*args)}``, or ``{"error": traceback}`` if it raised. ``target``: one of
+    :data:`CALLS` (the supervisor refuses any other before it reaches this process)."""
     import importlib
     import traceback
 
-    if target not in CALLS:
-        return {"error": f"{target} is not one of the calls the capture worker serves: {sorted(CALLS)}"}
     module, _, name = target.partition(":")
     try:
         return {"result": getattr(importlib.import_module(module), name)(*args)}
