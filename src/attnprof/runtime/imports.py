@@ -27,7 +27,6 @@ PACKAGE = "attnprof"
 #: the imports of the sources it has seen before instead of parsing every module again (0.4-0.7 s of each
 #: invocation's start; an edited or added module is a new key).
 _KNOWN: dict[str, list[str]] = {}
-_LOADED: set[str] = set()
 #: The keys this process read or computed: what the cache file keeps (not every key it ever held).
 _USED: set[str] = set()
 #: This reader's own source and the Python that parses: a change of either is a new key for every source.
@@ -84,11 +83,8 @@ def named_imports(pkg_dir: Path, path: Path, module: str, text: str | None = Non
 
 def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozenset[str]:
     """:func:`_imports` from the source ``text``, parsed: :func:`named_imports` with every parent package."""
-    with_parents = set()
-    for name in named_imports(pkg_dir, path, module, text):
-        parts = name.split(".")
-        with_parents.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return frozenset(with_parents)
+    return frozenset(name.rsplit(".", up)[0] for name in named_imports(pkg_dir, path, module, text)
+                     for up in range(name.count(".") + 1))
 
 
 def _from_target(package: str, node: ast.ImportFrom) -> str:
@@ -108,12 +104,10 @@ def _from_imports(pkg_dir: Path, package: str, node: ast.ImportFrom) -> set[str]
     return {target, *(f"{target}.{a.name}" for a in node.names if _module_file(pkg_dir, f"{target}.{a.name}"))}
 
 
+@cache
 def _load(cache_file: Path) -> None:
     """Add the entries of ``cache_file`` to :data:`_KNOWN` (once per file and process); a missing, unreadable or
     malformed file adds nothing (the sources are parsed instead)."""
-    if str(cache_file) in _LOADED:
-        return
-    _LOADED.add(str(cache_file))
     with contextlib.suppress(OSError, ValueError):
         data = json.loads(cache_file.read_text())
         if isinstance(data, dict):
