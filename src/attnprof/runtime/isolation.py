@@ -108,8 +108,8 @@ def _pump(stream, tail: collections.deque) -> None:
         tail.append(line)
 
 
-def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, log_path: Path | None = None,
-                 python: str | None = None, env: dict | None = None) -> dict:
+def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, python: str | None = None,
+                 env: dict | None = None) -> dict:
     """Run :func:`attnprof.measure.capture.capture` in a fresh Python process and write ``status_path`` (JSON)
     and ``trace_path`` (gzipped Chrome trace, a placeholder when the capture did not
     succeed). ``timeout_s``: seconds before the child is killed. A crash (a signal other
@@ -165,7 +165,7 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
         log(f"{spec['variant']} {Shape(**spec['shape']).key}: aborted ({type(exc).__name__}), capture process ended, no status written")
         raise
     stderr_tail = "".join(tail)[-4000:]
-    if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
+    if returncode is not None and -returncode in INTERRUPT_SIGNALS:
         discard()
         raise CaptureInterrupted(interrupted_message(spec, -returncode))
     record = json.loads(tmp_status.read_text()) if tmp_status.exists() and returncode == 0 else None

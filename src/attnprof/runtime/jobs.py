@@ -223,19 +223,16 @@ def _child(script: str, snakemake, done: str | None = None, owner: tuple[int, st
     if owner is not None:
         _die_with_snakemake(owner)
     os.environ.update(script_environment(snakemake))
+    code = 1  # an exception ends the script as exit status 1
     try:
         runpy.run_path(script, init_globals={"snakemake": snakemake}, run_name="__main__")
+        code = 0
     except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise
+    finally:
         if done:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             Path(done).write_text("ok" if code == 0 else f"exit {code}")
-        raise
-    except BaseException:
-        if done:
-            Path(done).write_text("exit 1")
-        raise
-    if done:
-        Path(done).write_text("ok")
 
 
 #: What Process.exitcode reads when the fork server could not report a child's exit status (the

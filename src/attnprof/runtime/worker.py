@@ -117,7 +117,7 @@ ANSWER_GRACE_S = 120.0
 #: in a process of its own (the check process), never in the one that profiles, so that no profile follows a float64
 #: check or a timing loop in its own process (every round's profiles are alike: docs/statistics.md, "Repeats").
 CHECKS_CALL = "attnprof.measure.capture:run_checks"
-#: What :func:`call_in_worker` may run besides captures.
+#: What :func:`call_where_captures_run` may run in the worker besides captures.
 CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure.calibrate:calibrate", CHECKS_CALL})
 #: Seconds a client waits for a supervisor it started to listen.
 START_TIMEOUT_S = 30.0
@@ -159,7 +159,7 @@ def request_timeout_s() -> float:
         seconds = float(raw)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and 0 < seconds <= 3600):
+    if not 0 < seconds <= 3600:  # NaN and infinity too
         raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a number of seconds above 0 and up to 3600")
     return seconds
 
@@ -272,18 +272,14 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
     """Start the supervisor ``key`` detached, in ``python`` (default this interpreter) with ``env`` set over
     this process's environment (and this checkout's src/ on PYTHONPATH: attnprof.measure.env.interpreter_environ);
     its capture processes inherit both. ``spares``: how many it keeps (:class:`_Ahead`)."""
-    out = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
     environ = os.environ if python is None and not env else interpreter_environ(env)
-    try:
+    with open(log_path, "a") if log_path else contextlib.nullcontext(subprocess.DEVNULL) as out:  # the child's copy stays
         subprocess.Popen(
             [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.runtime.worker", "serve", key, device,
              str(idle_s), str(spares)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             env={**environ, "PYTHONUNBUFFERED": "1"},
         )
-    finally:
-        if log_path:
-            out.close()
 
 
 def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
@@ -375,33 +371,23 @@ def _checks_apart(spec: dict, record: dict, timeout_s: float, idle_s: float, wor
     merge_checks(record, msg.get("result"), str(msg.get("error", ""))[-2000:])
 
 
-def call_in_worker(device: str, target: str, args: list | None = None, timeout_s: float = 600.0, idle_s: float = 60.0,
-                   worker_log: Path | None = None, python: str | None = None, env: dict | None = None):
-    """Call ``target`` ("module:function", e.g. "attnprof.measure.env:capture_environment") with
-    ``args`` (JSON values) in the warm capture process for ``device`` and return its result
-    (a JSON value): the environment record and the device calibration need torch and the
-    device as the captures do, and run where they already are (``python``, ``env``: in that Python
-    environment's worker, :func:`connect_or_start`). Raises RuntimeError with the
-    traceback when the call raised (the capture process is then replaced), and
-    :class:`~attnprof.runtime.isolation.CaptureInterrupted` when it was killed from outside."""
-    msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target,
-                   python, env)
-    if "error" in msg:
-        raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
-    return msg["result"]
-
-
 def call_where_captures_run(function, args: list, mode: str, device: str, idle_s: float, worker_log: Path,
                             python: str | None = None, env: dict | None = None):
     """Call ``function`` (one of :data:`CALLS`: the environment record, the calibration) with ``args`` (JSON values)
-    where the run's captures run, and return its JSON result: in the warm capture worker (``mode`` 'worker',
-    :func:`call_in_worker`); else in a fresh process of an A/B environment's Python (``python``,
-    :func:`attnprof.measure.env.call_in_interpreter`); else in this job process, with ``env`` set first (before torch
-    is imported here: ``cuda:0`` is then the GPU ``env`` pins). ``env``: the variables over the process's environment
-    (an A/B environment's, the pinned GPU). Raises as those calls do."""
+    where the run's captures run, and return its JSON result: in the warm capture process for ``device`` (``mode``
+    'worker': they need torch and the device as the captures do, and run where they already are; ``python``, ``env``:
+    in that Python environment's worker, :func:`connect_or_start`; at most 600 s); else in a fresh process of an A/B
+    environment's Python (``python``, :func:`attnprof.measure.env.call_in_interpreter`); else in this job process,
+    with ``env`` set first (before torch is imported here: ``cuda:0`` is then the GPU ``env`` pins). ``env``: the
+    variables over the process's environment (an A/B environment's, the pinned GPU). Raises as those calls do; in the
+    worker, RuntimeError with the traceback when the call raised (the capture process is then replaced), and
+    :class:`~attnprof.runtime.isolation.CaptureInterrupted` when it was killed from outside."""
     target = f"{function.__module__}:{function.__name__}"
     if mode == "worker":
-        return call_in_worker(device, target, args, idle_s=idle_s, worker_log=worker_log, python=python, env=env)
+        msg = _request(device, {"call": target, "args": args, "timeout_s": 600.0}, idle_s, worker_log, target, python, env)
+        if "error" in msg:
+            raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
+        return msg["result"]
     if python:
         return call_in_interpreter(python, env, target, args)
     os.environ.update(env or {})
@@ -666,7 +652,7 @@ def _ended_message(request: dict, device: str, returncode: int | None, tail: str
     """The answer for a request whose process ended (or was killed at the deadline) without a reply: an
     interruption (killed from outside), else a failed record (a capture) or an error (a call)."""
     spec = request.get("spec")
-    if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
+    if returncode is not None and -returncode in INTERRUPT_SIGNALS:
         return {"interrupted": interrupted_message(spec, -returncode) if spec else
                 f"{request['call']} interrupted: the capture process was killed by signal {-returncode} from outside"}
     if spec:
