@@ -19,6 +19,7 @@ stays, so nothing reruns a second time.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import hashlib
@@ -61,13 +62,10 @@ class Ties:
     def _records(self, path: Path) -> list[str]:
         """The capture records ``path`` was derived from (:class:`Ties`); none for a plot (a timeline is drawn from
         one shape's first round, before env.json and the other captures are made: a plot is checked by its content)."""
-        from attnprof.model.names import REPEAT_PREFIX
-
-        parts = path.resolve().relative_to(self.run_dir.resolve()).parts
-        if parts[0] == "tables" and len(parts) == 5 and parts[3].startswith(REPEAT_PREFIX):
-            return [self.layout.capture_file("status", self.run, shape=parts[1], variant=parts[2],
-                                             repeat=parts[3][len(REPEAT_PREFIX):])]
-        if parts[0] == "plots":
+        if cap := self.layout.capture_of(path, self.layout.TABLES):
+            return [self.layout.capture_file("status", self.run, shape=cap["shape_key"], variant=cap["variant"],
+                                             repeat=cap["repeat"])]
+        if path.resolve().relative_to(self.run_dir.resolve()).parts[0] == self.layout.PLOTS:
             return []
         folder = self.layout.run_dir(self.run)  # escaped: a folder's name may hold [ or *
         pattern = self.layout.capture_file("status", self.run, shape="*", variant="*", repeat="*")
@@ -233,10 +231,8 @@ def rebuild_epoch(layout, run: str, bump: bool) -> str:
     when ``bump`` (something was lost or changed). Reads only."""
     marker = Path(layout.rebuild_marker(run, "*"))
     found = [p.name.removeprefix(marker.name.removesuffix("*")) for p in marker.parent.glob(marker.name)]
-    try:
+    with contextlib.suppress(OSError):
         found.append((Path(layout.run_dir(run)) / EPOCH_FILE).read_text().strip())
-    except OSError:
-        pass
     previous = max((int(t) for t in found if t.isdigit()), default=0)
     return str(previous + 1 if bump else previous)
 
@@ -249,9 +245,7 @@ def record_outputs(layout, wildcards, outputs) -> None:
     if not run:
         return
     run_dir = Path(layout.run_dir(run))
-    derived = [p for p in map(Path, outputs) if p.is_file() and _is_derived(run_dir, p, layout)]
-    if derived:
-        record_checksums(run_dir, derived)
+    record_checksums(run_dir, [p for p in map(Path, outputs) if p.is_file() and _is_derived(run_dir, p, layout)])
 
 
 def _is_derived(run_dir: Path, path: Path, layout) -> bool:

@@ -294,22 +294,19 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
     key = worker_key(device, python, env)
     addr = address(key)
-    sock = _connect(addr)
-    if sock:
+    if sock := _connect(addr):
         return sock
     lock_path = Path(tempfile.gettempdir()) / f"attnprof-worker-{os.getuid()}-{key}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time
-        sock = _connect(addr)
-        if sock:
+        if sock := _connect(addr):
             return sock
         log(f"starting capture worker {key} (idle exit after {idle_s:g} s)")
         _start_supervisor(key, device, idle_s, log_path, python, env, spares)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            sock = _connect(addr)
-            if sock:
+            if sock := _connect(addr):
                 return sock
     raise RuntimeError(f"capture worker {key} did not start within {START_TIMEOUT_S:g} s; see {log_path or 'its output'}")
 
