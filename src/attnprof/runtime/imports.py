@@ -140,10 +140,8 @@ def import_closure(script: str | Path, pkg_dir: str | Path, cache_file: str | Pa
     pkg_dir = Path(pkg_dir).resolve()
     seen: set[str] = set()
     todo = set(_imports(pkg_dir, Path(script).resolve(), "__main__"))
-    while todo:
+    while todo:  # what enters it was not seen yet
         name = todo.pop()
-        if name in seen:
-            continue
         seen.add(name)
         if (path := _module_file(pkg_dir, name)) is not None:
             todo |= _imports(pkg_dir, path, name) - seen

@@ -440,8 +440,7 @@ class _Child:
         self.repeat: int | None = None  # the repeat (round) of the captures it served
 
     def kill(self) -> int:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+        self.proc.kill()  # nothing where it has ended already (Popen.send_signal polls first)
         return self.proc.wait()
 
     def close(self, wait_s: float = 10.0) -> None:
@@ -465,12 +464,9 @@ class _Ahead:
         self.spares = [_Child(device) for _ in range(self.keep + 1 if self.keep else 0)]
 
     def take(self) -> _Child:
-        child = None
-        while self.spares and child is None:
-            child = self.spares.pop(0)
-            if child.proc.poll() is not None:
-                child = None
-        child = child or _Child(self.device)
+        while self.spares and self.spares[0].proc.poll() is not None:
+            self.spares.pop(0)  # a spare that died
+        child = self.spares.pop(0) if self.spares else _Child(self.device)
         while len(self.spares) < self.keep:
             self.spares.append(_Child(self.device))
         return child
