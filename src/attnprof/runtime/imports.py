@@ -36,11 +36,7 @@ _READER = hashlib.sha256(Path(__file__).read_bytes() + repr(__import__("sys").ve
 def _module_file(pkg_dir: Path, module: str) -> Path | None:
     """src/attnprof/... file of the dotted ``module`` (a package's ``__init__.py``), None if none."""
     path = pkg_dir.joinpath(*module.split(".")[1:])
-    if (path / "__init__.py").exists():
-        return path / "__init__.py"
-    if path.with_suffix(".py").exists():
-        return path.with_suffix(".py")
-    return None
+    return next((p for p in (path / "__init__.py", path.with_suffix(".py")) if p.exists()), None)
 
 
 @cache

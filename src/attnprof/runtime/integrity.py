@@ -186,11 +186,8 @@ def _published_captures(run_dir: Path) -> set[tuple[str, str, str]]:
 
     held = set()
     for table in ("repeats", "control"):
-        try:
-            with open(run_dir / RUN_FILES[table], newline="") as fh:
-                held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
-        except (OSError, csv.Error):
-            continue
+        with contextlib.suppress(OSError, csv.Error), open(run_dir / RUN_FILES[table], newline="") as fh:
+            held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
     return held
 
 

@@ -74,7 +74,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import math
 import os
 import select
 import signal
@@ -155,13 +154,10 @@ def request_timeout_s() -> float:
     raw = os.environ.get(REQUEST_TIMEOUT_ENV)
     if raw is None:
         return REQUEST_TIMEOUT_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds <= 3600:  # NaN and infinity too
-        raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a number of seconds above 0 and up to 3600")
-    return seconds
+    with contextlib.suppress(ValueError):  # not a number
+        if 0 < (seconds := float(raw)) <= 3600:  # NaN and infinity are not
+            return seconds
+    raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a number of seconds above 0 and up to 3600")
 
 
 def worker_key(device: str, python: str | None = None, env: dict | None = None) -> str:
