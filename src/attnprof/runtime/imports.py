@@ -128,8 +128,7 @@ def import_closure(script: str | Path, pkg_dir: str | Path, cache_file: str | Pa
     """The package module files (under ``pkg_dir``, the ``attnprof`` folder) that running ``script`` imports,
     directly or not, sorted. ``cache_file``: where what each source imports is kept between processes (keyed by
     its text, the package layout, this reader's source and the Python version: an entry made from other input is
-    never read). Raises SyntaxError (naming the file) for a
-    source that does not parse."""
+    never read). Raises SyntaxError (naming the file) for a source that does not parse."""
     if cache_file is not None:
         _load(Path(cache_file))
     known = (len(_KNOWN), len(_USED))

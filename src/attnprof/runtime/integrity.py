@@ -51,7 +51,7 @@ class Ties:
         from attnprof.model.plan import Layout
 
         self.run_dir = Path(run_dir)
-        self.layout, self.run = Layout(str(self.run_dir.parent)), self.run_dir.name
+        self.layout, self.run = Layout.around(self.run_dir)
         self._hashes: dict[str, str] = {}
 
     def _hash(self, path: str) -> str:
@@ -381,8 +381,7 @@ class ResultSetState:
         findings, plots."""
         from attnprof.model.plan import CHECKSUMMED
 
-        return (self.tables(run) + [self.layout.run_file(n, run) for n in CHECKSUMMED]
-                + self.layout.plots_of(run, self.grid(run).shapes))
+        return self.tables(run) + [self.layout.run_file(n, run) for n in CHECKSUMMED] + self.plots(run)
 
     def check(self, run: str) -> dict:
         """{subset, lost_captures, lost, changed, epoch} of result set ``run`` (cached)."""

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from attnprof.measure.capture import capture
+from attnprof.measure.env import interpreter_environ
 from attnprof.measure.progress import log
 from attnprof.model.names import FORMAT_KEY, FORMATS
 from attnprof.model.variants import Shape
@@ -133,8 +134,6 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     tmp_status.unlink(missing_ok=True)
     cmd = [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.runtime.isolation", str(spec_path),
            str(trace_path), str(tmp_status)]
-    from attnprof.measure.env import interpreter_environ
-
     base = os.environ if python is None and not env else interpreter_environ(env)
     env = {**base, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
     tail: collections.deque = collections.deque(maxlen=200)

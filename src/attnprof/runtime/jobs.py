@@ -241,12 +241,6 @@ def _child(script: str, snakemake, done: str | None = None, owner: tuple[int, st
 STATUS_LOST = 255
 
 
-def _wait_gone(pid: int) -> None:
-    """Block until process ``pid`` has ended (it is the fork server's child, not ours: :func:`_alive`)."""
-    while _alive(pid, None):
-        time.sleep(0.05)
-
-
 def _owner() -> tuple[int, str | None]:
     """This process (Snakemake's main process, where a job is handed out) as :func:`_die_with_snakemake` watches it."""
     return os.getpid(), _process_start(os.getpid())
@@ -278,7 +272,8 @@ def _forked(script: str, snakemake, rule: str) -> int:
         proc.join()
         if proc.exitcode != STATUS_LOST:
             return proc.exitcode
-        _wait_gone(proc.pid)  # perhaps the status never came: wait for the child itself, then read its own record
+        while _alive(proc.pid, None):  # perhaps the status never came: wait for the child itself (the fork server's)
+            time.sleep(0.05)
         ended = done.read_text() if done.exists() else None
     if ended is None:
         print(f"attnprof: rule {rule}: the fork server lost {name} before it finished; running it again in a new process",

@@ -284,8 +284,7 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
     its output appended to ``log_path``) when none listens. ``python``, ``env``: another Python environment
     (config ``environments``): the supervisor and its capture processes run in that interpreter with those
     variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps. Raises RuntimeError
-    naming the log
-    when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
+    naming the log when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
     when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
     key = worker_key(device, python, env)
@@ -554,11 +553,9 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahe
     if "call" in request and request["call"] not in CALLS:
         _tell(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
         return child
-    try:
+    with contextlib.suppress(OSError):  # it died already: its exit status is read below
         child.proc.stdin.write((json.dumps({k: v for k, v in request.items() if k != "timeout_s"}) + "\n").encode())
         child.proc.stdin.flush()
-    except OSError:
-        pass  # it died already: its exit status is read below
     how, reply = _await_reply(conn, child, time.monotonic() + float(request["timeout_s"]))
     if how == "left":
         log(f"{(request.get('spec') or {}).get('variant') or request.get('call')}: client left, capture process killed")
@@ -779,12 +776,11 @@ def _first_profiler_session(cuda: bool) -> None:
 def _call(target: str, args: list) -> dict:
     """``{"result": module.function(*args)}``, or ``{"error": traceback}`` if it raised. ``target``: one of
     :data:`CALLS` (the supervisor refuses any other before it reaches this process)."""
-    import importlib
+    import pkgutil
     import traceback
 
-    module, _, name = target.partition(":")
     try:
-        return {"result": getattr(importlib.import_module(module), name)(*args)}
+        return {"result": pkgutil.resolve_name(target)(*args)}
     except Exception:
         return {"error": traceback.format_exc(limit=8)}
 
