@@ -105,7 +105,7 @@ def _new_process():
     imports._imports.cache_clear()
     imports._layout.cache_clear()
     imports._KNOWN.clear()
-    imports._LOADED.clear()
+    imports._load.cache_clear()
     imports._USED.clear()
 
 

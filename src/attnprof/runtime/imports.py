@@ -27,7 +27,6 @@ PACKAGE = "attnprof"
 #: the imports of the sources it has seen before instead of parsing every module again (0.4-0.7 s of each
 #: invocation's start; an edited or added module is a new key).
 _KNOWN: dict[str, list[str]] = {}
-_LOADED: set[str] = set()
 #: The keys this process read or computed: what the cache file keeps (not every key it ever held).
 _USED: set[str] = set()
 #: This reader's own source and the Python that parses: a change of either is a new key for every source.
@@ -37,11 +36,7 @@ _READER = hashlib.sha256(Path(__file__).read_bytes() + repr(__import__("sys").ve
 def _module_file(pkg_dir: Path, module: str) -> Path | None:
     """src/attnprof/... file of the dotted ``module`` (a package's ``__init__.py``), None if none."""
     path = pkg_dir.joinpath(*module.split(".")[1:])
-    if (path / "__init__.py").exists():
-        return path / "__init__.py"
-    if path.with_suffix(".py").exists():
-        return path.with_suffix(".py")
-    return None
+    return next((p for p in (path / "__init__.py", path.with_suffix(".py")) if p.exists()), None)
 
 
 @cache
@@ -84,11 +79,8 @@ def named_imports(pkg_dir: Path, path: Path, module: str, text: str | None = Non
 
 def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozenset[str]:
     """:func:`_imports` from the source ``text``, parsed: :func:`named_imports` with every parent package."""
-    with_parents = set()
-    for name in named_imports(pkg_dir, path, module, text):
-        parts = name.split(".")
-        with_parents.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return frozenset(with_parents)
+    return frozenset(name.rsplit(".", up)[0] for name in named_imports(pkg_dir, path, module, text)
+                     for up in range(name.count(".") + 1))
 
 
 def _from_target(package: str, node: ast.ImportFrom) -> str:
@@ -108,12 +100,10 @@ def _from_imports(pkg_dir: Path, package: str, node: ast.ImportFrom) -> set[str]
     return {target, *(f"{target}.{a.name}" for a in node.names if _module_file(pkg_dir, f"{target}.{a.name}"))}
 
 
+@cache
 def _load(cache_file: Path) -> None:
     """Add the entries of ``cache_file`` to :data:`_KNOWN` (once per file and process); a missing, unreadable or
     malformed file adds nothing (the sources are parsed instead)."""
-    if str(cache_file) in _LOADED:
-        return
-    _LOADED.add(str(cache_file))
     with contextlib.suppress(OSError, ValueError):
         data = json.loads(cache_file.read_text())
         if isinstance(data, dict):
@@ -138,18 +128,15 @@ def import_closure(script: str | Path, pkg_dir: str | Path, cache_file: str | Pa
     """The package module files (under ``pkg_dir``, the ``attnprof`` folder) that running ``script`` imports,
     directly or not, sorted. ``cache_file``: where what each source imports is kept between processes (keyed by
     its text, the package layout, this reader's source and the Python version: an entry made from other input is
-    never read). Raises SyntaxError (naming the file) for a
-    source that does not parse."""
+    never read). Raises SyntaxError (naming the file) for a source that does not parse."""
     if cache_file is not None:
         _load(Path(cache_file))
     known = (len(_KNOWN), len(_USED))
     pkg_dir = Path(pkg_dir).resolve()
     seen: set[str] = set()
     todo = set(_imports(pkg_dir, Path(script).resolve(), "__main__"))
-    while todo:
+    while todo:  # what enters it was not seen yet
         name = todo.pop()
-        if name in seen:
-            continue
         seen.add(name)
         if (path := _module_file(pkg_dir, name)) is not None:
             todo |= _imports(pkg_dir, path, name) - seen

@@ -19,9 +19,12 @@ stays, so nothing reruns a second time.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import glob
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 #: Folder of the checksum sidecars, inside a result set.
@@ -29,11 +32,8 @@ CHECKSUM_DIR = Path("logs") / "checksums"
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _sidecar(run_dir: Path, path: Path) -> Path:
@@ -51,7 +51,7 @@ class Ties:
         from attnprof.model.plan import Layout
 
         self.run_dir = Path(run_dir)
-        self.layout, self.run = Layout(str(self.run_dir.parent)), self.run_dir.name
+        self.layout, self.run = Layout.around(self.run_dir)
         self._hashes: dict[str, str] = {}
 
     def _hash(self, path: str) -> str:
@@ -62,13 +62,10 @@ class Ties:
     def _records(self, path: Path) -> list[str]:
         """The capture records ``path`` was derived from (:class:`Ties`); none for a plot (a timeline is drawn from
         one shape's first round, before env.json and the other captures are made: a plot is checked by its content)."""
-        from attnprof.model.names import REPEAT_PREFIX
-
-        parts = path.resolve().relative_to(self.run_dir.resolve()).parts
-        if parts[0] == "tables" and len(parts) == 5 and parts[3].startswith(REPEAT_PREFIX):
-            return [self.layout.capture_file("status", self.run, shape=parts[1], variant=parts[2],
-                                             repeat=parts[3][len(REPEAT_PREFIX):])]
-        if parts[0] == "plots":
+        if cap := self.layout.capture_of(path, self.layout.TABLES):
+            return [self.layout.capture_file("status", self.run, shape=cap["shape_key"], variant=cap["variant"],
+                                             repeat=cap["repeat"])]
+        if path.resolve().relative_to(self.run_dir.resolve()).parts[0] == self.layout.PLOTS:
             return []
         folder = self.layout.run_dir(self.run)  # escaped: a folder's name may hold [ or *
         pattern = self.layout.capture_file("status", self.run, shape="*", variant="*", repeat="*")
@@ -80,14 +77,16 @@ class Ties:
         records = self._records(Path(path))
         parts = [f"{Path(r).relative_to(self.run_dir)}={self._hash(r)}" for r in records]
         if Path(path).resolve().relative_to(self.run_dir.resolve()).parts[0] not in (self.layout.TABLES, self.layout.PLOTS):
-            parts.insert(0, f"run={self._run_name()}")
+            parts.insert(0, f"run={_env_field(self.layout, self.run, 'run')}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
-    def _run_name(self):
-        try:
-            return json.loads(Path(self.layout.run_file("env", self.run)).read_text()).get("run")
-        except (OSError, ValueError, AttributeError):
-            return None
+
+def _env_field(layout, run: str, key: str):
+    """``key`` of result set ``run``'s env.json; None where it cannot be read or holds none."""
+    try:
+        return json.loads(Path(layout.run_file("env", run)).read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def record_checksums(run_dir: str | Path, paths: list[str | Path]) -> None:
@@ -183,17 +182,12 @@ def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
 def _published_captures(run_dir: Path) -> set[tuple[str, str, str]]:
     """{(shape_key, variant, repeat)} of the captures listed in the run tables published in ``run_dir``
     (repeats.csv, control.csv)."""
-    import csv
-
     from attnprof.model.names import RUN_FILES
 
     held = set()
     for table in ("repeats", "control"):
-        try:
-            with open(run_dir / RUN_FILES[table], newline="") as fh:
-                held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
-        except (OSError, csv.Error):
-            continue
+        with contextlib.suppress(OSError, csv.Error), open(run_dir / RUN_FILES[table], newline="") as fh:
+            held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
     return held
 
 
@@ -217,8 +211,6 @@ def lost_captures(layout, run: str, table: str) -> list[str]:
     """The capture files (``CAPTURE_FILES``: trace and status record) that run table ``table`` (repeats, control:
     one row per capture) of result set ``run`` was made from and that are gone: for each of its rows (shape_key,
     variant, repeat), ``layout.capture_file``. [] when the table does not exist or cannot be read."""
-    import csv
-
     from attnprof.model.names import CAPTURE_FILES
 
     try:
@@ -236,10 +228,8 @@ def rebuild_epoch(layout, run: str, bump: bool) -> str:
     when ``bump`` (something was lost or changed). Reads only."""
     marker = Path(layout.rebuild_marker(run, "*"))
     found = [p.name.removeprefix(marker.name.removesuffix("*")) for p in marker.parent.glob(marker.name)]
-    try:
+    with contextlib.suppress(OSError):
         found.append((Path(layout.run_dir(run)) / EPOCH_FILE).read_text().strip())
-    except OSError:
-        pass
     previous = max((int(t) for t in found if t.isdigit()), default=0)
     return str(previous + 1 if bump else previous)
 
@@ -252,9 +242,7 @@ def record_outputs(layout, wildcards, outputs) -> None:
     if not run:
         return
     run_dir = Path(layout.run_dir(run))
-    derived = [p for p in map(Path, outputs) if p.is_file() and _is_derived(run_dir, p, layout)]
-    if derived:
-        record_checksums(run_dir, derived)
+    record_checksums(run_dir, [p for p in map(Path, outputs) if p.is_file() and _is_derived(run_dir, p, layout)])
 
 
 def _is_derived(run_dir: Path, path: Path, layout) -> bool:
@@ -393,8 +381,7 @@ class ResultSetState:
         findings, plots."""
         from attnprof.model.plan import CHECKSUMMED
 
-        return (self.tables(run) + [self.layout.run_file(n, run) for n in CHECKSUMMED]
-                + self.layout.plots_of(run, self.grid(run).shapes))
+        return self.tables(run) + [self.layout.run_file(n, run) for n in CHECKSUMMED] + self.plots(run)
 
     def check(self, run: str) -> dict:
         """{subset, lost_captures, lost, changed, epoch} of result set ``run`` (cached)."""
@@ -433,25 +420,19 @@ class ResultSetState:
     def _subset(self, run, g):
         """A config with fewer shapes or variants than this config's result set ``run`` was made with (its
         env.json) must not silently replace that result set's report with a partial one."""
-        if run not in self.plan.this_runs or not Path(self.layout.run_file("env", run)).exists():
+        if run not in self.plan.this_runs:
             return None
         from attnprof.model.config import subset_message
-
         from attnprof.model.plan import recorded_grid
 
-        try:
+        try:  # a ValueError too where it has no env.json (yet)
             recorded = recorded_grid(self.layout, run)
         except ValueError:
             return None
-        if self._recorded_device(run) != self.plan.device:
+        if _env_field(self.layout, run, "device") != self.plan.device:
             return None
         return subset_message(self.layout.run_dir(run), list(g.shapes), list(g.variants), list(recorded.shapes),
                               list(recorded.variants))
-
-    def _recorded_device(self, run):
-        import json
-
-        return json.loads(Path(self.layout.run_file("env", run)).read_text()).get("device")
 
     def marker(self, run: str, dryrun: bool = False, recorded: bool = True, command: str = "") -> list[str]:
         """Summarize's input: result set ``run``'s rebuild marker ([] while it never needed one), after saying once
@@ -507,10 +488,7 @@ class ResultSetState:
         runs = self.plan.compare_runs_of(name)
         if len(runs) < 2:
             refuse("compare needs at least two result sets: set compare.runs (e.g. --configfile compare.yaml)")
-        files = {}
-        for run in runs:
-            files.update(self._compare_files(run))
-        return files
+        return {k: v for run in runs for k, v in self._compare_files(run).items()}
 
     def history_inputs(self) -> dict:
         """:meth:`compare_inputs`' files of every result set of config history.runs (keys '<run>/<name>')."""
@@ -541,8 +519,6 @@ def _gone_text(run_dir: str, state: dict) -> str:
 
 
 def _announce(run_dir: str, state: dict, dryrun: bool) -> None:
-    import sys
-
     if state["lost"] or state["changed"]:
         print(f"attnprof: {_gone_text(run_dir, {**state, 'lost_captures': []})}: they are made again"
               + (" (a dry run plans it; nothing is written)" if dryrun else ""), file=sys.stderr)
@@ -553,7 +529,5 @@ def _announce(run_dir: str, state: dict, dryrun: bool) -> None:
 
 def refuse(message: str):
     """End the run with ``message`` alone (an input function's exception would come wrapped in a traceback)."""
-    import sys
-
     print(f"attnprof: {message}", file=sys.stderr)
     raise SystemExit(1)

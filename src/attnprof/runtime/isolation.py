@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from attnprof.measure.capture import capture
+from attnprof.measure.env import interpreter_environ
 from attnprof.measure.progress import log
 from attnprof.model.names import FORMAT_KEY, FORMATS
 from attnprof.model.variants import Shape
@@ -108,8 +109,8 @@ def _pump(stream, tail: collections.deque) -> None:
         tail.append(line)
 
 
-def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, log_path: Path | None = None,
-                 python: str | None = None, env: dict | None = None) -> dict:
+def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, python: str | None = None,
+                 env: dict | None = None) -> dict:
     """Run :func:`attnprof.measure.capture.capture` in a fresh Python process and write ``status_path`` (JSON)
     and ``trace_path`` (gzipped Chrome trace, a placeholder when the capture did not
     succeed). ``timeout_s``: seconds before the child is killed. A crash (a signal other
@@ -133,8 +134,6 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     tmp_status.unlink(missing_ok=True)
     cmd = [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.runtime.isolation", str(spec_path),
            str(trace_path), str(tmp_status)]
-    from attnprof.measure.env import interpreter_environ
-
     base = os.environ if python is None and not env else interpreter_environ(env)
     env = {**base, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
     tail: collections.deque = collections.deque(maxlen=200)
@@ -165,7 +164,7 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
         log(f"{spec['variant']} {Shape(**spec['shape']).key}: aborted ({type(exc).__name__}), capture process ended, no status written")
         raise
     stderr_tail = "".join(tail)[-4000:]
-    if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
+    if returncode is not None and -returncode in INTERRUPT_SIGNALS:
         discard()
         raise CaptureInterrupted(interrupted_message(spec, -returncode))
     record = json.loads(tmp_status.read_text()) if tmp_status.exists() and returncode == 0 else None

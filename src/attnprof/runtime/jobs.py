@@ -223,31 +223,22 @@ def _child(script: str, snakemake, done: str | None = None, owner: tuple[int, st
     if owner is not None:
         _die_with_snakemake(owner)
     os.environ.update(script_environment(snakemake))
+    code = 1  # an exception ends the script as exit status 1
     try:
         runpy.run_path(script, init_globals={"snakemake": snakemake}, run_name="__main__")
+        code = 0
     except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise
+    finally:
         if done:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             Path(done).write_text("ok" if code == 0 else f"exit {code}")
-        raise
-    except BaseException:
-        if done:
-            Path(done).write_text("exit 1")
-        raise
-    if done:
-        Path(done).write_text("ok")
 
 
 #: What Process.exitcode reads when the fork server could not report a child's exit status (the
 #: server died, or CPython gh-140867: "forkserver fails silently under load causing Popen.poll()
 #: to return 255"); the child may then still be running, or have finished either way.
 STATUS_LOST = 255
-
-
-def _wait_gone(pid: int) -> None:
-    """Block until process ``pid`` has ended (it is the fork server's child, not ours: :func:`_alive`)."""
-    while _alive(pid, None):
-        time.sleep(0.05)
 
 
 def _owner() -> tuple[int, str | None]:
@@ -281,7 +272,8 @@ def _forked(script: str, snakemake, rule: str) -> int:
         proc.join()
         if proc.exitcode != STATUS_LOST:
             return proc.exitcode
-        _wait_gone(proc.pid)  # perhaps the status never came: wait for the child itself, then read its own record
+        while _alive(proc.pid, None):  # perhaps the status never came: wait for the child itself (the fork server's)
+            time.sleep(0.05)
         ended = done.read_text() if done.exists() else None
     if ended is None:
         print(f"attnprof: rule {rule}: the fork server lost {name} before it finished; running it again in a new process",

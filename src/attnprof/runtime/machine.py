@@ -19,9 +19,7 @@ def probe_machine(config: dict, cluster: bool, build: dict, cores: int, run_gpus
             visible = tuple(run_gpus("all"))
         except ValueError as exc:
             raise ValueError(f"nvidia-smi: {exc}") from None
-    detected = None
-    if config["device"] in ("auto", "cuda") and not any(g.name for g in visible):
-        detected = detect_gpu()
+    detected = detect_gpu() if config["device"] in ("auto", "cuda") and not any(g.name for g in visible) else None
     return Machine(visible=visible, detected=detected, torch_build=build, cluster=cluster, cores=cores,
                    env_builds=environment_builds(config.get("environments") or {}, torch_build_of))
 

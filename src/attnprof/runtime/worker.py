@@ -74,7 +74,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import math
 import os
 import select
 import signal
@@ -117,7 +116,7 @@ ANSWER_GRACE_S = 120.0
 #: in a process of its own (the check process), never in the one that profiles, so that no profile follows a float64
 #: check or a timing loop in its own process (every round's profiles are alike: docs/statistics.md, "Repeats").
 CHECKS_CALL = "attnprof.measure.capture:run_checks"
-#: What :func:`call_in_worker` may run besides captures.
+#: What :func:`call_where_captures_run` may run in the worker besides captures.
 CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure.calibrate:calibrate", CHECKS_CALL})
 #: Seconds a client waits for a supervisor it started to listen.
 START_TIMEOUT_S = 30.0
@@ -155,13 +154,10 @@ def request_timeout_s() -> float:
     raw = os.environ.get(REQUEST_TIMEOUT_ENV)
     if raw is None:
         return REQUEST_TIMEOUT_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and 0 < seconds <= 3600):
-        raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a number of seconds above 0 and up to 3600")
-    return seconds
+    with contextlib.suppress(ValueError):  # not a number
+        if 0 < (seconds := float(raw)) <= 3600:  # NaN and infinity are not
+            return seconds
+    raise ValueError(f"{REQUEST_TIMEOUT_ENV}={raw!r}: not a number of seconds above 0 and up to 3600")
 
 
 def worker_key(device: str, python: str | None = None, env: dict | None = None) -> str:
@@ -226,23 +222,19 @@ def _send(sock: socket.socket, obj: dict) -> None:
     sock.sendall((json.dumps(obj) + "\n").encode())
 
 
-class _Lines:
-    """Reads newline-terminated JSON objects from a socket; ``None`` at end of stream."""
+def _tell(conn: socket.socket, obj: dict) -> None:
+    """:func:`_send` to a client that may have gone: the supervisor serves on (:func:`_await_reply` notices it left)."""
+    with contextlib.suppress(OSError):
+        _send(conn, obj)
 
-    def __init__(self, sock: socket.socket):
-        self.sock, self.buf = sock, b""
 
-    def next(self) -> dict | None:
-        while b"\n" not in self.buf:
-            try:
-                chunk = self.sock.recv(65536)
-            except ConnectionError:
-                return None
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+def _next(lines) -> dict | None:
+    """The next newline-terminated JSON object on ``lines`` (a socket's ``makefile("rb")``); None at end of stream."""
+    try:
+        line = lines.readline()
+    except ConnectionError:
+        return None
+    return json.loads(line) if line.endswith(b"\n") else None
 
 
 # --- client ----------------------------------------------------------------------------------
@@ -276,18 +268,14 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
     """Start the supervisor ``key`` detached, in ``python`` (default this interpreter) with ``env`` set over
     this process's environment (and this checkout's src/ on PYTHONPATH: attnprof.measure.env.interpreter_environ);
     its capture processes inherit both. ``spares``: how many it keeps (:class:`_Ahead`)."""
-    out = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
     environ = os.environ if python is None and not env else interpreter_environ(env)
-    try:
+    with open(log_path, "a") if log_path else contextlib.nullcontext(subprocess.DEVNULL) as out:  # the child's copy stays
         subprocess.Popen(
             [os.path.abspath(python) if python else sys.executable, "-m", "attnprof.runtime.worker", "serve", key, device,
              str(idle_s), str(spares)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             env={**environ, "PYTHONUNBUFFERED": "1"},
         )
-    finally:
-        if log_path:
-            out.close()
 
 
 def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
@@ -296,28 +284,24 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
     its output appended to ``log_path``) when none listens. ``python``, ``env``: another Python environment
     (config ``environments``): the supervisor and its capture processes run in that interpreter with those
     variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps. Raises RuntimeError
-    naming the log
-    when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
+    naming the log when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
     when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
     key = worker_key(device, python, env)
     addr = address(key)
-    sock = _connect(addr)
-    if sock:
+    if sock := _connect(addr):
         return sock
     lock_path = Path(tempfile.gettempdir()) / f"attnprof-worker-{os.getuid()}-{key}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time
-        sock = _connect(addr)
-        if sock:
+        if sock := _connect(addr):
             return sock
         log(f"starting capture worker {key} (idle exit after {idle_s:g} s)")
         _start_supervisor(key, device, idle_s, log_path, python, env, spares)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            sock = _connect(addr)
-            if sock:
+            if sock := _connect(addr):
                 return sock
     raise RuntimeError(f"capture worker {key} did not start within {START_TIMEOUT_S:g} s; see {log_path or 'its output'}")
 
@@ -355,20 +339,16 @@ def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: fl
     request = {"spec": spec, "trace": str(trace_path.resolve()), "timeout_s": timeout_s}
     what = f"capture of {spec['variant']} at {Shape(**spec['shape']).key}"
     try:
-        msg = _request(spec["device"], request, idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S, python, env)
+        msg = _request(spec["device"], request, idle_s, worker_log, what, python, env)
+        record = msg["record"]
+        # the capture's own span starts when the supervisor took it; the wait behind other jobs'
+        # captures (capture_mode worker: they queue there, not in Snakemake) is recorded apart
+        record.setdefault("worker", {})["queued_s"] = round(msg["accepted_at"] - started, 3)
+        if record.get("checks") == CHECKS_APART:
+            _checks_apart(spec, record, timeout_s, idle_s, worker_log, python, env)
     except BaseException:
         trace_path.unlink(missing_ok=True)
         raise
-    record = msg["record"]
-    # the capture's own span starts when the supervisor took it; the wait behind other jobs'
-    # captures (capture_mode worker: they queue there, not in Snakemake) is recorded apart
-    record.setdefault("worker", {})["queued_s"] = round(msg["accepted_at"] - started, 3)
-    if record.get("checks") == CHECKS_APART:
-        try:
-            _checks_apart(spec, record, timeout_s, idle_s, worker_log, python, env)
-        except BaseException:
-            trace_path.unlink(missing_ok=True)
-            raise
     return finish_capture(record, trace_path, status_path, msg["accepted_at"])
 
 
@@ -379,70 +359,58 @@ def _checks_apart(spec: dict, record: dict, timeout_s: float, idle_s: float, wor
     phases ``failed`` with its reason (``checks_missing``), as a failed phase does in one process."""
     what = f"checks of {spec['variant']} at {Shape(**spec['shape']).key}"
     msg = _request(spec["device"], {"call": CHECKS_CALL, "args": [spec, record.get("passes")], "timeout_s": timeout_s},
-                   idle_s, worker_log, what, timeout_s + ANSWER_GRACE_S, python, env)
+                   idle_s, worker_log, what, python, env)
     merge_checks(record, msg.get("result"), str(msg.get("error", ""))[-2000:])
-
-
-def call_in_worker(device: str, target: str, args: list | None = None, timeout_s: float = 600.0, idle_s: float = 60.0,
-                   worker_log: Path | None = None, python: str | None = None, env: dict | None = None):
-    """Call ``target`` ("module:function", e.g. "attnprof.measure.env:capture_environment") with
-    ``args`` (JSON values) in the warm capture process for ``device`` and return its result
-    (a JSON value): the environment record and the device calibration need torch and the
-    device as the captures do, and run where they already are (``python``, ``env``: in that Python
-    environment's worker, :func:`connect_or_start`). Raises RuntimeError with the
-    traceback when the call raised (the capture process is then replaced), and
-    :class:`~attnprof.runtime.isolation.CaptureInterrupted` when it was killed from outside."""
-    msg = _request(device, {"call": target, "args": args or [], "timeout_s": timeout_s}, idle_s, worker_log, target,
-                   timeout_s + ANSWER_GRACE_S, python, env)
-    if "error" in msg:
-        raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
-    return msg["result"]
 
 
 def call_where_captures_run(function, args: list, mode: str, device: str, idle_s: float, worker_log: Path,
                             python: str | None = None, env: dict | None = None):
     """Call ``function`` (one of :data:`CALLS`: the environment record, the calibration) with ``args`` (JSON values)
-    where the run's captures run, and return its JSON result: in the warm capture worker (``mode`` 'worker',
-    :func:`call_in_worker`); else in a fresh process of an A/B environment's Python (``python``,
-    :func:`attnprof.measure.env.call_in_interpreter`); else in this job process, with ``env`` set first (before torch
-    is imported here: ``cuda:0`` is then the GPU ``env`` pins). ``env``: the variables over the process's environment
-    (an A/B environment's, the pinned GPU). Raises as those calls do."""
+    where the run's captures run, and return its JSON result: in the warm capture process for ``device`` (``mode``
+    'worker': they need torch and the device as the captures do, and run where they already are; ``python``, ``env``:
+    in that Python environment's worker, :func:`connect_or_start`; at most 600 s); else in a fresh process of an A/B
+    environment's Python (``python``, :func:`attnprof.measure.env.call_in_interpreter`); else in this job process,
+    with ``env`` set first (before torch is imported here: ``cuda:0`` is then the GPU ``env`` pins). ``env``: the
+    variables over the process's environment (an A/B environment's, the pinned GPU). Raises as those calls do; in the
+    worker, RuntimeError with the traceback when the call raised (the capture process is then replaced), and
+    :class:`~attnprof.runtime.isolation.CaptureInterrupted` when it was killed from outside."""
     target = f"{function.__module__}:{function.__name__}"
     if mode == "worker":
-        return call_in_worker(device, target, args, idle_s=idle_s, worker_log=worker_log, python=python, env=env)
+        msg = _request(device, {"call": target, "args": args, "timeout_s": 600.0}, idle_s, worker_log, target, python, env)
+        if "error" in msg:
+            raise RuntimeError(f"{target} failed in the capture worker: {msg['error']}")
+        return msg["result"]
     if python:
         return call_in_interpreter(python, env, target, args)
     os.environ.update(env or {})
     return function(*args)
 
 
-def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, answer_s: float,
-             python: str | None = None, env: dict | None = None) -> dict:
+def _request(device: str, request: dict, idle_s: float, worker_log: Path | None, what: str, python: str | None,
+             env: dict | None) -> dict:
     """Send one request to the supervisor (starting it when needed), copy its progress lines
     to stderr, and return its final message. Raises CaptureInterrupted when the work was
     killed from outside or the supervisor ended without an answer, and TimeoutError when no
-    message came for ``answer_s`` seconds (the job fails; nothing is recorded)."""
+    message came for the request's ``timeout_s`` plus :data:`ANSWER_GRACE_S` seconds (the job fails; nothing is
+    recorded)."""
     with signals_raise_exit():
         for _attempt in range(3):  # a supervisor exiting for idleness as we connect: start another
-            with contextlib.closing(connect_or_start(device, idle_s, worker_log, python, env)) as sock:
+            with connect_or_start(device, idle_s, worker_log, python, env) as sock, sock.makefile("rb") as lines:
                 _send(sock, request)
-                lines = _Lines(sock)
                 # Waiting to be accepted is waiting in the supervisor's queue behind other jobs'
                 # captures (each bounded by its own timeout), not for this one: no limit. A
                 # supervisor that dies closes the connection, which ends the wait.
                 sock.settimeout(None)
-                first = lines.next()
+                first = _next(lines)
                 accepted_at = time.time()
-                sock.settimeout(answer_s)
+                sock.settimeout(request["timeout_s"] + ANSWER_GRACE_S)
                 if first is None:  # not accepted
                     continue
                 if "error" in first:
                     raise RuntimeError(f"the capture worker refused the request: {first['error']}")
-                msg = lines.next()
-                while msg is not None and "log" in msg:
+                while (msg := _next(lines)) is not None and "log" in msg:
                     sys.stderr.write(msg["log"])
                     sys.stderr.flush()
-                    msg = lines.next()
                 break
         else:
             raise RuntimeError("capture worker closed the connection before accepting the request, three times")
@@ -467,8 +435,7 @@ class _Child:
         self.repeat: int | None = None  # the repeat (round) of the captures it served
 
     def kill(self) -> int:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+        self.proc.kill()  # nothing where it has ended already (Popen.send_signal polls first)
         return self.proc.wait()
 
     def close(self, wait_s: float = 10.0) -> None:
@@ -492,12 +459,9 @@ class _Ahead:
         self.spares = [_Child(device) for _ in range(self.keep + 1 if self.keep else 0)]
 
     def take(self) -> _Child:
-        child = None
-        while self.spares and child is None:
-            child = self.spares.pop(0)
-            if child.proc.poll() is not None:
-                child = None
-        child = child or _Child(self.device)
+        while self.spares and self.spares[0].proc.poll() is not None:
+            self.spares.pop(0)  # a spare that died
+        child = self.spares.pop(0) if self.spares else _Child(self.device)
         while len(self.spares) < self.keep:
             self.spares.append(_Child(self.device))
         return child
@@ -514,7 +478,7 @@ def _read_request(conn: socket.socket) -> dict | None:
     :func:`request_timeout_s` seconds to send it."""
     conn.settimeout(request_timeout_s())
     try:
-        request = _Lines(conn).next()
+        request = _next(conn.makefile("rb"))
     except (TimeoutError, OSError, ValueError, UnicodeDecodeError) as exc:
         request, why = None, f"unreadable request ({type(exc).__name__})"
     else:
@@ -528,22 +492,16 @@ def _read_request(conn: socket.socket) -> dict | None:
         if ok_timeout and (ok_spec or isinstance(request.get("call"), str)):
             return request
         why = "malformed request"
-    with contextlib.suppress(OSError):
-        _send(conn, {"error": why})
+    _tell(conn, {"error": why})
     if why != "empty request":  # a client that only made sure the supervisor listens (start_worker)
         log(f"dropped a connection: {why}")
     return None
 
 
-def _serve_one(conn: socket.socket, child: _Child | None, ahead: _Ahead, request: dict | None = None) -> _Child | None:
-    """Serve one request on ``conn`` (``request``: already read, else read here; a fresh process from ``ahead``);
-    returns the capture
-    process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the capture process is killed
-    before ``conn`` closes, so a capture never outlives the request it serves."""
-    if request is None:
-        request = _read_request(conn)
-    if request is None:
-        return child
+def _serve_one(conn: socket.socket, child: _Child | None, ahead: _Ahead, request: dict) -> _Child | None:
+    """Serve ``request`` (read from ``conn`` by :func:`_admit`) on ``conn``, a fresh process from ``ahead`` where
+    needed; returns the capture process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the
+    capture process is killed before ``conn`` closes, so a capture never outlives the request it serves."""
     try:
         return _serve_request(conn, request, child, ahead)
     except BaseException:
@@ -562,32 +520,28 @@ def _order_of(request: dict) -> tuple[int, bool]:
     return repeat, bool(spec) and ends_capture_process(spec.get("variant"), spec.get("custom"))
 
 
-def _admit(conn: socket.socket, pending: list, seq: int) -> int:
-    """Read the request on an accepted ``conn`` and add ``(order, seq, conn, request)`` to ``pending`` (order:
-    :func:`_order_of`); a
-    peer of another user id, or a malformed request, is dropped. Returns the next sequence number."""
+def _admit(conn: socket.socket, pending: list) -> None:
+    """Read the request on an accepted ``conn`` and append ``(order, conn, request)`` to ``pending`` (order:
+    :func:`_order_of`); a peer of another user id, or a malformed request, is dropped."""
     uid = peer_uid(conn)
     if uid != os.getuid():  # an abstract socket has no file permissions: check the peer
         log(f"refused a connection from uid {uid}")
         conn.close()
-        return seq
-    request = _read_request(conn)
-    if request is None:
+    elif (request := _read_request(conn)) is None:
         conn.close()
-        return seq
-    pending.append((_order_of(request), seq, conn, request))
-    return seq + 1
+    else:
+        pending.append((_order_of(request), conn, request))
 
 
-def _admit_waiting(listener: socket.socket, pending: list, seq: int) -> int:
-    """Accept every connection waiting on ``listener`` now (:func:`_admit`). Returns the next sequence number."""
+def _admit_waiting(listener: socket.socket, pending: list) -> None:
+    """Accept every connection waiting on ``listener`` now (:func:`_admit`)."""
     listener.settimeout(0.05)  # clients of one Snakemake round start together: let the stragglers connect
     while True:
         try:
             conn, _ = listener.accept()
         except (TimeoutError, BlockingIOError):
-            return seq
-        seq = _admit(conn, pending, seq)
+            return
+        _admit(conn, pending)
 
 
 def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahead: _Ahead) -> _Child | None:
@@ -595,33 +549,21 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahe
     process to keep (None: it ended or must not serve on)."""
     device = ahead.device
     child = _child_for(request, child, ahead)
-    with contextlib.suppress(OSError):
-        _send(conn, {"accepted": child.proc.pid})
+    _tell(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:
-        with contextlib.suppress(OSError):
-            _send(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
+        _tell(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
         return child
-
-    def send(obj: dict) -> bool:
-        try:
-            _send(conn, obj)
-            return True
-        except OSError:
-            return False
-
-    try:
+    with contextlib.suppress(OSError):  # it died already: its exit status is read below
         child.proc.stdin.write((json.dumps({k: v for k, v in request.items() if k != "timeout_s"}) + "\n").encode())
         child.proc.stdin.flush()
-    except OSError:
-        pass  # it died already: its exit status is read below
-    how, reply = _await_reply(conn, child, time.monotonic() + float(request["timeout_s"]), send)
+    how, reply = _await_reply(conn, child, time.monotonic() + float(request["timeout_s"]))
     if how == "left":
         log(f"{(request.get('spec') or {}).get('variant') or request.get('call')}: client left, capture process killed")
         return None
     if how != "reply":  # timed out (ours: a result, not an interruption), or ended without a reply
-        send(_ended_message(request, device, reply["returncode"], reply["tail"]))
+        _tell(conn, _ended_message(request, device, reply["returncode"], reply["tail"]))
         return None
-    send(reply)
+    _tell(conn, reply)
     if _reusable_reply(reply):
         return child
     child.close()  # work that did not fully succeed: the next request gets a fresh process
@@ -644,8 +586,8 @@ def _child_for(request: dict, child: _Child | None, ahead: _Ahead) -> _Child:
     return child
 
 
-def _await_reply(conn: socket.socket, child: _Child, deadline: float, send) -> tuple[str, dict]:
-    """Relay ``child``'s progress lines to the client (``send``) until its reply. Returns ("reply", the reply);
+def _await_reply(conn: socket.socket, child: _Child, deadline: float) -> tuple[str, dict]:
+    """Relay ``child``'s progress lines to the client on ``conn`` until its reply. Returns ("reply", the reply);
     ("timeout", {returncode: None, tail}) at ``deadline`` (the child killed); ("ended", {returncode, tail}) when the
     child ended without a reply; ("left", {}) when the client went away (the child killed: captures never overlap)."""
     out_fd, err_fd = child.proc.stdout.fileno(), child.proc.stderr.fileno()
@@ -660,22 +602,23 @@ def _await_reply(conn: socket.socket, child: _Child, deadline: float, send) -> t
             child.kill()
             return "left", {}
         if err_fd in readable:
-            tail = _relay_progress(child, err_fd, open_fds, tail, send)
+            tail = _relay_progress(child, err_fd, open_fds, tail, conn)
         if out_fd in readable and (reply := _read_reply(child, out_fd, open_fds)) is not None:
             return "reply", reply
         if out_fd not in open_fds:
             return "ended", {"returncode": child.proc.wait(), "tail": (tail + child.err).decode(errors="replace")}
 
 
-def _relay_progress(child: _Child, fd: int, open_fds: set, tail: bytes, send) -> bytes:
-    """Read the child's progress stream, send each whole line to the client; returns the stream's last 4000 bytes."""
+def _relay_progress(child: _Child, fd: int, open_fds: set, tail: bytes, conn: socket.socket) -> bytes:
+    """Read the child's progress stream, send each whole line to the client on ``conn``; returns the stream's last
+    4000 bytes."""
     data = os.read(fd, 65536)
     if not data:
         open_fds.discard(fd)
     child.err += data
     *done, child.err = child.err.split(b"\n")
     for line in done:
-        send({"log": line.decode(errors="replace") + "\n"})
+        _tell(conn, {"log": line.decode(errors="replace") + "\n"})
     return (tail + data)[-4000:]
 
 
@@ -695,7 +638,7 @@ def _ended_message(request: dict, device: str, returncode: int | None, tail: str
     """The answer for a request whose process ended (or was killed at the deadline) without a reply: an
     interruption (killed from outside), else a failed record (a capture) or an error (a call)."""
     spec = request.get("spec")
-    if returncode is not None and returncode < 0 and -returncode in INTERRUPT_SIGNALS:
+    if returncode is not None and -returncode in INTERRUPT_SIGNALS:
         return {"interrupted": interrupted_message(spec, -returncode) if spec else
                 f"{request['call']} interrupted: the capture process was killed by signal {-returncode} from outside"}
     if spec:
@@ -740,8 +683,7 @@ def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
     listener.listen(256)  # a Snakemake run's capture jobs queue here (the GPU serialisation point)
     procs: dict[str, _Child | None] = {"capture": None, "checks": None}  # the capture process; the check process
     ahead = _Ahead(device, spares)  # the spares started ahead (a GPU run)
-    pending: list = []  # (repeat, arrival, conn, request): accepted, not yet served
-    seq = 0
+    pending: list = []  # (order, conn, request): accepted, not yet served, in arrival order within an order
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
     try:
         with signals_raise_exit():
@@ -752,21 +694,21 @@ def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
                         conn, _ = listener.accept()
                     except TimeoutError:
                         break
-                    seq = _admit(conn, pending, seq)
-                seq = _admit_waiting(listener, pending, seq)
+                    _admit(conn, pending)
+                _admit_waiting(listener, pending)
                 if not pending:
                     continue
                 # the earliest round first, the captures that end their process last in it, then arrival order:
                 # the repeats stay in rounds whatever number of capture jobs Snakemake starts at once (each round
-                # gets a fresh capture process)
-                pending.sort(key=lambda p: (p[0], p[1]))
-                _, _, conn, request = pending.pop(0)
+                # gets a fresh capture process); the sort is stable, so arrival order stays within an order
+                pending.sort(key=lambda p: p[0])
+                _, conn, request = pending.pop(0)
                 kind = "checks" if request.get("call") == CHECKS_CALL else "capture"
                 with conn, _device_lock(device):  # the supervisors of an A/B run (one per environment) take turns
                     procs[kind] = _serve_one(conn, procs[kind], ahead, request)
     finally:
         listener.close()
-        for _, _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
+        for _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
             conn.close()
         for child in procs.values():  # idle (ours), or a signal mid-capture: either way it must not run on
             if child is not None:
@@ -810,7 +752,7 @@ def child_main(device: str) -> int:
                                 "started_at": round(started_at, 3)}
             captures += 1
             reply = {"record": record}
-        if device == "cuda" and torch.cuda.is_available():
+        if cuda:
             torch.cuda.empty_cache()
         proto.write(json.dumps(reply, default=str) + "\n")
         proto.flush()
@@ -832,15 +774,13 @@ def _first_profiler_session(cuda: bool) -> None:
 
 
 def _call(target: str, args: list) -> dict:
-    """``{"result": module.function(*args)}``, or ``{"error": traceback}`` if it raised."""
-    import importlib
+    """``{"result": module.function(*args)}``, or ``{"error": traceback}`` if it raised. ``target``: one of
+    :data:`CALLS` (the supervisor refuses any other before it reaches this process)."""
+    import pkgutil
     import traceback
 
-    if target not in CALLS:
-        return {"error": f"{target} is not one of the calls the capture worker serves: {sorted(CALLS)}"}
-    module, _, name = target.partition(":")
     try:
-        return {"result": getattr(importlib.import_module(module), name)(*args)}
+        return {"result": pkgutil.resolve_name(target)(*args)}
     except Exception:
         return {"error": traceback.format_exc(limit=8)}
 
