@@ -52,3 +52,24 @@ def test_a_file_that_never_existed_is_not_lost(tmp_path):
     paths = [old, new_shape, new_repeat, *plots, run / "summary.csv"]
     assert lost_files(run / "report.html", paths) == sorted(str(p) for p in (old, plots[0], run / "summary.csv"))
     assert lost_files(run / "not-published.html", paths) == []
+
+
+def test_a_file_as_its_rule_left_it_is_not_read_again_and_an_edited_one_is(tmp_path, monkeypatch):
+    import os
+
+    from attnprof.runtime import integrity
+
+    run = tmp_path / "results" / "r"
+    table = run / "summary.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("variant,ms\nnaive,1.0\n")
+    integrity.record_checksums(run, [table])
+    read = []
+    real = integrity._sha256
+    monkeypatch.setattr(integrity, "_sha256", lambda p: read.append(p) or real(p))
+    # size and modification time as recorded (the sidecar's four fields): judged unchanged without a read
+    assert integrity.changed_files(run, [table]) == [] and read == []
+    # the same size, other bytes, a later modification time: read, and found changed
+    table.write_text("variant,ms\nnaive,2.0\n")
+    os.utime(table, ns=(table.stat().st_atime_ns, table.stat().st_mtime_ns + 10**9))
+    assert integrity.changed_files(run, [table]) == [str(table)] and read == [table]

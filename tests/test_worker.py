@@ -267,3 +267,15 @@ def test_killed_job_stops_its_capture(tmp_path, sig):
             if pid and alive(pid):
                 os.kill(pid, signal.SIGKILL)
         client.wait()
+
+
+def test_a_call_whose_process_crashed_answers_an_error_not_a_dead_supervisor():
+    from attnprof.runtime.worker import CHECKS_CALL, _ended_message
+
+    # a check process killed by SIGSEGV, and one cut at its deadline: an error naming the call and why (the supervisor
+    # used to raise TypeError here, building a capture record of an empty shape, and exit)
+    crashed = _ended_message({"call": CHECKS_CALL, "timeout_s": 5}, -11, "Fatal Python error: Segmentation fault\n")
+    assert crashed == {"error": f"{CHECKS_CALL}: capture process killed by SIGSEGV; stderr ends: Fatal Python error: "
+                                "Segmentation fault"}
+    late = _ended_message({"call": CHECKS_CALL, "timeout_s": 5}, None, "")
+    assert late == {"error": f"{CHECKS_CALL}: capture timed out after 5 s"}

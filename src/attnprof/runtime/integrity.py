@@ -103,9 +103,9 @@ def record_checksums(run_dir: str | Path, paths: list[str | Path]) -> None:
 
 def _differs(path: Path, recorded: list[str]) -> bool:
     st = path.stat()
-    if len(recorded) == 3 and recorded[1] != str(st.st_size):
+    if len(recorded) >= 3 and recorded[1] != str(st.st_size):
         return True  # cut short or grown: no need to read it
-    if len(recorded) == 3 and recorded[2] == str(st.st_mtime_ns):
+    if len(recorded) >= 3 and recorded[2] == str(st.st_mtime_ns):
         return False  # as its rule left it
     return _sha256(path) != recorded[0]
 

@@ -186,6 +186,14 @@ def crash_record(spec: dict, returncode: int | None, timeout_s: float, stderr_ta
     """The ``failed`` status record of a capture process that ended without a record of its
     own: ``returncode`` None (killed at ``timeout_s``), negative (killed by that signal, one
     not in :data:`INTERRUPT_SIGNALS`) or a non-zero exit code; ``stderr_tail``: its last output."""
+    # the repeat it was to capture, as every record names it (attnprof.model.formats: status.json's format 2)
+    return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, "repeat": int(spec.get("repeat", 1)),
+            **spec["shape"], "device": spec["device"], "status": "failed",
+            "reason": crash_reason(returncode, timeout_s, stderr_tail), "stderr_tail": stderr_tail}
+
+
+def crash_reason(returncode: int | None, timeout_s: float, stderr_tail: str) -> str:
+    """Why a capture process ended without an answer (:func:`crash_record`'s ``reason``), with its output's end."""
     if returncode is None:
         why = f"capture timed out after {timeout_s} s"
     elif returncode < 0:
@@ -194,11 +202,7 @@ def crash_record(spec: dict, returncode: int | None, timeout_s: float, stderr_ta
         why = f"capture process exited with code {returncode}"
     else:
         why = "capture process exited with code 0 but wrote no status"
-    # the repeat it was to capture, as every record names it (attnprof.model.formats: status.json's format 2)
-    return {"variant": spec["variant"], "shape_key": Shape(**spec["shape"]).key, "repeat": int(spec.get("repeat", 1)),
-            **spec["shape"], "device": spec["device"], "status": "failed",
-            "reason": f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why,
-            "stderr_tail": stderr_tail}
+    return f"{why}; stderr ends: {stderr_tail[-300:].strip()}" if stderr_tail.strip() else why
 
 
 def finish_capture(record: dict, trace_path: Path, status_path: Path, started: float) -> dict:

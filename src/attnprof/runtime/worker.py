@@ -93,6 +93,7 @@ from attnprof.runtime.isolation import (
     INTERRUPT_SIGNALS,
     PARENT_PID_ENV,
     CaptureInterrupted,
+    crash_reason,
     crash_record,
     die_with_parent,
     finish_capture,
@@ -547,7 +548,6 @@ def _admit_waiting(listener: socket.socket, pending: list) -> None:
 def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahead: _Ahead) -> _Child | None:
     """Serve ``request`` in ``child`` (a fresh one where needed: :func:`_child_for`) and answer on ``conn``; returns the
     process to keep (None: it ended or must not serve on)."""
-    device = ahead.device
     child = _child_for(request, child, ahead)
     _tell(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:
@@ -561,7 +561,7 @@ def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahe
         log(f"{(request.get('spec') or {}).get('variant') or request.get('call')}: client left, capture process killed")
         return None
     if how != "reply":  # timed out (ours: a result, not an interruption), or ended without a reply
-        _tell(conn, _ended_message(request, device, reply["returncode"], reply["tail"]))
+        _tell(conn, _ended_message(request, reply["returncode"], reply["tail"]))
         return None
     _tell(conn, reply)
     if _reusable_reply(reply):
@@ -634,7 +634,7 @@ def _read_reply(child: _Child, fd: int, open_fds: set) -> dict | None:
     return json.loads(line)
 
 
-def _ended_message(request: dict, device: str, returncode: int | None, tail: str) -> dict:
+def _ended_message(request: dict, returncode: int | None, tail: str) -> dict:
     """The answer for a request whose process ended (or was killed at the deadline) without a reply: an
     interruption (killed from outside), else a failed record (a capture) or an error (a call)."""
     spec = request.get("spec")
@@ -643,8 +643,7 @@ def _ended_message(request: dict, device: str, returncode: int | None, tail: str
                 f"{request['call']} interrupted: the capture process was killed by signal {-returncode} from outside"}
     if spec:
         return {"record": crash_record(spec, returncode, request["timeout_s"], tail)}
-    return {"error": crash_record({"variant": request["call"], "shape": {}, "device": device}, returncode,
-                                  request["timeout_s"], tail)["reason"]}
+    return {"error": f"{request['call']}: {crash_reason(returncode, request['timeout_s'], tail)}"}
 
 
 @contextlib.contextmanager
