@@ -4,6 +4,7 @@ writes a PNG; variants that did not run are drawn as labelled gaps, not dropped.
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
@@ -179,8 +180,8 @@ def cpu_vs_device(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     _gap_labels(ax, summary, y)
     ax.set_yticks(y, summary["variant"])
     ax.invert_yaxis()
-    positive = np.concatenate([cpu[cpu > 0], dev[dev > 0]]) if np.isfinite(np.concatenate([cpu, dev])).any() else np.array([])
-    positive = positive[np.isfinite(positive)]
+    both = np.concatenate([cpu, dev])
+    positive = both[np.isfinite(both) & (both > 0)]
     if positive.size:
         ax.set_xscale("log")
         ax.set_xlim(positive.min() / 2, positive.max() * 2)
@@ -220,17 +221,12 @@ def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     q_len = summary["q_len"] if "q_len" in summary else seq
     summary["q_len"] = [("= kv_len" if pd.isna(q) or q == s else str(int(q))) for q, s in zip(q_len, seq)]
     summary["kv_heads"] = summary["kv_heads"].fillna(summary["heads"]) if "kv_heads" in summary else summary["heads"]
-    if "causal_alignment" in summary:  # an all-empty column reads as float: '' by object, without a dtype warning
-        align = summary["causal_alignment"]
-        summary["causal_alignment"] = [a if isinstance(a, str) else "" for a in align]
-    else:
-        summary["causal_alignment"] = ""
+    # an all-empty column reads as float: '' by object, without a dtype warning
+    align = summary.get("causal_alignment", [None] * len(summary))
+    summary["causal_alignment"] = [a if isinstance(a, str) else "" for a in align]
     keys = ["head_dim", "batch", "heads", "kv_heads", "q_len", "dtype", "causal", "causal_alignment"]
-    out = []
-    for vals, part in summary.groupby(keys, sort=True):
-        label = ", ".join(f"{k} {v}" for k, v in zip(keys, vals) if summary[k].nunique() > 1 or k == "head_dim")
-        out.append((label, part))
-    return out
+    return [(", ".join(f"{k} {v}" for k, v in zip(keys, vals) if summary[k].nunique() > 1 or k == "head_dim"), part)
+            for vals, part in summary.groupby(keys, sort=True)]
 
 
 def coinciding(summary: pd.DataFrame, column: str, rel: float = 0.1) -> list[tuple[str, str]]:
@@ -239,15 +235,8 @@ def coinciding(summary: pd.DataFrame, column: str, rel: float = 0.1) -> list[tup
     ok = summary[(summary["status"] == "ok") & summary[column].notna()]
     index = "shape_key" if "shape_key" in ok else ["seq_len", "head_dim", "batch", "heads", "dtype", "causal"]
     pivot = ok.pivot_table(index=index, columns="variant", values=column)
-    variants = list(dict.fromkeys(summary["variant"]))
-    pairs = []
-    for a_i, a in enumerate(variants):
-        for b in variants[a_i + 1:]:
-            if a in pivot and b in pivot:
-                both = pivot[[a, b]].dropna()
-                if len(both) and (abs(both[a] / both[b] - 1) <= rel).all():
-                    pairs.append((a, b))
-    return pairs
+    pairs = [(a, b) for a, b in itertools.combinations(dict.fromkeys(summary["variant"]), 2) if a in pivot and b in pivot]
+    return [(a, b) for a, b in pairs if len(both := pivot[[a, b]].dropna()) and (abs(both[a] / both[b] - 1) <= rel).all()]
 
 
 def _variant_styles(variants: list[str]) -> dict:
@@ -332,7 +321,6 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
     Legend outside the axes."""
     fig, ax = plt.subplots(figsize=(HALF_IN, 3.6), layout="constrained")
     ok = summary[(summary["status"] == "ok") & summary["tflops"].notna()] if "tflops" in summary else summary.iloc[0:0]
-    cmap = plt.get_cmap("tab10")
     xs = np.logspace(0, 4, 200)
     drew = False
     for key, bw_key, ls, name in (("gemm_tflops_bf16", "copy_tb_per_s", "-", "measured"),
@@ -341,19 +329,11 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
             ax.plot(xs, np.minimum(calibration[key], calibration[bw_key] * xs), ls, color="#444",
                     label=f"{name}: {calibration[key]:.0f} TFLOP/s, {calibration[bw_key]:.2f} TB/s")
             drew = True
-    variants = list(dict.fromkeys(summary["variant"]))
-    for v in dict.fromkeys(ok["variant"]):
-        i = variants.index(v)
-        pv = ok[ok["variant"] == v]
-        ax.scatter(pv["flop_per_byte"], pv["tflops"], s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1),
-                   color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)], facecolors="none", label=v)
+    style = _variant_styles(list(dict.fromkeys(summary["variant"])))
+    _roofline_points(ax, ok, "flop_per_byte", "tflops", style, {"facecolors": "none"})
     bwd = (summary[(summary["status"] == "ok") & summary["backward_tflops"].notna() & summary["backward_flop_per_byte"].notna()]
            if {"backward_tflops", "backward_flop_per_byte"} <= set(summary) else summary.iloc[0:0])
-    for v in dict.fromkeys(bwd["variant"]):
-        i = variants.index(v)
-        pv = bwd[bwd["variant"] == v]
-        ax.scatter(pv["backward_flop_per_byte"], pv["backward_tflops"],
-                   s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1), color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)])
+    _roofline_points(ax, bwd, "backward_flop_per_byte", "backward_tflops", style, {})
     if len(bwd):  # one legend entry for the filled markers, whatever the variant
         ax.scatter([], [], color="#888", marker="o", label="filled: backward")
     ax.set_xscale("log")
@@ -365,6 +345,15 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
     if ax.get_legend_handles_labels()[0]:  # a CPU run draws no points
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     _save(fig, path, dpi)
+
+
+def _roofline_points(ax, table: pd.DataFrame, x: str, y: str, style: dict, hollow: dict) -> None:
+    """Each variant's points of the roofline (``y`` TFLOP/s against ``x`` FLOP per byte) in its colour and marker
+    (:func:`_variant_styles`), sized by seq_len; a forward's (``hollow``: facecolors none) named in the legend."""
+    for v in dict.fromkeys(table["variant"]):
+        pv = table[table["variant"] == v]
+        ax.scatter(pv[x], pv[y], s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1), color=style[v][0],
+                   marker=style[v][1], **hollow, **({"label": v} if hollow else {}))
 
 
 def make_scaling(summary: pd.DataFrame, calibration: dict, out_dir: Path, dpi: int) -> list[Path]:
