@@ -53,14 +53,14 @@ def _yaml_reading(value, schema: dict):
         return value
 
 
-def check_variants(variants: list[str], custom: dict | None, built_in=VARIANTS) -> None:
+def check_variants(variants: list[str], custom: dict | None) -> None:
     """Raise ValueError, with a message that says what to do, unless every name in ``variants``
-    (config ``variants``) is a built-in variant (``built_in``, by default the keys of
-    :data:`attnprof.model.variants.VARIANTS`, the one list of them) or defined under ``custom``
+    (config ``variants``) is a built-in variant (a key of :data:`attnprof.model.variants.VARIANTS`, the one list
+    of them) or defined under ``custom``
     (config ``custom_variants``), and no custom variant takes a built-in variant's name (it would
     silently replace the built-in one, and the findings' rules about that variant would judge it).
     The schema checks only the names' spelling; this is where they are checked against the lists."""
-    built_in, custom = list(built_in), dict(custom or {})
+    built_in, custom = list(VARIANTS), dict(custom or {})
     problems = _taken_names(variants, custom, built_in) + _unknown_variants(variants, custom, built_in)
     if problems:
         raise ValueError("; ".join(problems))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 
 from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.stats import CONFIDENCE, look_levels
@@ -226,11 +227,10 @@ def recipe_context(recipes: list[dict]) -> dict:
 
 def _recipe_totals(recipes: list[dict]) -> dict[str, int]:
     """Rows of each kind (kept, added, removed...) over every recipe entry."""
-    totals: dict[str, int] = {}
+    totals: Counter[str] = Counter()  # update, unlike +, keeps a kind counted 0
     for r in recipes:
-        for k, n in (r.get("counts") or {}).items():
-            totals[k] = totals.get(k, 0) + n
-    return totals
+        totals.update(r.get("counts") or {})
+    return dict(totals)
 
 
 def _kept_unchanged(row: dict) -> bool:

@@ -21,7 +21,7 @@ from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.findings.rules.kernels import occupancy_not_estimated
 from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
-from attnprof.model.variants import DISPATCHERS, REGISTRY
+from attnprof.model.variants import DISPATCHERS, REGISTRY, Shape
 from attnprof.render.common import data_uri
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 
@@ -32,8 +32,6 @@ CHANGES = {name: variant.description for name, variant in REGISTRY.items()}
 
 def _describe(shape_key: str) -> str:
     """attnprof.model.variants.Shape.describe of a shape key, or '' for a key it cannot parse."""
-    from attnprof.model.variants import Shape
-
     try:
         return Shape.from_key(shape_key).describe()
     except ValueError:
@@ -207,13 +205,9 @@ def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:
     """variant -> the timing-fidelity ratios its fidelity finding states (attnprof.findings.rules.timing):
     ``timed_over_trace`` (CUDA-event median over trace device time) and ``graph_over_trace`` (CUDA-graph
     median over trace device time), no unit; None where the finding has none."""
-    out = {}
-    for f in findings:
-        if f["rule"] == "fidelity" and len(f["variants"]) == 1:  # the two-variant ones are rankings
-            nums = f["numbers"]
-            out[f["variants"][0]] = {"timed_over_trace": nums["timed_over_trace"]["value"],
-                                     "graph_over_trace": (nums.get("graph_over_trace") or {}).get("value")}
-    return out
+    return {f["variants"][0]: {"timed_over_trace": f["numbers"]["timed_over_trace"]["value"],
+                               "graph_over_trace": (f["numbers"].get("graph_over_trace") or {}).get("value")}
+            for f in findings if f["rule"] == "fidelity" and len(f["variants"]) == 1}  # the two-variant ones: rankings
 
 
 def _row_numbers(row: dict) -> dict:
@@ -221,13 +215,9 @@ def _row_numbers(row: dict) -> dict:
     ``timed_spread_pct``, the spread of the independent timing in % of its median (inter-quartile
     range; min-max for result sets without quartiles), and ``oom_gib``, what an out-of-memory
     capture asked for, in GiB (2**30 bytes). None where there is nothing to state."""
-    median, spread = row.get("timed_ms_median"), None
-    if median:
-        if row.get("timed_ms_q1") is not None:
-            spread = 100 * (row["timed_ms_q3"] - row["timed_ms_q1"]) / median
-        else:
-            spread = 100 * (row["timed_ms_max"] - row["timed_ms_min"]) / median
-    return {"timed_spread_pct": spread, "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
+    median = row.get("timed_ms_median")
+    lo, hi = ("timed_ms_q1", "timed_ms_q3") if row.get("timed_ms_q1") is not None else ("timed_ms_min", "timed_ms_max")
+    return {"timed_spread_pct": 100 * (row[hi] - row[lo]) / median if median else None, "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
 
 
 def _check_numbers(check: dict) -> dict:
@@ -272,8 +262,7 @@ def change_of(variant: str, env: dict) -> str:
 
 def _shape_word(shape_key: str, keys: list[str]) -> str:
     """A shape key shortened to the parts that differ between ``keys`` (seq_len and head_dim of a sweep)."""
-    parts = [k.split("_") for k in keys]
-    common = set.intersection(*map(set, parts)) if len(parts) > 1 else set()
+    common = _common_parts(keys).split("_")
     return "_".join(p for p in shape_key.split("_") if p not in common) or shape_key
 
 
