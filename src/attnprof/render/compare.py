@@ -64,7 +64,7 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
            "dispatch_one_side": [d for d in dispatch if bool(d.get("a")) != bool(d.get("b"))],
            "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
-           "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, pair),
+           "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None, "detection": detection_limit(rows, pair),
            "no_detection": _no_detection(rows), "claims": _compare_claims(changed, dispatch),
            "top_up": _top_up_rows(rows, pair.get("design"), confidence), "env_diff": _env_diff_rows(pair.get("env_diff") or []),
            "open": _open_named(rows)}
@@ -146,10 +146,6 @@ def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
     """Rows per verdict: the pair's own counts, each verdict it lacks (a compare.json written before that verdict
     existed) counted from its rows."""
     return {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
-
-
-def _pct(fraction) -> float | None:
-    return 100 * fraction if fraction else None
 
 
 #: What a compare row of an older compare.json lacks, as None (or '').

@@ -25,11 +25,6 @@ from attnprof.model.variants import DISPATCHERS, REGISTRY, Shape
 from attnprof.render.common import data_uri
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 
-#: variant -> what it changes, for the summary table (the study's "change" column): each built-in variant's
-#: description in its one registration (attnprof.model.variants.REGISTRY)
-CHANGES = {name: variant.description for name, variant in REGISTRY.items()}
-
-
 def _describe(shape_key: str) -> str:
     """attnprof.model.variants.Shape.describe of a shape key, or '' for a key it cannot parse."""
     try:
@@ -133,12 +128,9 @@ def _part1(shapes: list[dict], gpu: bool) -> dict | None:
     for sh in shapes:
         sh["timeline"] = sh["plots"].get(TIMELINE)
         hidden = {TIMELINE} if sh["part1"] else set()
-        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items() if _shown(name, gpu) and name not in hidden}
+        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
+                             if (gpu or name in CPU_PLOTS) and name not in hidden}
     return study
-
-
-def _shown(plot: str, gpu: bool) -> bool:
-    return gpu or plot in CPU_PLOTS
 
 
 def _shape_context(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
@@ -217,7 +209,8 @@ def _row_numbers(row: dict) -> dict:
     capture asked for, in GiB (2**30 bytes). None where there is nothing to state."""
     median = row.get("timed_ms_median")
     lo, hi = ("timed_ms_q1", "timed_ms_q3") if row.get("timed_ms_q1") is not None else ("timed_ms_min", "timed_ms_max")
-    return {"timed_spread_pct": 100 * (row[hi] - row[lo]) / median if median else None, "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
+    return {"timed_spread_pct": 100 * (row[hi] - row[lo]) / median if median else None,
+            "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
 
 
 def _check_numbers(check: dict) -> dict:
@@ -252,12 +245,13 @@ def _load_range(summary: pd.DataFrame, repeats: pd.DataFrame | None = None) -> s
 
 
 def change_of(variant: str, env: dict) -> str:
-    """What a variant changes, in words: the built-in ones' from CHANGES, a user variant's from
-    its config entry (its description, else the function it names)."""
+    """What a variant changes, in words (the summary table's "change" column): a built-in one's description in its
+    one registration (attnprof.model.variants.REGISTRY), a user variant's from its config entry (its description,
+    else the function it names)."""
     custom = ((env.get("config") or {}).get("custom_variants") or {}).get(variant)
     if custom:
         return custom.get("description") or f"your variant: {custom['function']}"
-    return CHANGES.get(variant, variant)
+    return REGISTRY[variant].description if variant in REGISTRY else variant
 
 
 def _shape_word(shape_key: str, keys: list[str]) -> str:
