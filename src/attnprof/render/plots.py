@@ -65,11 +65,14 @@ def _height(n_rows: int, per_row: float = 0.22, extra: float = 0.9) -> float:
     return per_row * n_rows + extra
 
 
-def _gap_labels(ax, summary: pd.DataFrame, y) -> None:
-    """Write the status of variants that did not run at their (empty) bar."""
+def _variant_rows(ax, summary: pd.DataFrame, y) -> None:
+    """Name the variants' rows (at ``y``, first at the top) and write the status of variants that did not run at
+    their (empty) bar."""
     for yi, (_, row) in zip(y, summary.iterrows()):
         if row["status"] != "ok":
             ax.text(0, yi, f"  {row['status']}", va="center", fontsize=8, color="#B00020")
+    ax.set_yticks(y, summary["variant"])
+    ax.invert_yaxis()
 
 
 def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
@@ -94,9 +97,7 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
             ax.text(end, yi, f" {v:.3g}", va="center", fontsize=7.5)
     if ends.max() > 0:
         ax.set_xlim(right=ends.max() * 1.18)
-    _gap_labels(ax, summary, y)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
+    _variant_rows(ax, summary, y)
     ax.set_xlabel(("ms per forward (median of repeats; whiskers: 95 % rerun interval)" if on_device
                    else "ms per forward (median of captures; whiskers: lowest to highest capture)") if between
                   else "ms per forward (median; whiskers: min to max over forwards; 1 repeat)")
@@ -117,9 +118,7 @@ def kernels_per_forward(summary: pd.DataFrame, path: Path, dpi: int = 144) -> No
     for yi, total in zip(y, left):
         if total > 0:
             ax.text(total, yi, f" {total:g}", va="center", fontsize=7.5)
-    _gap_labels(ax, summary, y)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
+    _variant_rows(ax, summary, y)
     ax.set_xlabel("GPU events per forward")
     ax.set_title("Kernels, memcpys and memsets per forward")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -158,10 +157,8 @@ def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: 
             if total > 0:
                 ax.text(101, yi, f"{total:.0f} µs" if total >= 1000 else f"{total:.4g} µs", va="center", fontsize=7.5)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="kind of kernel")
-    _gap_labels(ax, summary, y)
+    _variant_rows(ax, summary, y)
     ax.set_xlim(0, 114)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
     ax.set_xlabel("% of the variant's device time per forward (total per forward at the right)")
     ax.set_title("Device time per forward, by kind of kernel")
     _save(fig, path, dpi)
@@ -177,9 +174,7 @@ def cpu_vs_device(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     dev = summary["device_ms_per_forward"].to_numpy(float)
     ax.barh(y - h / 2, np.nan_to_num(cpu), height=h, color=COLORS["cpu"], label="CPU time of the forward")
     ax.barh(y + h / 2, np.nan_to_num(dev), height=h, color=COLORS["device"], label="device time")
-    _gap_labels(ax, summary, y)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
+    _variant_rows(ax, summary, y)
     both = np.concatenate([cpu, dev])
     positive = both[np.isfinite(both) & (both > 0)]
     if positive.size:
