@@ -381,10 +381,8 @@ def _scalar_text(schema: dict) -> str:
     """:func:`expected_text` of a schema node that is neither a list nor a mapping: a number (with its range),
     true or false, text (with its pattern), or any value the schema accepts."""
     kind = schema.get("type")
-    if kind == "integer":
-        return "an integer" + _number_range(schema)
-    if kind == "number":
-        return "a number" + _number_range(schema)
+    if kind in ("integer", "number"):
+        return {"integer": "an integer", "number": "a number"}[kind] + _number_range(schema)
     if kind == "boolean":
         return "true or false"
     if kind == "string":

@@ -414,12 +414,8 @@ def _run_name(config: Mapping, device: str, gpu_name: str | None, build: Mapping
 
 def _device(config: Mapping, chosen: list, detected: str | None) -> tuple[str, str | None]:
     """(device, GPU name): device auto is cuda where a GPU is named (a chosen one's, else the one found)."""
-    gpu_name = None
-    if config["device"] in ("auto", "cuda"):
-        gpu_name = next((g.name for g in chosen if g.name), None) or detected
-    if config["device"] != "auto":
-        return config["device"], gpu_name
-    return ("cuda" if gpu_name else "cpu"), gpu_name
+    gpu_name = (next((g.name for g in chosen if g.name), None) or detected) if config["device"] in ("auto", "cuda") else None
+    return (config["device"] if config["device"] != "auto" else "cuda" if gpu_name else "cpu"), gpu_name
 
 
 def _environments(config: Mapping) -> dict:

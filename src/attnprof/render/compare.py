@@ -180,22 +180,16 @@ def _dispatches(pair: dict) -> list[dict]:
 def _dispatcher_of(entry: dict) -> str:
     """The dispatcher a compare.json dispatch entry is about, from its statements (the registry's dispatchers,
     attnprof.model.variants.DISPATCHERS, when neither names one)."""
-    for side in ("statement_a", "statement_b"):
-        m = _DISPATCHED.match(entry.get(side) or "")
-        if m:
-            return m["dispatcher"]
-    return ", ".join(DISPATCHERS)
+    return next((m["dispatcher"] for side in ("statement_a", "statement_b")
+                 if (m := _DISPATCHED.match(entry.get(side) or ""))), ", ".join(DISPATCHERS))
 
 
 def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]:
     """``claims`` of :func:`pair_context`: ``both`` (the verdicts) and ``a``/``b`` (each side's dispatches)."""
-    out = {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": set(), "b": set()}
-    for d in dispatch:
-        for side in ("a", "b"):
-            m = _DISPATCHED.match(d.get(f"statement_{side}") or "")
-            if m:
-                out[side].add((f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward"))
-    return out
+    def side(s: str) -> set:
+        return {(f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward") for d in dispatch
+                if (m := _DISPATCHED.match(d.get(f"statement_{s}") or ""))}
+    return {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": side("a"), "b": side("b")}
 
 
 def _torch_builds(pair: dict) -> dict | None:
@@ -257,8 +251,7 @@ def detection_limit(rows: list[dict], pair: dict) -> dict | None:
         return None
     limits = sorted(100 * v for v in found.values() if v is not None)
     repeats = {(r.get("repeats_a"), r.get("repeats_b")) for r in rows if r.get("p") is not None}
-    ra = sorted({a for a, _ in repeats if a is not None})
-    rb = sorted({b for _, b in repeats if b is not None})
+    ra, rb = (sorted({r[i] for r in repeats if r[i] is not None}) for i in (0, 1))
 
     def side(v):
         return "?" if not v else (str(v[0]) if len(v) == 1 else format_range(str(v[0]), str(v[-1])))

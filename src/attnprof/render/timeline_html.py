@@ -263,8 +263,9 @@ def load_captures(rows: list[dict], recipe_paths: list, forward_paths: list, sha
     (per-capture tables, any shapes; matched by their folders, attnprof.model.plan.Layout.capture_of). A variant
     whose table is not among the paths gets None (its lane says so). Raises ValueError naming the file for an
     unreadable table."""
-    def by_capture(paths):
-        return {(w["shape_key"], w["variant"]): Path(p) for p in paths if (w := Layout.capture_of(p, Layout.TABLES))}
+    def by_variant(paths):  # this shape's tables
+        return {w["variant"]: Path(p) for p in paths
+                if (w := Layout.capture_of(p, Layout.TABLES)) and w["shape_key"] == shape_key}
 
     def read(path, reader=pd.read_csv):
         try:
@@ -272,11 +273,7 @@ def load_captures(rows: list[dict], recipe_paths: list, forward_paths: list, sha
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
             raise ValueError(f"{path}: unreadable table ({e})") from e
 
-    recipes, forwards = by_capture(recipe_paths), by_capture(forward_paths)
-    out = []
-    for r in rows:
-        key = (shape_key, r["variant"])
-        out.append({"variant": r["variant"], "status": r["status"], "source": str(recipes.get(key, "recipe.csv")),
-                    "recipe": read(recipes[key], read_recipe) if key in recipes else None,
-                    "forwards": read(forwards[key]) if key in forwards else None})
-    return out
+    recipes, forwards = by_variant(recipe_paths), by_variant(forward_paths)
+    return [{"variant": (v := r["variant"]), "status": r["status"], "source": str(recipes.get(v, "recipe.csv")),
+             "recipe": read(recipes[v], read_recipe) if v in recipes else None,
+             "forwards": read(forwards[v]) if v in forwards else None} for r in rows]
