@@ -512,8 +512,7 @@ def _fix_lines(error, path: list, node: dict, schema: dict, cli: dict, defaults:
     on nested values only for a nested value given on the command line (``cli``)."""
     example = _fix_example(error, path, node, schema, defaults)
     hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
-    whole = _whole_list_fix(path, defaults)
-    if whole:
+    if whole := _whole_list_fix(path, defaults):
         return [whole]
     if example is not None and path and all(isinstance(p, str) for p in path):
         return [_example_fix(path, example, hint)]

@@ -56,10 +56,7 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     if n < 2:
         return ("this result set has one repeat (config <code>repeats</code> 1): its times have no between-run spread, "
                 "and the IQR below them (first to third quartile over the forwards) says nothing about a rerun.")
-    def col(name):
-        return summary[name].dropna() if name in summary else pd.Series(dtype=float)
-
-    dev, host = col("device_ms_run_sd_pct"), col("cpu_ms_run_sd_pct")
+    dev, host = (summary.get(c, pd.Series(dtype=float)).dropna() for c in ("device_ms_run_sd_pct", "cpu_ms_run_sd_pct"))
     parts = [f"{what} moved by up to {v.max():.1f}&nbsp;%" for what, v in (("device times", dev), ("host times", host))
              if len(v)]
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
