@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import math
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
+
+from attnprof.model.variants import CAUSAL_ALIGNMENTS, CONTROL, DTYPES, VARIANTS, expand_shapes
 
 #: How to give nested values when --config cannot express them: part of a schema error's message only when
 #: the error is about a nested value given on the command line (:func:`schema_message`).
@@ -49,16 +53,14 @@ def _yaml_reading(value, schema: dict):
         return value
 
 
-def check_variants(variants: list[str], custom: dict | None, built_in=None) -> None:
+def check_variants(variants: list[str], custom: dict | None) -> None:
     """Raise ValueError, with a message that says what to do, unless every name in ``variants``
-    (config ``variants``) is a built-in variant (``built_in``, by default the keys of
-    :data:`attnprof.model.variants.VARIANTS`, the one list of them) or defined under ``custom``
+    (config ``variants``) is a built-in variant (a key of :data:`attnprof.model.variants.VARIANTS`, the one list
+    of them) or defined under ``custom``
     (config ``custom_variants``), and no custom variant takes a built-in variant's name (it would
     silently replace the built-in one, and the findings' rules about that variant would judge it).
     The schema checks only the names' spelling; this is where they are checked against the lists."""
-    if built_in is None:
-        from attnprof.model.variants import VARIANTS as built_in
-    built_in, custom = list(built_in), dict(custom or {})
+    built_in, custom = list(VARIANTS), dict(custom or {})
     problems = _taken_names(variants, custom, built_in) + _unknown_variants(variants, custom, built_in)
     if problems:
         raise ValueError("; ".join(problems))
@@ -67,8 +69,6 @@ def check_variants(variants: list[str], custom: dict | None, built_in=None) -> N
 def _taken_names(variants: list[str], custom: dict, built_in: list[str]) -> list[str]:
     """The problems of variant names already taken: a custom variant named as a built-in one, or a variant named as
     the profiler's control."""
-    from attnprof.model.variants import CONTROL
-
     problems = []
     taken = [name for name in custom if name in built_in]
     if taken:
@@ -82,8 +82,6 @@ def _taken_names(variants: list[str], custom: dict, built_in: list[str]) -> list
 def _unknown_variants(variants: list[str], custom: dict, built_in: list[str]) -> list[str]:
     """The problem of variants neither built in nor defined under custom_variants (the control aside), with both
     lists and where to define one; [] when there are none."""
-    from attnprof.model.variants import CONTROL
-
     unknown = [v for v in variants if v not in built_in and v not in custom and v != CONTROL]
     if not unknown:
         return []
@@ -118,8 +116,6 @@ _INT_KEYS = ("batch", "heads", "kv_heads", "seq_len", "q_len", "kv_len", "head_d
 
 def _grid_problems(where: str, grid) -> list[str]:
     """:func:`grid_problems` of one grid (``where``: its place in the config, e.g. ``shapes.cpu[1]``)."""
-    from attnprof.model.variants import expand_shapes
-
     if not isinstance(grid, dict):
         return [f"{where} is not a mapping of lists (keys: {', '.join(GRID_KEYS)})"]
     problems = _key_problems(where, grid)
@@ -159,8 +155,6 @@ def _positive_integers(values: list) -> bool:
 
 def _value_problem(where: str, key: str, value) -> str | None:
     """Why the grid value ``value`` of ``key`` is not a non-empty list of what the key takes, or None."""
-    from attnprof.model.variants import CAUSAL_ALIGNMENTS, DTYPES
-
     values = value if isinstance(value, list) else [value]
     if key in _INT_KEYS:
         return None if _positive_integers(values) else f"{where}: {value!r} must be a list of integers >= 1"
@@ -213,8 +207,6 @@ def non_finite_problems(value, key: str = "") -> list[str]:
 def _counter_variant_problems(config: dict) -> list[str]:
     """``counters.variants`` that name neither a built-in nor a custom variant (a typo would otherwise be skipped
     silently, as the variants not in this run are)."""
-    from attnprof.model.variants import VARIANTS
-
     counters = config.get("counters") or {}
     known = set(VARIANTS) | set(config.get("custom_variants") or {})
     unknown = [v for v in counters.get("variants") or [] if v not in known]
@@ -389,10 +381,8 @@ def _scalar_text(schema: dict) -> str:
     """:func:`expected_text` of a schema node that is neither a list nor a mapping: a number (with its range),
     true or false, text (with its pattern), or any value the schema accepts."""
     kind = schema.get("type")
-    if kind == "integer":
-        return "an integer" + _number_range(schema)
-    if kind == "number":
-        return "a number" + _number_range(schema)
+    if kind in ("integer", "number"):
+        return {"integer": "an integer", "number": "a number"}[kind] + _number_range(schema)
     if kind == "boolean":
         return "true or false"
     if kind == "string":
@@ -471,8 +461,6 @@ def schema_message(config: dict, schema: dict, command_line: dict | None = None,
 
 def _unknown_key_lines(error, node: dict, where: str) -> list[str]:
     """:func:`schema_message`'s lines for an unknown key: the keys known there and the closest one."""
-    import difflib
-
     known = list(node.get("properties", {}))
     extra = [k for k in error.instance if k not in known]
     key = extra[0] if extra else "?"
@@ -524,8 +512,7 @@ def _fix_lines(error, path: list, node: dict, schema: dict, cli: dict, defaults:
     on nested values only for a nested value given on the command line (``cli``)."""
     example = _fix_example(error, path, node, schema, defaults)
     hint = bool(path) and path[0] in cli and (len(path) > 1 or _resolve(node, schema).get("type") in ("object", "array"))
-    whole = _whole_list_fix(path, defaults)
-    if whole:
+    if whole := _whole_list_fix(path, defaults):
         return [whole]
     if example is not None and path and all(isinstance(p, str) for p in path):
         return [_example_fix(path, example, hint)]
@@ -535,8 +522,6 @@ def _fix_lines(error, path: list, node: dict, schema: dict, cli: dict, defaults:
 def _whole_list_fix(path: list, defaults: dict) -> str | None:
     """The fix for an item of a list (path [key, 0, ...]): the whole list is what to write again, as the default
     (config/config.yaml) shows it, as --config; None for any other path."""
-    import shlex
-
     top = defaults.get(path[0]) if path and isinstance(path[0], str) and isinstance(defaults, dict) else None
     if len(path) > 1 and isinstance(path[1], int) and top is not None and not isinstance(top, dict):
         return f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(top)}')}"
@@ -547,8 +532,6 @@ def _example_fix(path: list, example, hint: bool) -> str:
     """The fix that shows ``example`` at ``path`` (keys only): a top-level value as --config; else a YAML snippet,
     for a file of its own with the advice on nested values (``hint``: given on the command line) or for the
     --configfile."""
-    import shlex
-
     if len(path) == 1 and not isinstance(example, dict):
         return f"  fix: e.g. --config {shlex.quote(f'{path[0]}={_default_text(example)}')}"
     if hint:
@@ -635,8 +618,6 @@ def configuration_markdown(schema: dict, defaults: dict) -> str:
 
 
 if __name__ == "__main__":
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[3]
     print(configuration_markdown(yaml.safe_load((root / "workflow/schemas/config.schema.yaml").read_text()),
                                  yaml.safe_load((root / "config/config.yaml").read_text())), end="")

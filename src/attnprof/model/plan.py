@@ -284,14 +284,11 @@ def _top_up_beyond(record: Mapping, grid: Grid, added: int, on_disk: Mapping) ->
 
 def captured_rounds(layout: Layout, run: str, grid: Grid) -> dict[tuple[str, str], int]:
     """{(shape_key, variant): the highest repeat of the cell with a capture record on disk} of ``run``'s grid."""
-    found = {}
-    for s in grid.shapes:
-        for v in grid.variants:
-            folder = Path(layout.capture_dir(run, s, v, 1)).parent
-            reps = [repeat_of(p.name) for p in folder.iterdir()] if folder.is_dir() else []
-            reps = [k for k in reps if k and Path(layout.capture_file("status", run, shape=s, variant=v, repeat=k)).exists()]
-            found[(s, v)] = max(reps, default=0)
-    return found
+    def highest(shape: str, variant: str) -> int:
+        folder = Path(layout.capture_dir(run, shape, variant, 1)).parent  # its repeats' folders, r<k>/
+        return max((repeat_of(p.parent.name) or 0 for p in folder.glob(f"*/{CAPTURE_FILES['status']}")), default=0)
+
+    return {(s, v): highest(s, v) for s in grid.shapes for v in grid.variants}
 
 
 def recorded_top_up_rounds(layout: Layout, run: str) -> int:
@@ -417,12 +414,8 @@ def _run_name(config: Mapping, device: str, gpu_name: str | None, build: Mapping
 
 def _device(config: Mapping, chosen: list, detected: str | None) -> tuple[str, str | None]:
     """(device, GPU name): device auto is cuda where a GPU is named (a chosen one's, else the one found)."""
-    gpu_name = None
-    if config["device"] in ("auto", "cuda"):
-        gpu_name = next((g.name for g in chosen if g.name), None) or detected
-    if config["device"] != "auto":
-        return config["device"], gpu_name
-    return ("cuda" if gpu_name else "cpu"), gpu_name
+    gpu_name = (next((g.name for g in chosen if g.name), None) or detected) if config["device"] in ("auto", "cuda") else None
+    return (config["device"] if config["device"] != "auto" else "cuda" if gpu_name else "cpu"), gpu_name
 
 
 def _environments(config: Mapping) -> dict:

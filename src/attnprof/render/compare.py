@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 
 from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.stats import CONFIDENCE, look_levels
@@ -63,7 +64,7 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
            "dispatch_one_side": [d for d in dispatch if bool(d.get("a")) != bool(d.get("b"))],
            "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
-           "sitting_pct": _pct(pair.get("sitting_sd")), "detection": detection_limit(rows, pair),
+           "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None, "detection": detection_limit(rows, pair),
            "no_detection": _no_detection(rows), "claims": _compare_claims(changed, dispatch),
            "top_up": _top_up_rows(rows, pair.get("design"), confidence), "env_diff": _env_diff_rows(pair.get("env_diff") or []),
            "open": _open_named(rows)}
@@ -147,10 +148,6 @@ def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
     return {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
 
 
-def _pct(fraction) -> float | None:
-    return 100 * fraction if fraction else None
-
-
 #: What a compare row of an older compare.json lacks, as None (or '').
 _ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
                  "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None, "probably": None}
@@ -183,22 +180,16 @@ def _dispatches(pair: dict) -> list[dict]:
 def _dispatcher_of(entry: dict) -> str:
     """The dispatcher a compare.json dispatch entry is about, from its statements (the registry's dispatchers,
     attnprof.model.variants.DISPATCHERS, when neither names one)."""
-    for side in ("statement_a", "statement_b"):
-        m = _DISPATCHED.match(entry.get(side) or "")
-        if m:
-            return m["dispatcher"]
-    return ", ".join(DISPATCHERS)
+    return next((m["dispatcher"] for side in ("statement_a", "statement_b")
+                 if (m := _DISPATCHED.match(entry.get(side) or ""))), ", ".join(DISPATCHERS))
 
 
 def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]:
     """``claims`` of :func:`pair_context`: ``both`` (the verdicts) and ``a``/``b`` (each side's dispatches)."""
-    out = {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": set(), "b": set()}
-    for d in dispatch:
-        for side in ("a", "b"):
-            m = _DISPATCHED.match(d.get(f"statement_{side}") or "")
-            if m:
-                out[side].add((f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward"))
-    return out
+    def side(s: str) -> set:
+        return {(f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward") for d in dispatch
+                if (m := _DISPATCHED.match(d.get(f"statement_{s}") or ""))}
+    return {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": side("a"), "b": side("b")}
 
 
 def _torch_builds(pair: dict) -> dict | None:
@@ -226,11 +217,10 @@ def recipe_context(recipes: list[dict]) -> dict:
 
 def _recipe_totals(recipes: list[dict]) -> dict[str, int]:
     """Rows of each kind (kept, added, removed...) over every recipe entry."""
-    totals: dict[str, int] = {}
+    totals: Counter[str] = Counter()  # update, unlike +, keeps a kind counted 0
     for r in recipes:
-        for k, n in (r.get("counts") or {}).items():
-            totals[k] = totals.get(k, 0) + n
-    return totals
+        totals.update(r.get("counts") or {})
+    return dict(totals)
 
 
 def _kept_unchanged(row: dict) -> bool:
@@ -261,8 +251,7 @@ def detection_limit(rows: list[dict], pair: dict) -> dict | None:
         return None
     limits = sorted(100 * v for v in found.values() if v is not None)
     repeats = {(r.get("repeats_a"), r.get("repeats_b")) for r in rows if r.get("p") is not None}
-    ra = sorted({a for a, _ in repeats if a is not None})
-    rb = sorted({b for _, b in repeats if b is not None})
+    ra, rb = (sorted({r[i] for r in repeats if r[i] is not None}) for i in (0, 1))
 
     def side(v):
         return "?" if not v else (str(v[0]) if len(v) == 1 else format_range(str(v[0]), str(v[-1])))

@@ -4,6 +4,7 @@ writes a PNG; variants that did not run are drawn as labelled gaps, not dropped.
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
@@ -64,11 +65,14 @@ def _height(n_rows: int, per_row: float = 0.22, extra: float = 0.9) -> float:
     return per_row * n_rows + extra
 
 
-def _gap_labels(ax, summary: pd.DataFrame, y) -> None:
-    """Write the status of variants that did not run at their (empty) bar."""
+def _variant_rows(ax, summary: pd.DataFrame, y) -> None:
+    """Name the variants' rows (at ``y``, first at the top) and write the status of variants that did not run at
+    their (empty) bar."""
     for yi, (_, row) in zip(y, summary.iterrows()):
         if row["status"] != "ok":
             ax.text(0, yi, f"  {row['status']}", va="center", fontsize=8, color="#B00020")
+    ax.set_yticks(y, summary["variant"])
+    ax.invert_yaxis()
 
 
 def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
@@ -93,9 +97,7 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
             ax.text(end, yi, f" {v:.3g}", va="center", fontsize=7.5)
     if ends.max() > 0:
         ax.set_xlim(right=ends.max() * 1.18)
-    _gap_labels(ax, summary, y)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
+    _variant_rows(ax, summary, y)
     ax.set_xlabel(("ms per forward (median of repeats; whiskers: 95 % rerun interval)" if on_device
                    else "ms per forward (median of captures; whiskers: lowest to highest capture)") if between
                   else "ms per forward (median; whiskers: min to max over forwards; 1 repeat)")
@@ -116,9 +118,7 @@ def kernels_per_forward(summary: pd.DataFrame, path: Path, dpi: int = 144) -> No
     for yi, total in zip(y, left):
         if total > 0:
             ax.text(total, yi, f" {total:g}", va="center", fontsize=7.5)
-    _gap_labels(ax, summary, y)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
+    _variant_rows(ax, summary, y)
     ax.set_xlabel("GPU events per forward")
     ax.set_title("Kernels, memcpys and memsets per forward")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -157,10 +157,8 @@ def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: 
             if total > 0:
                 ax.text(101, yi, f"{total:.0f} µs" if total >= 1000 else f"{total:.4g} µs", va="center", fontsize=7.5)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="kind of kernel")
-    _gap_labels(ax, summary, y)
+    _variant_rows(ax, summary, y)
     ax.set_xlim(0, 114)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
     ax.set_xlabel("% of the variant's device time per forward (total per forward at the right)")
     ax.set_title("Device time per forward, by kind of kernel")
     _save(fig, path, dpi)
@@ -176,11 +174,9 @@ def cpu_vs_device(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     dev = summary["device_ms_per_forward"].to_numpy(float)
     ax.barh(y - h / 2, np.nan_to_num(cpu), height=h, color=COLORS["cpu"], label="CPU time of the forward")
     ax.barh(y + h / 2, np.nan_to_num(dev), height=h, color=COLORS["device"], label="device time")
-    _gap_labels(ax, summary, y)
-    ax.set_yticks(y, summary["variant"])
-    ax.invert_yaxis()
-    positive = np.concatenate([cpu[cpu > 0], dev[dev > 0]]) if np.isfinite(np.concatenate([cpu, dev])).any() else np.array([])
-    positive = positive[np.isfinite(positive)]
+    _variant_rows(ax, summary, y)
+    both = np.concatenate([cpu, dev])
+    positive = both[np.isfinite(both) & (both > 0)]
     if positive.size:
         ax.set_xscale("log")
         ax.set_xlim(positive.min() / 2, positive.max() * 2)
@@ -220,17 +216,12 @@ def _panels(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     q_len = summary["q_len"] if "q_len" in summary else seq
     summary["q_len"] = [("= kv_len" if pd.isna(q) or q == s else str(int(q))) for q, s in zip(q_len, seq)]
     summary["kv_heads"] = summary["kv_heads"].fillna(summary["heads"]) if "kv_heads" in summary else summary["heads"]
-    if "causal_alignment" in summary:  # an all-empty column reads as float: '' by object, without a dtype warning
-        align = summary["causal_alignment"]
-        summary["causal_alignment"] = [a if isinstance(a, str) else "" for a in align]
-    else:
-        summary["causal_alignment"] = ""
+    # an all-empty column reads as float: '' by object, without a dtype warning
+    align = summary.get("causal_alignment", [None] * len(summary))
+    summary["causal_alignment"] = [a if isinstance(a, str) else "" for a in align]
     keys = ["head_dim", "batch", "heads", "kv_heads", "q_len", "dtype", "causal", "causal_alignment"]
-    out = []
-    for vals, part in summary.groupby(keys, sort=True):
-        label = ", ".join(f"{k} {v}" for k, v in zip(keys, vals) if summary[k].nunique() > 1 or k == "head_dim")
-        out.append((label, part))
-    return out
+    return [(", ".join(f"{k} {v}" for k, v in zip(keys, vals) if summary[k].nunique() > 1 or k == "head_dim"), part)
+            for vals, part in summary.groupby(keys, sort=True)]
 
 
 def coinciding(summary: pd.DataFrame, column: str, rel: float = 0.1) -> list[tuple[str, str]]:
@@ -239,15 +230,8 @@ def coinciding(summary: pd.DataFrame, column: str, rel: float = 0.1) -> list[tup
     ok = summary[(summary["status"] == "ok") & summary[column].notna()]
     index = "shape_key" if "shape_key" in ok else ["seq_len", "head_dim", "batch", "heads", "dtype", "causal"]
     pivot = ok.pivot_table(index=index, columns="variant", values=column)
-    variants = list(dict.fromkeys(summary["variant"]))
-    pairs = []
-    for a_i, a in enumerate(variants):
-        for b in variants[a_i + 1:]:
-            if a in pivot and b in pivot:
-                both = pivot[[a, b]].dropna()
-                if len(both) and (abs(both[a] / both[b] - 1) <= rel).all():
-                    pairs.append((a, b))
-    return pairs
+    pairs = [(a, b) for a, b in itertools.combinations(dict.fromkeys(summary["variant"]), 2) if a in pivot and b in pivot]
+    return [(a, b) for a, b in pairs if len(both := pivot[[a, b]].dropna()) and (abs(both[a] / both[b] - 1) <= rel).all()]
 
 
 def _variant_styles(variants: list[str]) -> dict:
@@ -332,7 +316,6 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
     Legend outside the axes."""
     fig, ax = plt.subplots(figsize=(HALF_IN, 3.6), layout="constrained")
     ok = summary[(summary["status"] == "ok") & summary["tflops"].notna()] if "tflops" in summary else summary.iloc[0:0]
-    cmap = plt.get_cmap("tab10")
     xs = np.logspace(0, 4, 200)
     drew = False
     for key, bw_key, ls, name in (("gemm_tflops_bf16", "copy_tb_per_s", "-", "measured"),
@@ -341,19 +324,11 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
             ax.plot(xs, np.minimum(calibration[key], calibration[bw_key] * xs), ls, color="#444",
                     label=f"{name}: {calibration[key]:.0f} TFLOP/s, {calibration[bw_key]:.2f} TB/s")
             drew = True
-    variants = list(dict.fromkeys(summary["variant"]))
-    for v in dict.fromkeys(ok["variant"]):
-        i = variants.index(v)
-        pv = ok[ok["variant"] == v]
-        ax.scatter(pv["flop_per_byte"], pv["tflops"], s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1),
-                   color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)], facecolors="none", label=v)
+    style = _variant_styles(list(dict.fromkeys(summary["variant"])))
+    _roofline_points(ax, ok, "flop_per_byte", "tflops", style, {"facecolors": "none"})
     bwd = (summary[(summary["status"] == "ok") & summary["backward_tflops"].notna() & summary["backward_flop_per_byte"].notna()]
            if {"backward_tflops", "backward_flop_per_byte"} <= set(summary) else summary.iloc[0:0])
-    for v in dict.fromkeys(bwd["variant"]):
-        i = variants.index(v)
-        pv = bwd[bwd["variant"] == v]
-        ax.scatter(pv["backward_flop_per_byte"], pv["backward_tflops"],
-                   s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1), color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)])
+    _roofline_points(ax, bwd, "backward_flop_per_byte", "backward_tflops", style, {})
     if len(bwd):  # one legend entry for the filled markers, whatever the variant
         ax.scatter([], [], color="#888", marker="o", label="filled: backward")
     ax.set_xscale("log")
@@ -365,6 +340,15 @@ def roofline(summary: pd.DataFrame, calibration: dict, path: Path, dpi: int = 14
     if ax.get_legend_handles_labels()[0]:  # a CPU run draws no points
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     _save(fig, path, dpi)
+
+
+def _roofline_points(ax, table: pd.DataFrame, x: str, y: str, style: dict, hollow: dict) -> None:
+    """Each variant's points of the roofline (``y`` TFLOP/s against ``x`` FLOP per byte) in its colour and marker
+    (:func:`_variant_styles`), sized by seq_len; a forward's (``hollow``: facecolors none) named in the legend."""
+    for v in dict.fromkeys(table["variant"]):
+        pv = table[table["variant"] == v]
+        ax.scatter(pv[x], pv[y], s=10 + 12 * np.log2(pv["seq_len"] / pv["seq_len"].min() + 1), color=style[v][0],
+                   marker=style[v][1], **hollow, **({"label": v} if hollow else {}))
 
 
 def make_scaling(summary: pd.DataFrame, calibration: dict, out_dir: Path, dpi: int) -> list[Path]:

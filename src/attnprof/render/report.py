@@ -21,19 +21,12 @@ from attnprof.findings.metrics import KERNEL_COUNT
 from attnprof.findings.rules.kernels import occupancy_not_estimated
 from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_FILES, CAPTURE_TABLES, RUN_FILES, TIMELINE
-from attnprof.model.variants import DISPATCHERS, REGISTRY
+from attnprof.model.variants import DISPATCHERS, REGISTRY, Shape
 from attnprof.render.common import data_uri
 from attnprof.render.plots import CAPTIONS, CPU_CAPTIONS, CPU_PLOTS, FULL_WIDTH
 
-#: variant -> what it changes, for the summary table (the study's "change" column): each built-in variant's
-#: description in its one registration (attnprof.model.variants.REGISTRY)
-CHANGES = {name: variant.description for name, variant in REGISTRY.items()}
-
-
 def _describe(shape_key: str) -> str:
     """attnprof.model.variants.Shape.describe of a shape key, or '' for a key it cannot parse."""
-    from attnprof.model.variants import Shape
-
     try:
         return Shape.from_key(shape_key).describe()
     except ValueError:
@@ -63,10 +56,7 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
     if n < 2:
         return ("this result set has one repeat (config <code>repeats</code> 1): its times have no between-run spread, "
                 "and the IQR below them (first to third quartile over the forwards) says nothing about a rerun.")
-    def col(name):
-        return summary[name].dropna() if name in summary else pd.Series(dtype=float)
-
-    dev, host = col("device_ms_run_sd_pct"), col("cpu_ms_run_sd_pct")
+    dev, host = (summary.get(c, pd.Series(dtype=float)).dropna() for c in ("device_ms_run_sd_pct", "cpu_ms_run_sd_pct"))
     parts = [f"{what} moved by up to {v.max():.1f}&nbsp;%" for what, v in (("device times", dev), ("host times", host))
              if len(v)]
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
@@ -135,12 +125,9 @@ def _part1(shapes: list[dict], gpu: bool) -> dict | None:
     for sh in shapes:
         sh["timeline"] = sh["plots"].get(TIMELINE)
         hidden = {TIMELINE} if sh["part1"] else set()
-        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items() if _shown(name, gpu) and name not in hidden}
+        sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
+                             if (gpu or name in CPU_PLOTS) and name not in hidden}
     return study
-
-
-def _shown(plot: str, gpu: bool) -> bool:
-    return gpu or plot in CPU_PLOTS
 
 
 def _shape_context(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame, launches: pd.DataFrame, findings: dict,
@@ -207,13 +194,9 @@ def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:
     """variant -> the timing-fidelity ratios its fidelity finding states (attnprof.findings.rules.timing):
     ``timed_over_trace`` (CUDA-event median over trace device time) and ``graph_over_trace`` (CUDA-graph
     median over trace device time), no unit; None where the finding has none."""
-    out = {}
-    for f in findings:
-        if f["rule"] == "fidelity" and len(f["variants"]) == 1:  # the two-variant ones are rankings
-            nums = f["numbers"]
-            out[f["variants"][0]] = {"timed_over_trace": nums["timed_over_trace"]["value"],
-                                     "graph_over_trace": (nums.get("graph_over_trace") or {}).get("value")}
-    return out
+    return {f["variants"][0]: {"timed_over_trace": f["numbers"]["timed_over_trace"]["value"],
+                               "graph_over_trace": (f["numbers"].get("graph_over_trace") or {}).get("value")}
+            for f in findings if f["rule"] == "fidelity" and len(f["variants"]) == 1}  # the two-variant ones: rankings
 
 
 def _row_numbers(row: dict) -> dict:
@@ -221,13 +204,10 @@ def _row_numbers(row: dict) -> dict:
     ``timed_spread_pct``, the spread of the independent timing in % of its median (inter-quartile
     range; min-max for result sets without quartiles), and ``oom_gib``, what an out-of-memory
     capture asked for, in GiB (2**30 bytes). None where there is nothing to state."""
-    median, spread = row.get("timed_ms_median"), None
-    if median:
-        if row.get("timed_ms_q1") is not None:
-            spread = 100 * (row["timed_ms_q3"] - row["timed_ms_q1"]) / median
-        else:
-            spread = 100 * (row["timed_ms_max"] - row["timed_ms_min"]) / median
-    return {"timed_spread_pct": spread, "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
+    median = row.get("timed_ms_median")
+    lo, hi = ("timed_ms_q1", "timed_ms_q3") if row.get("timed_ms_q1") is not None else ("timed_ms_min", "timed_ms_max")
+    return {"timed_spread_pct": 100 * (row[hi] - row[lo]) / median if median else None,
+            "oom_gib": row["oom_bytes"] / 2**30 if row.get("oom_bytes") else None}
 
 
 def _check_numbers(check: dict) -> dict:
@@ -262,18 +242,18 @@ def _load_range(summary: pd.DataFrame, repeats: pd.DataFrame | None = None) -> s
 
 
 def change_of(variant: str, env: dict) -> str:
-    """What a variant changes, in words: the built-in ones' from CHANGES, a user variant's from
-    its config entry (its description, else the function it names)."""
+    """What a variant changes, in words (the summary table's "change" column): a built-in one's description in its
+    one registration (attnprof.model.variants.REGISTRY), a user variant's from its config entry (its description,
+    else the function it names)."""
     custom = ((env.get("config") or {}).get("custom_variants") or {}).get(variant)
     if custom:
         return custom.get("description") or f"your variant: {custom['function']}"
-    return CHANGES.get(variant, variant)
+    return REGISTRY[variant].description if variant in REGISTRY else variant
 
 
 def _shape_word(shape_key: str, keys: list[str]) -> str:
     """A shape key shortened to the parts that differ between ``keys`` (seq_len and head_dim of a sweep)."""
-    parts = [k.split("_") for k in keys]
-    common = set.intersection(*map(set, parts)) if len(parts) > 1 else set()
+    common = _common_parts(keys).split("_")
     return "_".join(p for p in shape_key.split("_") if p not in common) or shape_key
 
 

@@ -65,18 +65,15 @@ def lane(capture: dict, gpu: bool) -> dict:
     before those columns: rerun rule extract)."""
     out = {"variant": capture["variant"], "forward": None, "range_us": None, "bars": [], "why": None}
     if capture["status"] != "ok":
-        out["why"] = capture["status"]
-        return out
+        return {**out, "why": capture["status"]}
     recipe, forwards = capture.get("recipe"), capture.get("forwards")
     if recipe is None or forwards is None:
-        out["why"] = "no recipe or forward table"
-        return out
+        return {**out, "why": "no recipe or forward table"}
     _check_columns(recipe, capture.get("source", "recipe table"))
     f = pick_forward(forwards)
     steps = recipe[recipe["forward"] == f].sort_values("step") if f is not None else recipe.iloc[:0]
     if f is None or steps.empty:
-        out["why"] = "no forward with complete GPU times" if gpu else "no complete forward"
-        return out
+        return {**out, "why": "no forward with complete GPU times" if gpu else "no complete forward"}
     rng = float(forwards.loc[forwards["forward"] == f, "cpu_us"].iloc[0])
     out.update(forward=int(f), range_us=rng)
     out["bars"].append({"row": "range", "x": 0.0, "w": rng, "color": RANGE_COLOR, "cls": "range",
@@ -229,11 +226,9 @@ def timeline_html(captures: list[dict], gpu: bool, shape_key: str, range_name: s
     span = max(ends) * 1.02 if ends and max(ends) > 0 else 1.0
     height = LANE * len(lanes)
     esc = html.escape
-    labels, bars = [], []
-    for i, ln in enumerate(lanes):
-        lane_labels, lane_bars = _lane_svg(i * LANE, ln, gpu, Layout().capture_link("trace", shape_key, ln["variant"]))
-        labels += lane_labels
-        bars += lane_bars
+    pieces = [_lane_svg(i * LANE, ln, gpu, Layout().capture_link("trace", shape_key, ln["variant"]))
+              for i, ln in enumerate(lanes)]
+    labels, bars = ([svg for piece in pieces for svg in piece[side]] for side in (0, 1))
     ticks = "".join(f'<line x1="{LEFT + t / span * PLOT:.1f}" x2="{LEFT + t / span * PLOT:.1f}" y1="{height}" '
                     f'y2="{height + 4}" stroke="#888"></line><text x="{LEFT + t / span * PLOT:.1f}" '
                     f'y="{height + 16}" text-anchor="middle">{format_number(t)}</text>' for t in nice_ticks(0, span))
@@ -268,8 +263,9 @@ def load_captures(rows: list[dict], recipe_paths: list, forward_paths: list, sha
     (per-capture tables, any shapes; matched by their folders, attnprof.model.plan.Layout.capture_of). A variant
     whose table is not among the paths gets None (its lane says so). Raises ValueError naming the file for an
     unreadable table."""
-    def by_capture(paths):
-        return {(w["shape_key"], w["variant"]): Path(p) for p in paths if (w := Layout.capture_of(p, Layout.TABLES))}
+    def by_variant(paths):  # this shape's tables
+        return {w["variant"]: Path(p) for p in paths
+                if (w := Layout.capture_of(p, Layout.TABLES)) and w["shape_key"] == shape_key}
 
     def read(path, reader=pd.read_csv):
         try:
@@ -277,11 +273,7 @@ def load_captures(rows: list[dict], recipe_paths: list, forward_paths: list, sha
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
             raise ValueError(f"{path}: unreadable table ({e})") from e
 
-    recipes, forwards = by_capture(recipe_paths), by_capture(forward_paths)
-    out = []
-    for r in rows:
-        key = (shape_key, r["variant"])
-        out.append({"variant": r["variant"], "status": r["status"], "source": str(recipes.get(key, "recipe.csv")),
-                    "recipe": read(recipes[key], read_recipe) if key in recipes else None,
-                    "forwards": read(forwards[key]) if key in forwards else None})
-    return out
+    recipes, forwards = by_variant(recipe_paths), by_variant(forward_paths)
+    return [{"variant": (v := r["variant"]), "status": r["status"], "source": str(recipes.get(v, "recipe.csv")),
+             "recipe": read(recipes[v], read_recipe) if v in recipes else None,
+             "forwards": read(forwards[v]) if v in forwards else None} for r in rows]
