@@ -66,13 +66,17 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
                     "design (another sitting, the same one, or a paired A/B run): each comparison states it, simulated with "
                     "its own rows' rounds resampled (docs/statistics.md).")
     coverage = 100 * (n - 1) / (n + 1)
+    gpu = bool(len(dev))
+    rerun = ". Host times have no rerun interval"
+    if gpu:
+        rerun = (f"; <i>rerun</i> is the 95&nbsp;% prediction interval for the median a rerun with as many repeats will "
+                 f"state on the {SAME_SITTING} (Student's t over the log repeat medians, the between-process variance "
+                 "pooled over the variant's shapes; docs/statistics.md); another day or machine moves a whole block of "
+                 "cells beyond it, which <code>compare</code> adds. Host times have no such interval")
     return (f"each (variant, shape) was captured {n} times (repeats), in rounds over the whole grid, each round in a fresh "
-            "capture process: a repeat re-draws the process, the CUDA context, the allocations and the libraries' plan "
-            "choices, and the time between repeats; the host and the GPU stay the same. The number stated is the median of "
-            f"the repeat medians; <i>rerun</i> is the 95&nbsp;% prediction interval for the median a rerun with as many repeats "
-            f"will state on the {SAME_SITTING} (Student's t over the log repeat medians, the between-process variance "
-            "pooled over the variant's shapes; docs/statistics.md); another day or machine moves a whole block of cells "
-            "beyond it, which <code>compare</code> adds. Host times have no such interval: they are the median over the "
+            f"capture process: a repeat re-draws the process, {'the CUDA context, ' if gpu else ''}the allocations and the "
+            f"libraries' plan choices, and the time between repeats; {'the host and the GPU stay' if gpu else 'the machine stays'}"
+            f" the same. The number stated is the median of the repeat medians{rerun}: they are the median over the "
             f"captures with the lowest and highest capture (one new capture falls inside with {coverage:.0f}&nbsp;% "
             "probability), and compare judges them only in a paired A/B run. IQR is the within-capture spread "
             "(first to third quartile over the forwards of the median repeat), which a rerun does not hold." + largest)
