@@ -279,3 +279,28 @@ def test_a_call_whose_process_crashed_answers_an_error_not_a_dead_supervisor():
                                 "Segmentation fault"}
     late = _ended_message({"call": CHECKS_CALL, "timeout_s": 5}, None, "")
     assert late == {"error": f"{CHECKS_CALL}: capture timed out after 5 s"}
+
+
+@pytest.mark.slow
+def test_a_new_run_releases_the_idle_workers_of_its_directory_and_device_only(tmp_path, monkeypatch):
+    """attnprof.runtime.worker.release_idle, as a GPU run's start calls it (attnprof.runtime.jobs): an earlier run's
+    idle supervisor of this directory and device exits; the run's own, another device's and one busy more recently
+    than asked stay."""
+    from attnprof.runtime.worker import listening_keys, release_idle, worker_key
+
+    monkeypatch.chdir(tmp_path)  # a directory of its own: the supervisors of other test sessions are never released
+    keys = {}
+    for tag in ("earlier", "own"):
+        monkeypatch.setenv("ATTNPROF_WORKER_TAG", f"tests-{os.getpid()}-release-{tag}")
+        start_worker("cpu", IDLE_S, tmp_path / f"{tag}.log")
+        keys[tag] = worker_key("cpu")
+    assert set(keys.values()) <= listening_keys()
+    assert release_idle("cuda", {keys["own"]}, 0) == []  # another device's: none of them
+    assert release_idle("cpu", {keys["own"]}, 3600) == []  # idle for less than asked
+    assert release_idle("cpu", {keys["own"]}, 0) == [keys["earlier"]]
+    for _ in range(100):
+        if keys["earlier"] not in listening_keys():
+            break
+        time.sleep(0.1)
+    assert keys["earlier"] not in listening_keys() and keys["own"] in listening_keys()
+    assert release_idle("cpu", set(), 0) == [keys["own"]]  # tidy: the test's own supervisor goes too

@@ -95,7 +95,8 @@ def start_capture_workers(workflow, device: str, idle_s: float, threads: int, wo
     environment, else None; ``log``; ``gpu_choice``: the capture rule's resource) and each GPU the run may take, the
     supervisor a capture job would connect to, by a job's own code path (:func:`_start_workers`) with a job's
     variables (:func:`job_environment` of ``threads``, Snakemake's default ``tmpdir``): the same key. Each keeps
-    ``spares`` spares; one nobody asks goes after ``idle_s`` s. The fork server starts then too. The caller does this
+    ``spares`` spares; one nobody asks goes after ``idle_s`` s. First the idle supervisors of earlier runs in this
+    directory are asked to exit (attnprof.runtime.worker.release_idle): they hold GPU memory. The fork server starts then too. The caller does this
     on a GPU run only: on a CPU run a start-up would share the cores with the first captures' host timings."""
     def begin() -> None:
         while workflow.executor_plugin is None:  # parse time: what kind of run this is, Snakemake says at execute()
@@ -119,16 +120,20 @@ def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict
     from types import SimpleNamespace
 
     from attnprof.measure.gpus import gpu_choice, pinned_environ, run_gpus
-    from attnprof.runtime.worker import start_worker
+    from attnprof.measure.progress import log
+    from attnprof.runtime.worker import release_idle, start_worker, worker_key
 
     os.environ.update(environ)
+    starts = []
     for w in workers:
         choice = gpu_choice(SimpleNamespace(gpu_choice=w["gpu_choice"]))
         gpus = run_gpus(choice) if device == "cuda" and choice != "any" else []
-        for gpu in gpus or [None]:
-            env = w["env"] if gpu is None else pinned_environ(gpu, w["env"])
-            Path(w["log"]).parent.mkdir(parents=True, exist_ok=True)
-            start_worker(device, idle_s, Path(w["log"]), w["python"], env, spares)
+        starts += [(w, w["env"] if gpu is None else pinned_environ(gpu, w["env"])) for gpu in gpus or [None]]
+    if released := release_idle(device, {worker_key(device, w["python"], env) for w, env in starts}):
+        log(f"asked {len(released)} idle capture worker(s) of earlier runs to exit: their processes held GPU memory")
+    for w, env in starts:
+        Path(w["log"]).parent.mkdir(parents=True, exist_ok=True)
+        start_worker(device, idle_s, Path(w["log"]), w["python"], env, spares)
 
 
 def job_object(job: dict):

@@ -123,6 +123,11 @@ CALLS = frozenset({"attnprof.measure.env:capture_environment", "attnprof.measure
 START_TIMEOUT_S = 30.0
 #: "1": start capture processes ahead on the CPU too (:func:`prestarts`; the tests use it).
 PRESTART_ENV = "ATTNPROF_WORKER_PRESTART"
+#: Seconds without a request after which a supervisor asked to release (:func:`release_idle`, by a new GPU run of this
+#: user and working directory) exits: its capture process and spares hold GPU memory (CUDA contexts, cached blocks),
+#: about 12 GiB after an A/B run and a history series on the H200, which cost a sweep right after them 12 captures
+#: to out-of-memory (docs/costs.md). Only a run's start asks (attnprof.runtime.jobs), never of its own supervisors.
+RELEASE_IDLE_S = 5.0
 #: A grid of short rounds (:func:`spares_for`): at most this many captures a round ...
 SHORT_ROUND_CAPTURES = 16
 #: ... and no shape whose attention scores (batch x heads x q_len x kv_len) hold more elements than this (2^28: the
@@ -490,7 +495,7 @@ def _read_request(conn: socket.socket) -> dict | None:
         timeout = request.get("timeout_s")
         ok_timeout = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
         ok_spec = isinstance(spec, dict) and {"variant", "shape", "device"} <= set(spec) and isinstance(request.get("trace"), str)
-        if ok_timeout and (ok_spec or isinstance(request.get("call"), str)):
+        if (ok_timeout and (ok_spec or isinstance(request.get("call"), str))) or isinstance(request.get("release"), dict):
             return request
         why = "malformed request"
     _tell(conn, {"error": why})
@@ -646,6 +651,54 @@ def _ended_message(request: dict, returncode: int | None, tail: str) -> dict:
     return {"error": f"{request['call']}: {crash_reason(returncode, request['timeout_s'], tail)}"}
 
 
+def _released(pending: list, device: str, served_at: float) -> bool:
+    """Answer the release requests of ``pending`` (:func:`release_idle`; taken out of it) and say whether to exit:
+    one asks for this supervisor's device and working directory, nothing else waits, and it has served nothing since
+    the seconds the request names."""
+    asks = [p for p in pending if "release" in p[2]]
+    go = len(asks) == len(pending) and any(_asks_this(p[2]["release"], device, served_at) for p in asks)
+    for p in asks:
+        pending.remove(p)
+        _tell(p[1], {"released": go})
+        p[1].close()
+    return go
+
+
+def _asks_this(ask: dict, device: str, served_at: float) -> bool:
+    """Whether a release request ``ask`` ({device, cwd, idle_s}) is for this supervisor, idle that long."""
+    idle_s = ask.get("idle_s")
+    return (ask.get("device") == device and ask.get("cwd") == os.getcwd() and isinstance(idle_s, (int, float))
+            and time.monotonic() - served_at >= idle_s)
+
+
+def listening_keys() -> set[str]:
+    """The keys of this user's supervisors listening now: their abstract addresses (:func:`address`) in Linux's
+    /proc/net/unix, where such a name begins with '@' and is a line's eighth field."""
+    prefix = "@" + address("")[1:]
+    with open("/proc/net/unix") as table:
+        names = [parts[7] for parts in map(str.split, table) if len(parts) == 8]
+    return {name[len(prefix):] for name in names if name.startswith(prefix)}
+
+
+def release_idle(device: str, keep: set[str], idle_s: float = RELEASE_IDLE_S) -> list[str]:
+    """Ask this user's supervisors (:func:`listening_keys`) other than ``keep`` to exit where they are of ``device``
+    and this working directory and have served nothing for ``idle_s`` s: an earlier run's idle capture processes
+    hold GPU memory that this run's captures need (:data:`RELEASE_IDLE_S`). Returns the keys that exit; one that is
+    serving, or of another device or directory, answers no and serves on."""
+    out = []
+    for key in sorted(listening_keys() - set(keep)):
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            sock = _connect(address(key))
+            if sock is None:
+                continue
+            with contextlib.closing(sock):
+                sock.settimeout(10)
+                _send(sock, {"release": {"device": device, "cwd": os.getcwd(), "idle_s": idle_s}})
+                if (_next(sock.makefile("rb")) or {}).get("released"):
+                    out.append(key)
+    return out
+
+
 @contextlib.contextmanager
 def _device_lock(device: str):
     """Hold the device lock of this user, working directory and ``device`` while serving one request: the
@@ -683,6 +736,7 @@ def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
     procs: dict[str, _Child | None] = {"capture": None, "checks": None}  # the capture process; the check process
     ahead = _Ahead(device, spares)  # the spares started ahead (a GPU run)
     pending: list = []  # (order, conn, request): accepted, not yet served, in arrival order within an order
+    served_at = time.monotonic()  # a supervisor just started is not idle: release_idle leaves it
     log(f"capture worker {key} listening (pid {os.getpid()}, device {device})")
     try:
         with signals_raise_exit():
@@ -695,6 +749,8 @@ def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
                         break
                     _admit(conn, pending)
                 _admit_waiting(listener, pending)
+                if _released(pending, device, served_at):
+                    break
                 if not pending:
                     continue
                 # the earliest round first, the captures that end their process last in it, then arrival order:
@@ -705,6 +761,7 @@ def serve(key: str, device: str, idle_s: float, spares: int = 1) -> int:
                 kind = "checks" if request.get("call") == CHECKS_CALL else "capture"
                 with conn, _device_lock(device):  # the supervisors of an A/B run (one per environment) take turns
                     procs[kind] = _serve_one(conn, procs[kind], ahead, request)
+                served_at = time.monotonic()
     finally:
         listener.close()
         for _, conn, _ in pending:  # accepted, never served: their jobs fail (an interruption) and rerun
