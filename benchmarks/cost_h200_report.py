@@ -104,7 +104,9 @@ def main() -> None:
             continue
         dirs[step["step"]] = run_dir = args.dir / step["step"] / "results" / step["run"]
         out["steps"][step["step"]] = {**step, "stages": stages(run_dir, step["wall_s"]), "rounds": rounds(run_dir)}
-    out["study_new_vs_study_old"] = same_numbers(dirs["study_old"], dirs["study_new"])
+    for kind in ("study", "sweep"):  # the old and new code's runs of one lease, where both ran
+        if {f"{kind}_old", f"{kind}_new"} <= set(dirs):
+            out[f"{kind}_new_vs_{kind}_old"] = same_numbers(dirs[f"{kind}_old"], dirs[f"{kind}_new"])
     if args.baseline_sweep:
         out["sweep_new_vs_baseline"] = {"baseline": str(args.baseline_sweep),
                                         **same_numbers(args.baseline_sweep, dirs["sweep_new"])}
