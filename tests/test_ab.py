@@ -1,6 +1,6 @@
 """A/B on one device (config environments, issue 20 part 1).
 
-- the paired verdict (attnprof.analysis.stats.compare_paired) on simulated rounds with a known answer: A/A
+- the paired verdict (attnprof.analysis.verdict.judge_rows of one paired row) on simulated rounds with a known answer: A/A
   (no change) calls a change at no more than the stated rate, an injected 5 % change is found with 1.05 inside
   its interval, and a drift common to both sides that leaves the unpaired Welch interval inconclusive does not
   stop the paired one from deciding;
@@ -23,7 +23,7 @@ import pytest
 import snakemake_cli
 from attnprof.analysis.compare import ab_unpaired_rows, compare_runs
 from attnprof.analysis.verdict import paired_repeat_medians
-from attnprof.analysis.verdict import compare_paired, compare_ratio
+from attnprof.analysis.verdict import compare_ratio, judge_rows, paired_row
 from attnprof.model.config import ab_order, ab_priority, config_problems
 from conftest import copy_workflow
 
@@ -31,6 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # --- the paired verdict ---------------------------------------------------------------------------------
+
+def compare_paired(a, b, threshold, confidence=0.95, looks=1):
+    """One paired row judged alone (its own variance, no joint control): round k's times ``a[k]``, ``b[k]``."""
+    return judge_rows({0: paired_row(a, b)}, threshold, confidence, looks)[0]
+
 
 def _rounds(rng, n, ratio=1.0, drift_sd=0.0, pair_sd=0.01, base=2.0):
     """n rounds of (a, b) repeat medians: a common per-round factor (drift, log sd ``drift_sd``) times each

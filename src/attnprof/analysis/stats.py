@@ -36,6 +36,7 @@ docs/statistics.md states the rule's false-alarm rate and power, measured by sim
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -237,7 +238,7 @@ def between_run_interval(medians: Sequence[float | None], confidence: float = CO
     out = {"n": n, "center": None, "lo": None, "hi": None, "rel_sd": None, "df": None}
     if n == 0:
         return out
-    out["center"] = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
+    out["center"] = statistics.median(kept)
     if noise is None:
         own = _spread(logs)
         noise = None if own is None else Noise(math.sqrt(own[0]), own[1])
@@ -262,8 +263,7 @@ def host_range(medians: Sequence[float | None]) -> dict:
     n = len(kept)
     if n == 0:
         return {"n": 0, "center": None, "floor": None, "lo": None, "hi": None, "coverage": None}
-    center = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
-    return {"n": n, "center": center, "floor": kept[0], "lo": kept[0] if n > 1 else None, "hi": kept[-1] if n > 1 else None,
+    return {"n": n, "center": statistics.median(kept), "floor": kept[0], "lo": kept[0] if n > 1 else None, "hi": kept[-1] if n > 1 else None,
             "coverage": (n - 1) / (n + 1) if n > 1 else None}
 
 
@@ -279,8 +279,6 @@ def look_levels(confidence: float, looks: int) -> tuple[float, float]:
     verdict over all its looks stays at most the single look's (the union bound; e.g. Jennison & Turnbull, Group
     Sequential Methods, 2000, sec. 2.2, for sharper boundaries). One look: the levels themselves."""
     return 1 - (1 - confidence) / looks, 1 - (1 - EQUIVALENCE_CONFIDENCE) / looks
-
-
 
 
 def rounds_needed(margin: np.ndarray, var_round: np.ndarray, n: np.ndarray, df: np.ndarray, level: np.ndarray,

@@ -229,14 +229,6 @@ def judge_rows(rows: Mapping[Hashable, RowData], threshold: float, confidence: f
     return {k: _row(i, m, out, needed, adjusted, na, nb, threshold, sitting, rows[k].paired) for i, k in enumerate(keys)}
 
 
-def compare_paired(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                   confidence: float = CONFIDENCE, looks: int = 1) -> dict:
-    """:func:`judge_rows` of one paired row alone (no other rows: its own variance, no joint control): ``a[k]`` and
-    ``b[k]`` the times of round k on each side (None: that round left out). ValueError for sides of different
-    lengths or a time <= 0."""
-    return judge_rows({0: paired_row(a, b)}, threshold, confidence, looks)[0]
-
-
 def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
                   confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING) -> dict:
     """:func:`judge_rows` of one unpaired row alone: each side's repeat medians (None/NaN left out), with
