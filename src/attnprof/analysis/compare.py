@@ -59,11 +59,6 @@ NOISE_FLOOR = 0.02
 NOISE_FLOOR_HOST = 0.20
 
 
-def normalise_kernel(name: str) -> str:
-    """Kernel name without template arguments and parameters (see short_kernel_name)."""
-    return short_kernel_name(name)
-
-
 def env_diff(a: dict, b: dict) -> list[dict]:
     """Keys of env.json (config flattened as config.x.y) whose values differ: [{key, a, b}]."""
     fa, fb = (pd.json_normalize(x).to_dict("records")[0] for x in (a, b))
@@ -183,10 +178,6 @@ class _Judge:
     label: str
     verdicts: dict
 
-    def verdict(self, variant: str, shape_key: str, col: str) -> dict:
-        """The verdict of time column ``col`` for one (variant, shape)."""
-        return self.verdicts[(variant, shape_key, col)]
-
 
 def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
                  noise_floor_host: float = NOISE_FLOOR_HOST, classify: Callable[[str, str], str] | None = None) -> dict:
@@ -255,10 +246,10 @@ def _names(frame: pd.DataFrame | None, variant: str, shape_key: str, col: str, f
 
 
 def _kernel_op_changes(a: dict, b: dict, variant: str, shape_key: str) -> dict:
-    """The kernels (names normalised, :func:`normalise_kernel`) and aten ops of one (variant, shape) that ``b``
+    """The kernels (names normalised, attnprof.analysis.trace.short_kernel_name) and aten ops of one (variant, shape) that ``b``
     launches and ``a`` does not (added), and the reverse (removed), each sorted."""
-    ka = _names(a["kernels"], variant, shape_key, "kernel", normalise_kernel)
-    kb = _names(b["kernels"], variant, shape_key, "kernel", normalise_kernel)
+    ka = _names(a["kernels"], variant, shape_key, "kernel", short_kernel_name)
+    kb = _names(b["kernels"], variant, shape_key, "kernel", short_kernel_name)
     oa, ob = _names(a.get("ops"), variant, shape_key, "op"), _names(b.get("ops"), variant, shape_key, "op")
     return {"kernels_added": sorted(kb - ka), "kernels_removed": sorted(ka - kb),
             "ops_added": sorted(ob - oa), "ops_removed": sorted(oa - ob)}
@@ -271,7 +262,7 @@ def _forward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, sha
     ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
     out = {"time_a_ms": ta, "time_b_ms": tb, "timing": judge.label, "timed_ratio": ib / ia if ia and ib else None}
     if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
-        out.update(judge.verdict(variant, shape_key, judge.med))
+        out.update(judge.verdicts[(variant, shape_key, judge.med)])
     else:
         out.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                    repeats_needed=None, why="no time in one of the result sets")
@@ -283,7 +274,7 @@ def _backward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, sh
     a backward time."""
     back = _backward_change(ra, rb, judge.med)
     if back["bwd_a_ms"] and back["bwd_b_ms"]:
-        v = judge.verdict(variant, shape_key, judge.med.replace("per_forward", "per_backward"))
+        v = judge.verdicts[(variant, shape_key, judge.med.replace("per_forward", "per_backward"))]
         back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
                     bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_probably=v.get("probably"))
     return back
@@ -317,7 +308,7 @@ def _accounting(a: dict, b: dict) -> dict:
 
 def _pair_notes(a: dict, b: dict, unpaired: dict, rows: int) -> list[str]:
     """The pair's notes: one side profiled the backward and the other did not (so the forwards did different
-    work), which of the pair's ``rows`` rows are not paired and why, and each side's recipe problems."""
+    work), and which of the pair's ``rows`` rows are not paired and why."""
     notes = []
     pa, pb = ((x["env"].get("config") or {}).get("passes") or ["forward"] for x in (a, b))
     if ("backward" in pa) != ("backward" in pb):
@@ -329,7 +320,6 @@ def _pair_notes(a: dict, b: dict, unpaired: dict, rows: int) -> list[str]:
         if why:
             causes.setdefault(why, []).append(f"{v} at {k}")
     notes += [f"{'every row' if len(named) == rows else ', '.join(named)}: {why}" for why, named in causes.items()]
-    notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
     return notes
 
 
@@ -611,7 +601,7 @@ def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], 
            "ops": concat_tables([_table(p, "ops", fix) for p in files.get("ops") or []])}
     _check_repeats_cover(run, files["repeats"], fix)
     _check_started_at(run["repeats"], files["repeats"], run_dir)
-    run["recipes"], run["recipe_problems"] = _recipes(files, fix), []
+    run["recipes"] = _recipes(files, fix)
     if control:
         run["control_check"] = _control_check(control, run_dir, device_of(run), env)
     return run
