@@ -158,8 +158,6 @@ def repeat_step_times(tables: Sequence[pd.DataFrame | None], names: tuple) -> li
             continue
         durs = [list(g["dur_us"].where(g["time_ok"].astype(bool)))
                 for _, g in table.sort_values(["forward", "step"]).groupby("forward") if tuple(g["name"]) == names]
-        if not durs:
-            continue
         med = pd.DataFrame(durs).median(axis=0, skipna=True)
         for i, v in enumerate(med):
             if pd.notna(v) and v > 0:
@@ -253,10 +251,7 @@ def restore_names(table: pd.DataFrame) -> pd.DataFrame:
     (:func:`write_recipe`), without the ``name_id`` column; a table without one (written before) as it is."""
     if "name_id" not in table.columns:
         return table
-    table = table.copy()
-    if len(table):
-        table["name"] = table.groupby("name_id")["name"].transform("first")
-    return table.drop(columns="name_id")
+    return table.assign(name=table.groupby("name_id")["name"].transform("first")).drop(columns="name_id")
 
 
 def recipe_table_problem(table: pd.DataFrame) -> str | None:
