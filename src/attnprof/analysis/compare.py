@@ -184,8 +184,8 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
     """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
     kernels, ops, repeats (DataFrames as written by the pipeline; repeats may be None for a result set
     made before repeats), env and findings (parsed JSON), and optionally recipes ({(variant, shape_key, pass):
-    [recipe table per repeat]}, attnprof.analysis.recipe) and control (control.csv: the profiler's control,
-    attnprof.analysis.control; None or absent: its row in summary/ops, if any). ``classify(name, category) -> kernel class``: a
+    [recipe table per repeat]}, attnprof.analysis.recipe) and control_check (the self-check of its control.csv,
+    attnprof.analysis.control, as load_result_set reads it; None or absent: its row in summary/ops, if any). ``classify(name, category) -> kernel class``: a
     step's role in the recipe diff (attnprof.findings.kernel_names.kernel_class; default its category).
     Returns a JSON-serialisable dict: rows (one per variant and shape in both, the control left out; the
     time verdict from the repeats, module docstring), dispatch (what sdpa_auto ran, per shape, changed or
@@ -291,12 +291,10 @@ def dispatch_changes(a: dict, b: dict) -> list[dict]:
 
 
 def _self_check(x: dict) -> dict:
-    """The profiler self-check of one result set: its recorded check, else control.csv where it has one, else a
-    control row among its summary/ops tables."""
+    """The profiler self-check of one result set: its control.csv's (load_result_set), else a control row among its
+    summary/ops tables."""
     if x.get("control_check") is not None:
         return x["control_check"]
-    if x.get("control") is not None:
-        return check_control_table(x["control"], device_of(x))
     return check_control(control_counts(x["summary"], x.get("ops"), device_of(x)), device_of(x))
 
 
