@@ -131,16 +131,13 @@ def recipe_groups(table: pd.DataFrame) -> list[dict]:
     steps of its first forward. [] for an empty table."""
     if table is None or table.empty:
         return []
-    groups: dict[tuple, list[int]] = {}
-    first: dict[tuple, pd.DataFrame] = {}
+    groups: dict[tuple, tuple[pd.DataFrame, list[int]]] = {}  # names -> (the first forward's steps, the forwards)
     for fwd, g in table.sort_values(["forward", "step"]).groupby("forward", sort=True):
-        key = tuple(g["name"])
-        groups.setdefault(key, []).append(int(fwd))
-        first.setdefault(key, g)
-    return [{"forwards": groups[key], "names": key, "steps": [
+        groups.setdefault(tuple(g["name"]), (g, []))[1].append(int(fwd))
+    return [{"forwards": fwds, "names": key, "steps": [
                 {"category": c, "name": n, "label": lab, "grid": _cell(gr), "block": _cell(bl)}
-                for c, n, lab, gr, bl in zip(*(first[key][col] for col in ("category", "name", "label", "grid", "block")))]}
-            for key in sorted(groups, key=lambda k: (-len(groups[k]), groups[k][0]))]
+                for c, n, lab, gr, bl in zip(*(first[col] for col in ("category", "name", "label", "grid", "block")))]}
+            for key, (first, fwds) in sorted(groups.items(), key=lambda kv: (-len(kv[1][1]), kv[1][1][0]))]
 
 
 def _cell(v):
