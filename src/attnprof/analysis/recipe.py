@@ -87,8 +87,7 @@ def recipe_table(frames: dict, variant: str, shape_key: str, gpu: bool) -> pd.Da
         rows["time_ok"] = rows["time_ok"].astype(bool)
     else:
         ops = frames["ops"]
-        ops = ops[ops["forward"].isin(counted)]
-        rows = _top_level(ops).copy() if len(ops) else ops.copy()
+        rows = _top_level(ops[ops["forward"].isin(counted)]).copy()
         rows["category"], rows["grid"], rows["block"], rows["time_ok"] = "op", None, None, True
         rows["launch_api"], rows["launch_ts"], rows["launch_dur_us"] = None, float("nan"), float("nan")
     if rows.empty:
