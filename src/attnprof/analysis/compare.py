@@ -227,13 +227,10 @@ def _pair_row(judge: _Judge, variant: str, shape_key: str) -> dict:
     and its verdict, the independent timing's ratio, the backward (:func:`_backward_change`, judged where both
     sides have a time) and torch.compile's first call."""
     ra, rb = _summary_row(judge.a["summary"], variant, shape_key), _summary_row(judge.b["summary"], variant, shape_key)
-    row = {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
-           "kernels_a": _num(ra.get("kernels_per_forward")), "kernels_b": _num(rb.get("kernels_per_forward"))}
-    row.update(_kernel_op_changes(judge.a, judge.b, variant, shape_key))
-    row.update(_forward_time(judge, ra, rb, variant, shape_key))
-    row.update(_backward_time(judge, ra, rb, variant, shape_key))
-    row.update(_compile_change(ra, rb))
-    return row
+    return {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
+            "kernels_a": _num(ra.get("kernels_per_forward")), "kernels_b": _num(rb.get("kernels_per_forward")),
+            **_kernel_op_changes(judge.a, judge.b, variant, shape_key), **_forward_time(judge, ra, rb, variant, shape_key),
+            **_backward_time(judge, ra, rb, variant, shape_key), **_compile_change(ra, rb)}
 
 
 def _names(frame: pd.DataFrame | None, variant: str, shape_key: str, col: str, fn=lambda x: x) -> set:
