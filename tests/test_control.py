@@ -177,15 +177,15 @@ def test_compare_reads_the_self_check_from_control_csv(control_trace):
     pair is unchanged, a pair whose B recorded every op twice is 'profiler accounting changed', and a result set
     without a control.csv is unchecked, never a change."""
     from attnprof.analysis.compare import compare_pair
-    from attnprof.analysis.control import control_table
+    from attnprof.analysis.control import check_control_table, control_table
     from tests.test_compare import run
 
     doubled = copy.deepcopy(control_trace)
     doubled["traceEvents"] += copy.deepcopy([e for e in doubled["traceEvents"] if e.get("cat") == "cpu_op"])
     a, b, old = run("a", [1.0, 1.01, 0.99], ["k"]), run("b", [1.0, 1.01, 0.99], ["k"]), run("old", [1.0, 1.01, 0.99], ["k"])
-    a["control"] = control_table([_control_rows(control_trace, 1)])
-    b["control"] = control_table([_control_rows(doubled, 1)])
-    same = compare_pair(a, {**b, "control": a["control"]})["accounting"]
+    a["control_check"] = check_control_table(control_table([_control_rows(control_trace, 1)]), "cpu")
+    b["control_check"] = check_control_table(control_table([_control_rows(doubled, 1)]), "cpu")
+    same = compare_pair(a, {**b, "control_check": a["control_check"]})["accounting"]
     assert same["changed"] is False and same["a"]["ok"] and same["b"]["observed"] == {"aten::mm": 1, "aten::add": 1, "aten::copy_": 1}
     changed = compare_pair(a, b)["accounting"]
     assert changed["changed"] is True and changed["why"].startswith(ACCOUNTING_CHANGED) and changed["b"]["ok"] is False

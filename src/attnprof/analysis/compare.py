@@ -59,11 +59,6 @@ NOISE_FLOOR = 0.02
 NOISE_FLOOR_HOST = 0.20
 
 
-def normalise_kernel(name: str) -> str:
-    """Kernel name without template arguments and parameters (see short_kernel_name)."""
-    return short_kernel_name(name)
-
-
 def env_diff(a: dict, b: dict) -> list[dict]:
     """Keys of env.json (config flattened as config.x.y) whose values differ: [{key, a, b}]."""
     fa, fb = (pd.json_normalize(x).to_dict("records")[0] for x in (a, b))
@@ -183,18 +178,14 @@ class _Judge:
     label: str
     verdicts: dict
 
-    def verdict(self, variant: str, shape_key: str, col: str) -> dict:
-        """The verdict of time column ``col`` for one (variant, shape)."""
-        return self.verdicts[(variant, shape_key, col)]
-
 
 def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence: float = CONFIDENCE,
                  noise_floor_host: float = NOISE_FLOOR_HOST, classify: Callable[[str, str], str] | None = None) -> dict:
     """Compare result set ``b`` with baseline ``a``. Each is a dict with keys name, summary,
     kernels, ops, repeats (DataFrames as written by the pipeline; repeats may be None for a result set
     made before repeats), env and findings (parsed JSON), and optionally recipes ({(variant, shape_key, pass):
-    [recipe table per repeat]}, attnprof.analysis.recipe) and control (control.csv: the profiler's control,
-    attnprof.analysis.control; None or absent: its row in summary/ops, if any). ``classify(name, category) -> kernel class``: a
+    [recipe table per repeat]}, attnprof.analysis.recipe) and control_check (the self-check of its control.csv,
+    attnprof.analysis.control, as load_result_set reads it; None or absent: its row in summary/ops, if any). ``classify(name, category) -> kernel class``: a
     step's role in the recipe diff (attnprof.findings.kernel_names.kernel_class; default its category).
     Returns a JSON-serialisable dict: rows (one per variant and shape in both, the control left out; the
     time verdict from the repeats, module docstring), dispatch (what sdpa_auto ran, per shape, changed or
@@ -236,13 +227,10 @@ def _pair_row(judge: _Judge, variant: str, shape_key: str) -> dict:
     and its verdict, the independent timing's ratio, the backward (:func:`_backward_change`, judged where both
     sides have a time) and torch.compile's first call."""
     ra, rb = _summary_row(judge.a["summary"], variant, shape_key), _summary_row(judge.b["summary"], variant, shape_key)
-    row = {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
-           "kernels_a": _num(ra.get("kernels_per_forward")), "kernels_b": _num(rb.get("kernels_per_forward"))}
-    row.update(_kernel_op_changes(judge.a, judge.b, variant, shape_key))
-    row.update(_forward_time(judge, ra, rb, variant, shape_key))
-    row.update(_backward_time(judge, ra, rb, variant, shape_key))
-    row.update(_compile_change(ra, rb))
-    return row
+    return {"variant": variant, "shape_key": shape_key, "status_a": ra["status"], "status_b": rb["status"],
+            "kernels_a": _num(ra.get("kernels_per_forward")), "kernels_b": _num(rb.get("kernels_per_forward")),
+            **_kernel_op_changes(judge.a, judge.b, variant, shape_key), **_forward_time(judge, ra, rb, variant, shape_key),
+            **_backward_time(judge, ra, rb, variant, shape_key), **_compile_change(ra, rb)}
 
 
 def _names(frame: pd.DataFrame | None, variant: str, shape_key: str, col: str, fn=lambda x: x) -> set:
@@ -255,10 +243,10 @@ def _names(frame: pd.DataFrame | None, variant: str, shape_key: str, col: str, f
 
 
 def _kernel_op_changes(a: dict, b: dict, variant: str, shape_key: str) -> dict:
-    """The kernels (names normalised, :func:`normalise_kernel`) and aten ops of one (variant, shape) that ``b``
+    """The kernels (names normalised, attnprof.analysis.trace.short_kernel_name) and aten ops of one (variant, shape) that ``b``
     launches and ``a`` does not (added), and the reverse (removed), each sorted."""
-    ka = _names(a["kernels"], variant, shape_key, "kernel", normalise_kernel)
-    kb = _names(b["kernels"], variant, shape_key, "kernel", normalise_kernel)
+    ka = _names(a["kernels"], variant, shape_key, "kernel", short_kernel_name)
+    kb = _names(b["kernels"], variant, shape_key, "kernel", short_kernel_name)
     oa, ob = _names(a.get("ops"), variant, shape_key, "op"), _names(b.get("ops"), variant, shape_key, "op")
     return {"kernels_added": sorted(kb - ka), "kernels_removed": sorted(ka - kb),
             "ops_added": sorted(ob - oa), "ops_removed": sorted(oa - ob)}
@@ -271,7 +259,7 @@ def _forward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, sha
     ia, ib = _num(ra.get("timed_ms_median")), _num(rb.get("timed_ms_median"))
     out = {"time_a_ms": ta, "time_b_ms": tb, "timing": judge.label, "timed_ratio": ib / ia if ia and ib else None}
     if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
-        out.update(judge.verdict(variant, shape_key, judge.med))
+        out.update(judge.verdicts[(variant, shape_key, judge.med)])
     else:
         out.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
                    repeats_needed=None, why="no time in one of the result sets")
@@ -283,7 +271,7 @@ def _backward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, sh
     a backward time."""
     back = _backward_change(ra, rb, judge.med)
     if back["bwd_a_ms"] and back["bwd_b_ms"]:
-        v = judge.verdict(variant, shape_key, judge.med.replace("per_forward", "per_backward"))
+        v = judge.verdicts[(variant, shape_key, judge.med.replace("per_forward", "per_backward"))]
         back.update(bwd_ratio=v["ratio"], bwd_ratio_lo=v["ratio_lo"], bwd_ratio_hi=v["ratio_hi"], bwd_verdict=v["verdict"],
                     bwd_repeats_needed=v["repeats_needed"], bwd_why=v["why"], bwd_p=v["p"], bwd_probably=v.get("probably"))
     return back
@@ -300,12 +288,10 @@ def dispatch_changes(a: dict, b: dict) -> list[dict]:
 
 
 def _self_check(x: dict) -> dict:
-    """The profiler self-check of one result set: its recorded check, else control.csv where it has one, else a
-    control row among its summary/ops tables."""
+    """The profiler self-check of one result set: its control.csv's (load_result_set), else a control row among its
+    summary/ops tables."""
     if x.get("control_check") is not None:
         return x["control_check"]
-    if x.get("control") is not None:
-        return check_control_table(x["control"], device_of(x))
     return check_control(control_counts(x["summary"], x.get("ops"), device_of(x)), device_of(x))
 
 
@@ -317,7 +303,7 @@ def _accounting(a: dict, b: dict) -> dict:
 
 def _pair_notes(a: dict, b: dict, unpaired: dict, rows: int) -> list[str]:
     """The pair's notes: one side profiled the backward and the other did not (so the forwards did different
-    work), which of the pair's ``rows`` rows are not paired and why, and each side's recipe problems."""
+    work), and which of the pair's ``rows`` rows are not paired and why."""
     notes = []
     pa, pb = ((x["env"].get("config") or {}).get("passes") or ["forward"] for x in (a, b))
     if ("backward" in pa) != ("backward" in pb):
@@ -329,7 +315,6 @@ def _pair_notes(a: dict, b: dict, unpaired: dict, rows: int) -> list[str]:
         if why:
             causes.setdefault(why, []).append(f"{v} at {k}")
     notes += [f"{'every row' if len(named) == rows else ', '.join(named)}: {why}" for why, named in causes.items()]
-    notes += [f"{x['name']}: {p}" for x in (a, b) for p in x.get("recipe_problems") or []]
     return notes
 
 
@@ -611,7 +596,7 @@ def load_result_set(name: str, files: dict, file_problem: Callable[[Path, str], 
            "ops": concat_tables([_table(p, "ops", fix) for p in files.get("ops") or []])}
     _check_repeats_cover(run, files["repeats"], fix)
     _check_started_at(run["repeats"], files["repeats"], run_dir)
-    run["recipes"], run["recipe_problems"] = _recipes(files, fix), []
+    run["recipes"] = _recipes(files, fix)
     if control:
         run["control_check"] = _control_check(control, run_dir, device_of(run), env)
     return run

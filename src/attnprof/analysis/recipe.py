@@ -87,8 +87,7 @@ def recipe_table(frames: dict, variant: str, shape_key: str, gpu: bool) -> pd.Da
         rows["time_ok"] = rows["time_ok"].astype(bool)
     else:
         ops = frames["ops"]
-        ops = ops[ops["forward"].isin(counted)]
-        rows = _top_level(ops).copy() if len(ops) else ops.copy()
+        rows = _top_level(ops[ops["forward"].isin(counted)]).copy()
         rows["category"], rows["grid"], rows["block"], rows["time_ok"] = "op", None, None, True
         rows["launch_api"], rows["launch_ts"], rows["launch_dur_us"] = None, float("nan"), float("nan")
     if rows.empty:
@@ -131,16 +130,13 @@ def recipe_groups(table: pd.DataFrame) -> list[dict]:
     steps of its first forward. [] for an empty table."""
     if table is None or table.empty:
         return []
-    groups: dict[tuple, list[int]] = {}
-    first: dict[tuple, pd.DataFrame] = {}
+    groups: dict[tuple, tuple[pd.DataFrame, list[int]]] = {}  # names -> (the first forward's steps, the forwards)
     for fwd, g in table.sort_values(["forward", "step"]).groupby("forward", sort=True):
-        key = tuple(g["name"])
-        groups.setdefault(key, []).append(int(fwd))
-        first.setdefault(key, g)
-    return [{"forwards": groups[key], "names": key, "steps": [
+        groups.setdefault(tuple(g["name"]), (g, []))[1].append(int(fwd))
+    return [{"forwards": fwds, "names": key, "steps": [
                 {"category": c, "name": n, "label": lab, "grid": _cell(gr), "block": _cell(bl)}
-                for c, n, lab, gr, bl in zip(*(first[key][col] for col in ("category", "name", "label", "grid", "block")))]}
-            for key in sorted(groups, key=lambda k: (-len(groups[k]), groups[k][0]))]
+                for c, n, lab, gr, bl in zip(*(first[col] for col in ("category", "name", "label", "grid", "block")))]}
+            for key, (first, fwds) in sorted(groups.items(), key=lambda kv: (-len(kv[1][1]), kv[1][1][0]))]
 
 
 def _cell(v):
@@ -158,8 +154,6 @@ def repeat_step_times(tables: Sequence[pd.DataFrame | None], names: tuple) -> li
             continue
         durs = [list(g["dur_us"].where(g["time_ok"].astype(bool)))
                 for _, g in table.sort_values(["forward", "step"]).groupby("forward") if tuple(g["name"]) == names]
-        if not durs:
-            continue
         med = pd.DataFrame(durs).median(axis=0, skipna=True)
         for i, v in enumerate(med):
             if pd.notna(v) and v > 0:
@@ -253,10 +247,7 @@ def restore_names(table: pd.DataFrame) -> pd.DataFrame:
     (:func:`write_recipe`), without the ``name_id`` column; a table without one (written before) as it is."""
     if "name_id" not in table.columns:
         return table
-    table = table.copy()
-    if len(table):
-        table["name"] = table.groupby("name_id")["name"].transform("first")
-    return table.drop(columns="name_id")
+    return table.assign(name=table.groupby("name_id")["name"].transform("first")).drop(columns="name_id")
 
 
 def recipe_table_problem(table: pd.DataFrame) -> str | None:

@@ -186,11 +186,9 @@ def shape_key_of(record: Mapping) -> str | None:
     from attnprof.model.variants import Shape
 
     fields = {f.name: record[f.name] for f in dataclasses.fields(Shape) if f.name in record}
-    if not {"batch", "heads", "seq_len", "head_dim", "dtype"} <= set(fields):
-        return None
     try:
         return Shape(**fields).key
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # TypeError: a field without a default (batch ... dtype) missing
         return None
 
 

@@ -239,10 +239,6 @@ def _memory_columns(status: dict) -> dict:
             "forward_memory_mb": (peak - held) / 2**20 if held is not None and peak else None}
 
 
-def _blank(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
 #: Host (CPU) times of :data:`REPEAT_TIMES`: stated over the captures without a parametric interval
 #: (attnprof.analysis.stats.host_range): ``<prefix>_run_lo``/``_hi`` are the lowest and highest capture medians.
 HOST_TIMES = ("cpu_ms_per_forward", "cpu_ms_per_backward")
@@ -263,10 +259,8 @@ def repeat_noise(per_pair: Mapping[tuple[str, str], list[dict]]) -> dict[tuple[s
     from attnprof.analysis.stats import moderated_noise
 
     out: dict[tuple[str, str], dict] = {key: {} for key in per_pair}
-    for med, _ in REPEAT_TIMES:
-        if med in HOST_TIMES:
-            continue
-        cells = {key: [r.get(med) for r in _counted_repeats(rows) if not _blank(r.get(med))]
+    for med in [m for m, _ in REPEAT_TIMES if m not in HOST_TIMES]:
+        cells = {key: [r.get(med) for r in _counted_repeats(rows) if not pd.isna(r.get(med))]
                  for key, rows in per_pair.items()}
         for key, noise in moderated_noise(cells, {key: key[0] for key in cells}).items():
             out[key][med] = noise
@@ -295,7 +289,7 @@ def _copies(ok: list[dict]) -> tuple[list[dict], list[str]]:
     kept, notes = [], []
     for r in ok:
         at = r.get("started_at")
-        first = r if _blank(at) else seen.setdefault(at, r)
+        first = r if pd.isna(at) else seen.setdefault(at, r)
         if first is r:
             kept.append(r)
         else:
@@ -314,14 +308,14 @@ def _host_contradicted(r: dict, med: str, timed: float | None) -> bool:
     """True when the capture's host time ``r[med]`` and the timed calls' median ``timed`` (ms) differ by
     :data:`HOST_CONTRADICTION` or more (a forward's host time only: the timed calls are forwards)."""
     v = r.get(med)
-    return (med == "cpu_ms_per_forward" and not _blank(v) and not _blank(timed) and timed > 0 and v > 0
+    return (med == "cpu_ms_per_forward" and not pd.isna(v) and not pd.isna(timed) and timed > 0 and v > 0
             and max(v / timed, timed / v) >= HOST_CONTRADICTION)
 
 
 def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict], list[str]]:
     """The repeats whose ``med`` is counted, and a note for each ok repeat that is not: no such time while
     others have one (its trace note says why), or a host time its own timed calls contradict."""
-    have = [r for r in ok if not _blank(r.get(med))]
+    have = [r for r in ok if not pd.isna(r.get(med))]
     notes = _missing_time_notes(ok, len(have), med) if have else []
     bad = [r for r in have if _host_contradicted(r, med, timed)]
     kept = [r for r in have if r not in bad] or have  # every draw contradicted: stated, with the note, not dropped
@@ -335,7 +329,7 @@ def _counted(ok: list[dict], med: str, timed: float | None) -> tuple[list[dict],
 def _missing_time_notes(ok: list[dict], have: int, med: str) -> list[str]:
     """A note for each ok repeat without time ``med`` (``have`` of them have one), naming why from its trace note."""
     return [f"repeat {r['repeat']}: no {med} ({str(r.get('trace_note') or 'no such time in its trace')[:200]}); "
-            f"that time is of {have} of {len(ok)} repeats" for r in ok if _blank(r.get(med))]
+            f"that time is of {have} of {len(ok)} repeats" for r in ok if pd.isna(r.get(med))]
 
 
 def _combine_time(row: dict, counted: list[dict], med: str, prefix: str, confidence: float, noise) -> None:
@@ -446,7 +440,7 @@ def _unpublished_counts(row: dict, ok: list[dict]) -> list[str]:
     note listing every repeat's."""
     notes = []
     for col in REPEAT_COUNTS:
-        if len({r.get(col) for r in ok if not _blank(r.get(col))}) > 1:
+        if len({r.get(col) for r in ok if not pd.isna(r.get(col))}) > 1:
             listing = ", ".join(f"repeat {r['repeat']}: {r.get(col)}" for r in ok)
             notes.append(f"{col} differs between repeats ({listing}): not published")
             row[col] = None
@@ -458,7 +452,7 @@ def backward_tflops(backward_gflop, device_ms_per_backward) -> float | None:
     forward's FLOPs of Shape.forward_flops, the PyTorch sdpa.py convention) over
     ``device_ms_per_backward`` (trace device time, ms; GFLOP/ms = TFLOP/s). None when either is
     missing, not a number, or not positive (a CPU run has no device time)."""
-    if _blank(backward_gflop) or _blank(device_ms_per_backward) or not (backward_gflop > 0 and device_ms_per_backward > 0):
+    if pd.isna(backward_gflop) or pd.isna(device_ms_per_backward) or not (backward_gflop > 0 and device_ms_per_backward > 0):
         return None
     return backward_gflop / device_ms_per_backward
 
