@@ -107,12 +107,7 @@ def backward_numbers(row: dict, gpu: bool, findings: list[dict]) -> dict:
     worst = max(errors, key=errors.get) if errors else None
     return {"bwd_ms": row.get(f"{kind}_ms_per_backward"), "bwd_q1": row.get(f"{kind}_ms_backward_q1"),
             "bwd_q3": row.get(f"{kind}_ms_backward_q3"), "backward_over_forward": ratio, "bwd_tflops": row.get("backward_tflops"),
-            "grad_worst": errors.get(worst), "grad_worst_name": worst, "grad_wrong": _grad_wrong(row)}
-
-
-def _grad_wrong(row: dict) -> bool:
-    """Whether a summary row's gradient check failed (``grad_rel_error_ok`` false, or its text)."""
-    return check_failed(row.get("grad_rel_error_ok"))
+            "grad_worst": errors.get(worst), "grad_worst_name": worst, "grad_wrong": check_failed(row.get("grad_rel_error_ok"))}
 
 
 #: a status of summary.csv in words, for page 1
@@ -236,7 +231,7 @@ def _wrong_sentence(p: _Page1, variant: str, at: list[dict]) -> dict:
 
 def _wrong_grad_brief(p: _Page1) -> list[dict]:
     """The backward's gradients (config passes with backward): a wrong gradient leads as a wrong result does."""
-    return [_wrong_grad_sentence(p, v, at) for v, at in _by_variant([r for r in p.rows if _grad_wrong(r)]).items()]
+    return [_wrong_grad_sentence(p, v, at) for v, at in _by_variant([r for r in p.rows if check_failed(r.get("grad_rel_error_ok"))]).items()]
 
 
 def _wrong_grad_sentence(p: _Page1, variant: str, at: list[dict]) -> dict:
@@ -692,9 +687,7 @@ def expectations_words(checks: list[dict]) -> str:
     """The study comparison in words: how many of its claims hold, which do not, which the rerun intervals leave open."""
     if not checks:
         return ""
-    by: dict[str, list[dict]] = {"same": [], "different": [], WITHIN_NOISE: []}
-    for c in checks:
-        by.setdefault(c["verdict"], []).append(c)
+    by = {verdict: [c for c in checks if c["verdict"] == verdict] for verdict in ("same", "different", WITHIN_NOISE)}
     diff, noise = by["different"], by[WITHIN_NOISE]
     text = f"{len(by['same'])} of the {len(checks)} claims hold on this run."
     if diff:

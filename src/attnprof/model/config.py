@@ -586,8 +586,7 @@ def configuration_markdown(schema: dict, defaults: dict) -> str:
     rows = []
 
     def walk(node: dict, path: str, default) -> None:
-        if "$ref" in node:  # the referring node's description wins
-            node = {**schema["$defs"][node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+        node = _resolve(node, schema)  # the referring node's description wins
         if path:
             if not node.get("description"):
                 raise ValueError(f"config key {path!r} has no description in the schema")

@@ -95,8 +95,6 @@ def device_time(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     for yi, v, end in zip(y, vals, ends):
         if v > 0:
             ax.text(end, yi, f" {v:.3g}", va="center", fontsize=7.5)
-    if ends.max() > 0:
-        ax.set_xlim(right=ends.max() * 1.18)
     _variant_rows(ax, summary, y)
     ax.set_xlabel(("ms per forward (median of repeats; whiskers: 95 % rerun interval)" if on_device
                    else "ms per forward (median of captures; whiskers: lowest to highest capture)") if between
@@ -297,11 +295,10 @@ def scaling(summary: pd.DataFrame, column: str, path: Path, dpi: int = 144) -> N
     for ax, (label, part) in zip(axes[0], panels):
         handles.update(_scaling_panel(ax, label, part, column, variants, style))
     axes[0][0].set_ylabel(SCALING[column][0])
-    pairs = coinciding(summary, column)
-    note = ("; ".join(f"{b} coincides with {a}" for a, b in pairs) + " (within 10 % at every point)") if pairs else ""
     fig.legend(handles.values(), handles.keys(), loc="outside right upper", frameon=False)
     fig.suptitle(f"{SCALING[column][0]} vs seq_len" + ("" if recorded else ": not recorded in this result set"))
-    if note:  # below the panels, where constrained layout keeps it clear of the legend
+    if pairs := coinciding(summary, column):  # named below the panels, where constrained layout keeps it clear of the legend
+        note = "; ".join(f"{b} coincides with {a}" for a, b in pairs) + " (within 10 % at every point)"
         fig.supxlabel(textwrap.fill(note, 140), fontsize=7.5, color="#444")
     _save(fig, path, dpi)
 

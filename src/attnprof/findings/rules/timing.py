@@ -207,10 +207,8 @@ def _breakdown(d: RunData, variant: str) -> list[dict]:
     k = d.kernels_of(variant)
     if k.empty:
         return []
-    groups: dict[str, list[str]] = {}
-    for name in k["kernel"]:
-        group = kernel_group(name) or "other"
-        groups.setdefault(group, []).append(name)
+    group_of = k["kernel"].map(lambda name: kernel_group(name) or "other")
+    groups = {group: list(names) for group, names in k["kernel"].groupby(group_of, sort=False)}
     nums, parts = {}, []
     for group, names in sorted(groups.items(), key=lambda kv: -k[k["kernel"].isin(kv[1])]["us_per_forward"].sum()):
         per_fwd = derived("sum", [ref_kernel(d, variant, nm, "us_per_forward", "us") for nm in names], "us")
