@@ -220,24 +220,19 @@ def _module_source(target: str, key: str) -> str:
 
 def _defines(text: str, name: str) -> bool:
     """Whether module source ``text`` may bind ``name`` at top level (also inside a top-level if, try, with or for):
-    a def, class, assignment or import of it; also for a ``from x import *`` or a module ``__getattr__``, which may
-    bind any name, and for source that does not parse (left to the import, which names the syntax error)."""
+    a def, class, assignment or import of it (the module's symbol table, symtable); also for a ``from x import *``
+    or a module ``__getattr__``, which may bind any name, and for source that does not compile (left to the
+    import, which names the syntax error)."""
     import ast
+    import symtable
 
     try:
-        todo = list(ast.parse(text).body)
+        table = symtable.symtable(text, "<module>", "exec")
     except SyntaxError:
         return True
-    bound = set()
-    while todo:
-        node = todo.pop()
-        bound |= {getattr(node, "name", None)} | {(a.asname or a.name).partition(".")[0] for a in getattr(node, "names", [])
-                                                   if isinstance(a, ast.alias)}
-        for target in getattr(node, "targets", None) or [getattr(node, "target", None)]:
-            bound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            todo += [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])]
-    return bool(bound & {name, "*", "__getattr__"})
+    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    star = any(isinstance(n, ast.ImportFrom) and n.names[0].name == "*" for n in ast.walk(ast.parse(text)))
+    return star or bool(bound & {name, "__getattr__"})
 
 
 @functools.cache
