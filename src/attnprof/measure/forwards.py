@@ -153,11 +153,6 @@ if set(BUILDERS) != set(registry.BUILDERS):  # the two halves of one registratio
                       f"{sorted(registry.BUILDERS)}")
 
 
-def _builder(variant: str) -> Callable:
-    """The builder function of a built-in ``variant``, or of the control (KeyError for another name)."""
-    return _control_forward if variant == CONTROL else BUILDERS[REGISTRY[variant].builder]
-
-
 def make_forward(variant: str, shape: Shape, device: str,
                  custom: dict | None = None) -> tuple[Callable, contextlib.AbstractContextManager]:
     """Return ``(forward, context)``: ``forward(q, k, v) -> out`` for ``variant``, and the
@@ -173,7 +168,7 @@ def make_forward(variant: str, shape: Shape, device: str,
     if variant == CONTROL:
         return _control_forward(shape, device), contextlib.nullcontext()
     v = REGISTRY[variant]
-    forward = _builder(variant)(shape, device, **dict(v.options))
+    forward = BUILDERS[v.builder](shape, device, **dict(v.options))
     if v.backend is None:  # not pinned (naive, compiled, sdpa_auto: whatever PyTorch dispatches to)
         return forward, contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -262,7 +257,7 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
         own = [f"CONTROL_SIZE={CONTROL_SIZE} CONTROL_K={CONTROL_K}"]
     else:  # what the registration says about how it runs (not its description), and every function its builder calls
         v = REGISTRY[variant]
-        builder = _builder(variant)
+        builder = BUILDERS[v.builder]
         own = [repr((v.backend, v.builder, v.options, v.compiled))]
         own += [_source(f) for f in _called_here(builder) if f is not builder]
     parts = [variant, *own] + [_source(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
