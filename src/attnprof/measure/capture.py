@@ -403,11 +403,10 @@ def _profile_phase(spec: dict, shape: Shape, device: str, trace_path: Path, st, 
     _sync(device)
     step = None
     if "backward" in (spec.get("passes") or ["forward"]):
-        produced["passes"] = {"forward": {"status": "ok", "reason": ""}}
         log(f"backward: {max(1, spec['warmup_calls'])} warm-up steps (forward with grad + backward)")
         outcome, made = _run_phase("backward", lambda: _backward_setup(spec, shape, device, st, q, k, v),
                                    spec, device, caught)
-        produced["passes"]["backward"] = outcome
+        produced["passes"] = {"forward": {"status": "ok", "reason": ""}, "backward": outcome}
         if outcome["status"] == "ok":
             step = made.pop("step")
             produced.update(made)  # compile_backward, for a compiled variant
@@ -888,9 +887,8 @@ def _run_checks(spec: dict, passes: dict | None) -> dict:
             record["phases"] = {name: {**setup, "reason": f"set-up in the check process: {setup['reason']}"}
                                 for name in PHASES[1:]}
         record["warnings"] = sorted({str(w.message) for w in caught})
-    del record["repeat"], record["status"]
-    record.pop("passes", None)
-    return {**record, "pid": os.getpid(), "seconds": round(time.perf_counter() - t0, 3)}
+    kept = {k: v for k, v in record.items() if k not in ("repeat", "status", "passes")}  # _skip_reason's inputs
+    return {**kept, "pid": os.getpid(), "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def merge_checks(record: dict, result: dict | None, error: str = "") -> dict:

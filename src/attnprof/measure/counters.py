@@ -200,8 +200,7 @@ def _raw_table(text: str):
 
 def _dims(text: str) -> str:
     """ncu's ``(8, 8, 16)`` as ``8x8x16``; '' when absent."""
-    nums = re.findall(r"\d+", str(text))
-    return "x".join(nums)
+    return "x".join(re.findall(r"\d+", str(text)))
 
 
 def make_spec(variant: str, shape_key: str, device: str, seed: int, warmup_calls: int, custom: dict | None = None) -> dict:
@@ -244,9 +243,9 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
                 "ncu": {"path": ncu, "version": version}}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=interpreter_environ())
-        except subprocess.TimeoutExpired as exc:
-            return _record(spec, "failed", f"ncu timed out after {timeout_s} s", **base, output_tail=_tail(_text_of(exc.stdout)),
-                           wall_s=round(time.perf_counter() - t0, 3))
+        except subprocess.TimeoutExpired as exc:  # its stdout: bytes or None, whatever text= says (subprocess docs)
+            return _record(spec, "failed", f"ncu timed out after {timeout_s} s", **base, wall_s=round(time.perf_counter() - t0, 3),
+                           output_tail=_tail((exc.stdout or b"").decode(errors="replace")))
         output = proc.stdout + proc.stderr
         wall = round(time.perf_counter() - t0, 3)
         rep = report.with_suffix(".ncu-rep")
@@ -270,11 +269,6 @@ def measure(spec: dict, out_csv: Path, timeout_s: float = 300, ncu: str | None =
     table.to_csv(out_csv, index=False)
     child = _child_line(output)
     return {**record, **({"child": child} if child else {})}
-
-
-def _text_of(out) -> str:
-    """What a timed-out run had printed (TimeoutExpired's stdout: bytes, text or None) as text."""
-    return (out or b"").decode(errors="replace") if isinstance(out, bytes) else (out or "")
 
 
 def _run_failure(proc, output: str, rep: Path) -> tuple[str, str] | None:

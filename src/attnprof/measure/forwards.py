@@ -153,11 +153,6 @@ if set(BUILDERS) != set(registry.BUILDERS):  # the two halves of one registratio
                       f"{sorted(registry.BUILDERS)}")
 
 
-def _builder(variant: str) -> Callable:
-    """The builder function of a built-in ``variant``, or of the control (KeyError for another name)."""
-    return _control_forward if variant == CONTROL else BUILDERS[REGISTRY[variant].builder]
-
-
 def make_forward(variant: str, shape: Shape, device: str,
                  custom: dict | None = None) -> tuple[Callable, contextlib.AbstractContextManager]:
     """Return ``(forward, context)``: ``forward(q, k, v) -> out`` for ``variant``, and the
@@ -173,7 +168,7 @@ def make_forward(variant: str, shape: Shape, device: str,
     if variant == CONTROL:
         return _control_forward(shape, device), contextlib.nullcontext()
     v = REGISTRY[variant]
-    forward = _builder(variant)(shape, device, **dict(v.options))
+    forward = BUILDERS[v.builder](shape, device, **dict(v.options))
     if v.backend is None:  # not pinned (naive, compiled, sdpa_auto: whatever PyTorch dispatches to)
         return forward, contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -220,24 +215,19 @@ def _module_source(target: str, key: str) -> str:
 
 def _defines(text: str, name: str) -> bool:
     """Whether module source ``text`` may bind ``name`` at top level (also inside a top-level if, try, with or for):
-    a def, class, assignment or import of it; also for a ``from x import *`` or a module ``__getattr__``, which may
-    bind any name, and for source that does not parse (left to the import, which names the syntax error)."""
+    a def, class, assignment or import of it (the module's symbol table, symtable); also for a ``from x import *``
+    or a module ``__getattr__``, which may bind any name, and for source that does not compile (left to the
+    import, which names the syntax error)."""
     import ast
+    import symtable
 
     try:
-        todo = list(ast.parse(text).body)
+        table = symtable.symtable(text, "<module>", "exec")
     except SyntaxError:
         return True
-    bound = set()
-    while todo:
-        node = todo.pop()
-        bound |= {getattr(node, "name", None)} | {(a.asname or a.name).partition(".")[0] for a in getattr(node, "names", [])
-                                                   if isinstance(a, ast.alias)}
-        for target in getattr(node, "targets", None) or [getattr(node, "target", None)]:
-            bound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            todo += [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])]
-    return bool(bound & {name, "*", "__getattr__"})
+    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    star = any(isinstance(n, ast.ImportFrom) and n.names[0].name == "*" for n in ast.walk(ast.parse(text)))
+    return star or bool(bound & {name, "__getattr__"})
 
 
 @functools.cache
@@ -267,7 +257,7 @@ def variant_fingerprint(variant: str, custom: dict | None = None) -> str:
         own = [f"CONTROL_SIZE={CONTROL_SIZE} CONTROL_K={CONTROL_K}"]
     else:  # what the registration says about how it runs (not its description), and every function its builder calls
         v = REGISTRY[variant]
-        builder = _builder(variant)
+        builder = BUILDERS[v.builder]
         own = [repr((v.backend, v.builder, v.options, v.compiled))]
         own += [_source(f) for f in _called_here(builder) if f is not builder]
     parts = [variant, *own] + [_source(obj) for obj in (builder, make_forward, Shape, _reference_blocks, relative_error,
