@@ -129,11 +129,11 @@ def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     if ranges.empty:
         return pd.DataFrame(columns=FORWARD_COLUMNS)
     inside = gpu[gpu["forward"] >= 0]
-    valid = inside[inside["time_ok"]].groupby("forward")
+    ok = inside[inside["time_ok"]]
+    valid = ok.groupby("forward")
     counts = inside.groupby(["forward", "category"]).size().unstack(fill_value=0)
     table = pd.DataFrame({"variant": variant, "shape_key": shape_key, "forward": ranges["forward"], "cpu_us": ranges["cpu_us"]})
     table["device_us"] = table["forward"].map(valid["dur"].sum()).fillna(0.0)
-    ok = inside[inside["time_ok"]]
     table["device_busy_us"] = table["forward"].map(busy_time(ok["ts"], ok["dur"], ok["forward"])).astype(float).fillna(0.0)
     table["device_span_us"] = table["forward"].map(valid["end"].max() - valid["ts"].min()).fillna(0.0)
     for cat in ("kernel", "memcpy", "memset"):
@@ -381,15 +381,17 @@ def _in_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> np.ndarr
     return assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
 
 
-def _window_launches(api: pd.DataFrame, ranges: pd.DataFrame, belonging: bool) -> tuple[pd.Series, np.ndarray, dict,
-                                                                                          np.ndarray]:
-    """A zero per backward range (index = range number), and of the calls of ``api`` that enqueue GPU work
-    (``enqueues``) and that no range holds: :func:`_cross_thread`'s window count and masks (``belonging``), and a
-    mask of those that no forward range of their own thread holds."""
+def _window_launches(api: pd.DataFrame, ranges: pd.DataFrame, belonging: bool, least: int = 1) -> pd.Series:
+    """Per backward range (index = range number): the calls of ``api`` that enqueue GPU work (``enqueues``), that no
+    range holds and no forward range of their own thread holds, inside the range's window on another thread
+    (:func:`_cross_thread`, ``belonging``) and inside at least ``least`` such windows."""
     out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
     launch = api[(api["forward"] < 0) & api["enqueues"].astype(bool)]
     _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges, belonging)
-    return out, count, masks, ~_in_forward(launch["ts"], launch["tid"], ranges)
+    free = ~_in_forward(launch["ts"], launch["tid"], ranges) & (count >= least)
+    for r, m in masks.items():
+        out[r] = int((m & free).sum())
+    return out
 
 
 def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
@@ -397,10 +399,7 @@ def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     left unattributed because the windows of two or more backward ranges on other threads, each
     with the call's thread among its engine threads, hold them (and no range of their own thread
     or forward does)."""
-    out, count, masks, free = _window_launches(api, ranges, belonging=True)
-    for r, m in masks.items():
-        out[r] = int((m & free & (count >= 2)).sum())
-    return out
+    return _window_launches(api, ranges, belonging=True, least=2)
 
 
 def other_thread_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
@@ -408,10 +407,7 @@ def other_thread_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     window, from a thread that is neither the range's nor one of its engine threads
     (:func:`backward_threads`) and not inside a forward range of their own thread: left out of
     every range (module docstring). 0 everywhere when ``ranges`` has no ``threads`` column."""
-    out, _, masks, free = _window_launches(api, ranges, belonging=False)
-    for r, m in masks.items():
-        out[r] = int((m & free).sum())
-    return out
+    return _window_launches(api, ranges, belonging=False)
 
 
 def _mark_pass_overlaps(fwd_ranges: pd.DataFrame, bwd_ranges: pd.DataFrame) -> None:
@@ -420,8 +416,6 @@ def _mark_pass_overlaps(fwd_ranges: pd.DataFrame, bwd_ranges: pd.DataFrame) -> N
     ``range_ok`` False (incomplete, left out of every statistic; the trace note says so). In
     place. The capture never nests them: each step closes its forward range before it opens the
     backward's."""
-    if fwd_ranges.empty or bwd_ranges.empty:
-        return
     for tid in set(fwd_ranges["tid"]) & set(bwd_ranges["tid"]):
         f = fwd_ranges[fwd_ranges["tid"] == tid]
         b = bwd_ranges[bwd_ranges["tid"] == tid]
@@ -476,8 +470,7 @@ def backward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     window, left out)."""
     table = forward_table(frames, variant, shape_key)
     for col in ("ambiguous_launches", "other_thread_launches"):
-        values = frames["completeness"].get(col, pd.Series(dtype="int64"))
-        table[col] = table["forward"].map(values).fillna(0).astype(int) if len(table) else pd.Series(dtype="int64")
+        table[col] = table["forward"].map(frames["completeness"][col]).fillna(0).astype(int)
     return table.rename(columns={"forward": "backward"})[BACKWARD_COLUMNS]
 
 
