@@ -68,8 +68,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     enqueues, graph = api["enqueues"].astype(bool), api["graph_launch"].astype(bool)
     launch = api[(api["forward"] >= 0) & enqueues]
     lost = launch[~launch["correlation"].isin(gpu_corr).fillna(False).astype(bool)]
-    every_launch = api[enqueues]
-    reused = every_launch["correlation"].dropna()
+    reused = api.loc[enqueues, "correlation"].dropna()
     reused = set(reused[reused.duplicated(keep=False)])
     inside = gpu[gpu["forward"] >= 0]
 
@@ -221,10 +220,8 @@ def _stray_notes(forwards: pd.DataFrame) -> list[str]:
     """The note's sentence on the trace's GPU events launched outside every forward range (or with no launch
     record; forward-table column ``unattributed_gpu_events``): not counted, so the forwards may miss work."""
     stray = int(forwards["unattributed_gpu_events"].max()) if "unattributed_gpu_events" in forwards else 0
-    if not stray:
-        return []
     return [f"{stray} GPU event{'s' if stray > 1 else ''} of the trace launched outside every forward range "
-            "(or with no launch record): not counted, the forwards may miss work"]
+            "(or with no launch record): not counted, the forwards may miss work"] if stray else []
 
 
 #: Why a forward is incomplete, by forward-table column (:func:`assess_forwards`' note).
@@ -272,8 +269,7 @@ def _more_notes(forwards: pd.DataFrame, timed: pd.Series) -> list[str]:
 
     col = forwards.get("stream_overlap_events")
     if col is not None and int(col.sum()):
-        n = int(col.sum())
-        notes.append(f"{n} of those GPU events overlap another GPU event on the same stream ({where(col > 0)}): a stream "
+        notes.append(f"{int(col.sum())} of those GPU events overlap another GPU event on the same stream ({where(col > 0)}): a stream "
                      "runs its work in order, so their times are impossible and not summed")
     col = forwards.get("graph_launches")
     if col is not None and int(col.sum()):
@@ -350,12 +346,9 @@ def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame,
     good = ranges[ranges["range_ok"]]
     with np.errstate(invalid="ignore"):
         for r in good.itertuples():
-            m = (threads != r.tid) & (t >= r.ts) & (t <= r.end)
-            if "threads" in good:
-                engine = np.array([x in r.threads for x in threads], dtype=bool)
-                m &= engine if belonging else ~engine
-            elif not belonging:
-                m &= False
+            # without engine threads every thread counts as the range's: all belong, none is another's
+            engine = np.array([x in r.threads for x in threads], dtype=bool) if "threads" in good else np.ones(len(t), bool)
+            m = (threads != r.tid) & (t >= r.ts) & (t <= r.end) & (engine == belonging)
             masks[int(r.forward)] = m
             count += m
             index = np.where(m, int(r.forward), index)

@@ -416,8 +416,7 @@ class Trace(dict):
     __repr__ = _after_build(dict.__repr__)
 
     def __reduce_ex__(self, protocol):
-        self._built()
-        return dict, (dict(self),)
+        return dict, (dict(self._built()),)
 
 
 def events_frame(trace: dict) -> pd.DataFrame:
@@ -485,10 +484,7 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     same thread, range start <= ts <= range end -- or -1 when none does. Vectorised with
     numpy.searchsorted per thread; ranges of one thread do not overlap (forward_ranges)."""
     out = pd.Series(-1, index=ts.index, dtype="int64")
-    good = ranges[ranges["range_ok"]]
-    if good.empty or ts.empty:
-        return out
-    for thread, rr in good.groupby("tid"):
+    for thread, rr in ranges[ranges["range_ok"]].groupby("tid"):
         rr = rr.sort_values("ts")
         sel = (tid == thread).fillna(False).to_numpy(bool) & np.isfinite(ts.to_numpy(float))  # no thread (<NA>): none
         t = ts.to_numpy(float)[sel]
@@ -708,8 +704,6 @@ def same_stream_overlaps(gpu: pd.DataFrame, considered: pd.Series) -> pd.Series:
     overlap (that is concurrency); on one stream they cannot."""
     out = np.zeros(len(gpu), dtype=bool)
     sel = np.flatnonzero(considered.to_numpy(bool))
-    if len(sel) < 2:
-        return pd.Series(out, index=gpu.index)
     sub = gpu.iloc[sel]
     device = sub["device"].astype(object).where(sub["device"].notna(), sub["pid"])
     lanes = pd.Series(list(zip(device.map(repr), sub["stream"].map(repr))), index=sub.index)
@@ -775,9 +769,7 @@ def short_kernel_name(name: str) -> str:
             depth_paren = max(0, depth_paren - 1)
         elif depth_angle == 0 and depth_paren == 0:
             out.append(ch)
-    short = "".join(out).strip()
-    if short.startswith("void "):
-        short = short[5:]
+    short = "".join(out).strip().removeprefix("void ")
     return short.replace("{anonymous}::", "").strip() or name.replace("\u2192", "->")
 
 
