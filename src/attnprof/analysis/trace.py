@@ -508,7 +508,7 @@ def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign, flows: pd.DataF
 
     ``assign``: the rule that maps (ts, tid) to a range (:func:`assign_forward`; the backward
     ranges use :func:`attnprof.analysis.backward.assign_backward`)."""
-    api = _api_calls(events, ranges, assign)
+    api = _in_ranges(events, LAUNCH_CATEGORIES, ranges, assign)
     gpu = events[events["cat"].isin(GPU_CATEGORIES)]
     api["linked"] = _linked_calls(api, gpu, flows, events[events["cat"].isin(NONWORK_CATEGORIES)])
     api["enqueues"] = enqueues_gpu_work(api, events)
@@ -521,10 +521,11 @@ def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign, flows: pd.DataF
 _NODE = GPU_ARG_KEYS.index("graph node id")
 
 
-def _api_calls(events: pd.DataFrame, ranges: pd.DataFrame, assign) -> pd.DataFrame:
-    api = events.loc[events["cat"].isin(LAUNCH_CATEGORIES), EVENT_COLUMNS].copy()
-    api["forward"] = assign(api["ts"], api["tid"], ranges)
-    return api
+def _in_ranges(events: pd.DataFrame, categories, ranges: pd.DataFrame, assign) -> pd.DataFrame:
+    """The events of ``categories`` (columns :data:`EVENT_COLUMNS`) with the range ``assign`` puts each in (-1: none)."""
+    out = events.loc[events["cat"].isin(categories), EVENT_COLUMNS].copy()
+    out["forward"] = assign(out["ts"], out["tid"], ranges)
+    return out
 
 
 def _matches(names: pd.Series, pattern: re.Pattern) -> pd.Series:
@@ -618,9 +619,7 @@ def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
 
 def cpu_ops(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
     """aten ops (``cpu_op``) with the forward they ran in (-1: outside any); ``assign`` as in :func:`launches`."""
-    ops = events.loc[events["cat"] == "cpu_op", EVENT_COLUMNS].copy()
-    ops["forward"] = assign(ops["ts"], ops["tid"], ranges)
-    return ops
+    return _in_ranges(events, ["cpu_op"], ranges, assign)
 
 
 def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
@@ -654,7 +653,7 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward
     gpu = gpu.join(arg[list(METADATA_ARGS)].rename(columns=METADATA_ARGS))
     for col in ("grid", "block"):
         gpu[col] = gpu[col].apply(lambda g: "x".join(str(int(x)) for x in g) if isinstance(g, list) else None)
-    api = _api_calls(events, ranges, assign)[["correlation", "name", "forward", "external_id", "ts"]]
+    api = _in_ranges(events, LAUNCH_CATEGORIES, ranges, assign)[["correlation", "name", "forward", "external_id", "ts"]]
     api = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
     api["graph_launch"] = _matches(api["name"], GRAPH_LAUNCH_API)
     api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id", "ts": "launch_ts"})
@@ -688,8 +687,7 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward
         own_ext = gpu.loc[orphan, "own_external_id"]
         fwd = assign(own_ext.map(ops["ts"]).astype(float), own_ext.map(ops["tid"]), ranges)
         gpu.loc[orphan, "orphan_forward"] = fwd.values
-    op_by_id = ops["name"]
-    gpu["op"] = gpu["launch_external_id"].map(op_by_id)
+    gpu["op"] = gpu["launch_external_id"].map(ops["name"])
     gpu["forward"] = gpu["forward"].fillna(-1).astype("int64")
     cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation", "device",
             "stream", "graph_replay", "stream_overlap", "time_ok", "duplicate", "orphan_forward", *METADATA_ARGS.values()]
