@@ -68,8 +68,7 @@ def completeness(ranges: pd.DataFrame, gpu: pd.DataFrame, api: pd.DataFrame, exp
     enqueues, graph = api["enqueues"].astype(bool), api["graph_launch"].astype(bool)
     launch = api[(api["forward"] >= 0) & enqueues]
     lost = launch[~launch["correlation"].isin(gpu_corr).fillna(False).astype(bool)]
-    every_launch = api[enqueues]
-    reused = every_launch["correlation"].dropna()
+    reused = api.loc[enqueues, "correlation"].dropna()
     reused = set(reused[reused.duplicated(keep=False)])
     inside = gpu[gpu["forward"] >= 0]
 
@@ -129,11 +128,11 @@ def forward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     if ranges.empty:
         return pd.DataFrame(columns=FORWARD_COLUMNS)
     inside = gpu[gpu["forward"] >= 0]
-    valid = inside[inside["time_ok"]].groupby("forward")
+    ok = inside[inside["time_ok"]]
+    valid = ok.groupby("forward")
     counts = inside.groupby(["forward", "category"]).size().unstack(fill_value=0)
     table = pd.DataFrame({"variant": variant, "shape_key": shape_key, "forward": ranges["forward"], "cpu_us": ranges["cpu_us"]})
     table["device_us"] = table["forward"].map(valid["dur"].sum()).fillna(0.0)
-    ok = inside[inside["time_ok"]]
     table["device_busy_us"] = table["forward"].map(busy_time(ok["ts"], ok["dur"], ok["forward"])).astype(float).fillna(0.0)
     table["device_span_us"] = table["forward"].map(valid["end"].max() - valid["ts"].min()).fillna(0.0)
     for cat in ("kernel", "memcpy", "memset"):
@@ -221,10 +220,8 @@ def _stray_notes(forwards: pd.DataFrame) -> list[str]:
     """The note's sentence on the trace's GPU events launched outside every forward range (or with no launch
     record; forward-table column ``unattributed_gpu_events``): not counted, so the forwards may miss work."""
     stray = int(forwards["unattributed_gpu_events"].max()) if "unattributed_gpu_events" in forwards else 0
-    if not stray:
-        return []
     return [f"{stray} GPU event{'s' if stray > 1 else ''} of the trace launched outside every forward range "
-            "(or with no launch record): not counted, the forwards may miss work"]
+            "(or with no launch record): not counted, the forwards may miss work"] if stray else []
 
 
 #: Why a forward is incomplete, by forward-table column (:func:`assess_forwards`' note).
@@ -272,8 +269,7 @@ def _more_notes(forwards: pd.DataFrame, timed: pd.Series) -> list[str]:
 
     col = forwards.get("stream_overlap_events")
     if col is not None and int(col.sum()):
-        n = int(col.sum())
-        notes.append(f"{n} of those GPU events overlap another GPU event on the same stream ({where(col > 0)}): a stream "
+        notes.append(f"{int(col.sum())} of those GPU events overlap another GPU event on the same stream ({where(col > 0)}): a stream "
                      "runs its work in order, so their times are impossible and not summed")
     col = forwards.get("graph_launches")
     if col is not None and int(col.sum()):
@@ -350,12 +346,9 @@ def _cross_thread(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame,
     good = ranges[ranges["range_ok"]]
     with np.errstate(invalid="ignore"):
         for r in good.itertuples():
-            m = (threads != r.tid) & (t >= r.ts) & (t <= r.end)
-            if "threads" in good:
-                engine = np.array([x in r.threads for x in threads], dtype=bool)
-                m &= engine if belonging else ~engine
-            elif not belonging:
-                m &= False
+            # without engine threads every thread counts as the range's: all belong, none is another's
+            engine = np.array([x in r.threads for x in threads], dtype=bool) if "threads" in good else np.ones(len(t), bool)
+            m = (threads != r.tid) & (t >= r.ts) & (t <= r.end) & (engine == belonging)
             masks[int(r.forward)] = m
             count += m
             index = np.where(m, int(r.forward), index)
@@ -381,15 +374,17 @@ def _in_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> np.ndarr
     return assign_forward(ts, tid, fwd).to_numpy() >= 0 if fwd is not None and len(fwd) else np.zeros(len(ts), bool)
 
 
-def _window_launches(api: pd.DataFrame, ranges: pd.DataFrame, belonging: bool) -> tuple[pd.Series, np.ndarray, dict,
-                                                                                          np.ndarray]:
-    """A zero per backward range (index = range number), and of the calls of ``api`` that enqueue GPU work
-    (``enqueues``) and that no range holds: :func:`_cross_thread`'s window count and masks (``belonging``), and a
-    mask of those that no forward range of their own thread holds."""
+def _window_launches(api: pd.DataFrame, ranges: pd.DataFrame, belonging: bool, least: int = 1) -> pd.Series:
+    """Per backward range (index = range number): the calls of ``api`` that enqueue GPU work (``enqueues``), that no
+    range holds and no forward range of their own thread holds, inside the range's window on another thread
+    (:func:`_cross_thread`, ``belonging``) and inside at least ``least`` such windows."""
     out = pd.Series(0, index=pd.Index(ranges["forward"], name="forward"), dtype="int64")
     launch = api[(api["forward"] < 0) & api["enqueues"].astype(bool)]
     _, count, masks = _cross_thread(launch["ts"], launch["tid"], ranges, belonging)
-    return out, count, masks, ~_in_forward(launch["ts"], launch["tid"], ranges)
+    free = ~_in_forward(launch["ts"], launch["tid"], ranges) & (count >= least)
+    for r, m in masks.items():
+        out[r] = int((m & free).sum())
+    return out
 
 
 def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
@@ -397,10 +392,7 @@ def ambiguous_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     left unattributed because the windows of two or more backward ranges on other threads, each
     with the call's thread among its engine threads, hold them (and no range of their own thread
     or forward does)."""
-    out, count, masks, free = _window_launches(api, ranges, belonging=True)
-    for r, m in masks.items():
-        out[r] = int((m & free & (count >= 2)).sum())
-    return out
+    return _window_launches(api, ranges, belonging=True, least=2)
 
 
 def other_thread_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
@@ -408,10 +400,7 @@ def other_thread_launches(api: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     window, from a thread that is neither the range's nor one of its engine threads
     (:func:`backward_threads`) and not inside a forward range of their own thread: left out of
     every range (module docstring). 0 everywhere when ``ranges`` has no ``threads`` column."""
-    out, _, masks, free = _window_launches(api, ranges, belonging=False)
-    for r, m in masks.items():
-        out[r] = int((m & free).sum())
-    return out
+    return _window_launches(api, ranges, belonging=False)
 
 
 def _mark_pass_overlaps(fwd_ranges: pd.DataFrame, bwd_ranges: pd.DataFrame) -> None:
@@ -420,8 +409,6 @@ def _mark_pass_overlaps(fwd_ranges: pd.DataFrame, bwd_ranges: pd.DataFrame) -> N
     ``range_ok`` False (incomplete, left out of every statistic; the trace note says so). In
     place. The capture never nests them: each step closes its forward range before it opens the
     backward's."""
-    if fwd_ranges.empty or bwd_ranges.empty:
-        return
     for tid in set(fwd_ranges["tid"]) & set(bwd_ranges["tid"]):
         f = fwd_ranges[fwd_ranges["tid"] == tid]
         b = bwd_ranges[bwd_ranges["tid"] == tid]
@@ -476,8 +463,7 @@ def backward_table(frames: dict, variant: str, shape_key: str) -> pd.DataFrame:
     window, left out)."""
     table = forward_table(frames, variant, shape_key)
     for col in ("ambiguous_launches", "other_thread_launches"):
-        values = frames["completeness"].get(col, pd.Series(dtype="int64"))
-        table[col] = table["forward"].map(values).fillna(0).astype(int) if len(table) else pd.Series(dtype="int64")
+        table[col] = table["forward"].map(frames["completeness"][col]).fillna(0).astype(int)
     return table.rename(columns={"forward": "backward"})[BACKWARD_COLUMNS]
 
 

@@ -321,14 +321,12 @@ def _frame_from_dicts(events: list) -> pd.DataFrame:
     cols = ["name", "cat", "ts", "dur", "pid", "tid", "args"]
     df = pd.DataFrame([{c: e.get(c) for c in cols} for e in rows], columns=cols)
     args = df.pop("args").apply(lambda a: a if isinstance(a, dict) else {})
-    gpu_args = np.full(len(df), None, dtype=object)
-    for row, (c, a) in enumerate(zip((e.get("cat") for e in rows), args)):
-        if isinstance(c, str) and c in GPU_CATEGORIES:
-            gpu_args[row] = tuple(a.get(k) for k in GPU_ARG_KEYS)
+    gpu_args = [tuple(a.get(k) for k in GPU_ARG_KEYS) if isinstance(c, str) and c in GPU_CATEGORIES else None
+                for c, a in zip((e.get("cat") for e in rows), args)]
     return _finish_frame(df, *(args.apply(lambda a, k=k: a.get(k)) for k in ("correlation", "External id", "cbid")), gpu_args)
 
 
-def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, cbid: pd.Series, gpu_args: np.ndarray,
+def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Series, cbid: pd.Series, gpu_args: np.ndarray | list,
                   names_as_read: bool = True) -> pd.DataFrame:
     """Both readers' last step: ``df`` holds the events' name, cat, ts, dur, pid, tid as read.
     ``names_as_read`` False: every name and cat is a string (the fast reader's, when none is
@@ -344,11 +342,16 @@ def _finish_frame(df: pd.DataFrame, correlation: pd.Series, external_id: pd.Seri
     df["correlation"] = integer_ids(correlation)
     df["external_id"] = integer_ids(external_id)
     df["cbid"] = integer_ids(cbid)
-    df["gpu_args"] = gpu_args
+    df["gpu_args"] = pd.Series(gpu_args, index=df.index, dtype=object)
     return df
 
 
 _LAZY = object()  # a Trace's "traceEvents" value until something asks for the list
+
+
+def _after_build(method):
+    """``method`` of dict for a :class:`Trace`: the same, called once its ``traceEvents`` list is built."""
+    return lambda self, *args: method(self._built(), *args)
 
 
 class Trace(dict):
@@ -369,23 +372,21 @@ class Trace(dict):
         super().__init__(top)
         self._frame, self._source, self._gzipped, self._flows = frame, source, gzipped, flows
 
-    def events_frame(self) -> pd.DataFrame | None:
-        """The columns read from the file while ``traceEvents`` has not been built; else None."""
-        return self._frame if dict.get(self, "traceEvents") is _LAZY else None
+    def columns(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """The events' columns and the flow finishes read from the file while ``traceEvents`` has not been built;
+        else None."""
+        return (self._frame, self._flows) if dict.get(self, "traceEvents") is _LAZY else None
 
-    def flow_frame(self) -> pd.DataFrame | None:
-        """The flow finishes read from the file while ``traceEvents`` has not been built; else None."""
-        return self._flows if dict.get(self, "traceEvents") is _LAZY else None
-
-    def _build(self) -> None:
+    def _built(self) -> Trace:
         if dict.get(self, "traceEvents") is _LAZY:
             text = gzip.decompress(self._source) if self._gzipped else self._source
             dict.__setitem__(self, "traceEvents", json.loads(text.decode("utf-8"))["traceEvents"])
             self._frame = self._source = self._flows = None
+        return self
 
     def __getitem__(self, key):
         if key == "traceEvents":
-            self._build()
+            self._built()
         return dict.__getitem__(self, key)
 
     def get(self, key, default=None):
@@ -394,49 +395,28 @@ class Trace(dict):
     def __iter__(self):  # defined so that dict(trace) and {**trace} go through __getitem__
         return dict.__iter__(self)
 
-    def _built(self) -> Trace:
-        self._build()
-        return self
-
-    def items(self):
-        return dict.items(self._built())
-
-    def values(self):
-        return dict.values(self._built())
-
-    def copy(self) -> dict:
-        return dict(self._built())
-
-    def pop(self, *args):
-        return dict.pop(self._built(), *args)
-
-    def popitem(self):
-        return dict.popitem(self._built())
-
-    def setdefault(self, key, default=None):
-        return dict.setdefault(self._built(), key, default)
+    items = _after_build(dict.items)
+    values = _after_build(dict.values)
+    copy = _after_build(dict.copy)
+    pop = _after_build(dict.pop)
+    popitem = _after_build(dict.popitem)
+    setdefault = _after_build(dict.setdefault)
 
     def __eq__(self, other):
         if isinstance(other, Trace):
-            other._build()
+            other._built()
         return dict.__eq__(self._built(), other)
 
     def __ne__(self, other):
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
-    def __or__(self, other):
-        return dict.__or__(self._built(), other)
-
-    def __ror__(self, other):
-        return dict.__ror__(self._built(), other)
-
-    def __repr__(self) -> str:
-        return dict.__repr__(self._built())
+    __or__ = _after_build(dict.__or__)
+    __ror__ = _after_build(dict.__ror__)
+    __repr__ = _after_build(dict.__repr__)
 
     def __reduce_ex__(self, protocol):
-        self._build()
-        return dict, (dict(self),)
+        return dict, (dict(self._built()),)
 
 
 def events_frame(trace: dict) -> pd.DataFrame:
@@ -448,10 +428,8 @@ def events_frame(trace: dict) -> pd.DataFrame:
     (the events' other ``args`` are not kept). Empty frame (same columns) when the trace holds
     none. A :class:`Trace` gives the columns its fast reader read; any other dict, its
     ``traceEvents`` dicts."""
-    frame = trace.events_frame() if isinstance(trace, Trace) else None
-    if frame is not None:
-        return frame.copy(deep=False)
-    return _frame_from_dicts(trace["traceEvents"])
+    read = trace.columns() if isinstance(trace, Trace) else None
+    return read[0].copy(deep=False) if read else _frame_from_dicts(trace["traceEvents"])
 
 
 def flow_finishes(trace: dict) -> pd.DataFrame:
@@ -461,9 +439,9 @@ def flow_finishes(trace: dict) -> pd.DataFrame:
     draws an ``ac2g`` arrow from a call to its GPU activity, which lands on the GPU's row (another
     pid than the call's); for calls that enqueue nothing it lands on the call itself. Empty frame
     when the trace has none."""
-    flows = trace.flow_frame() if isinstance(trace, Trace) else None
-    if flows is not None:
-        return flows.copy()
+    read = trace.columns() if isinstance(trace, Trace) else None
+    if read:
+        return read[1].copy()
     rows = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "f" and e.get("cat") == "ac2g"]
     return _flow_frame([(e.get("id"), e.get("pid"), e.get("tid"), e.get("ts")) for e in rows])
 
@@ -506,10 +484,7 @@ def assign_forward(ts: pd.Series, tid: pd.Series, ranges: pd.DataFrame) -> pd.Se
     same thread, range start <= ts <= range end -- or -1 when none does. Vectorised with
     numpy.searchsorted per thread; ranges of one thread do not overlap (forward_ranges)."""
     out = pd.Series(-1, index=ts.index, dtype="int64")
-    good = ranges[ranges["range_ok"]]
-    if good.empty or ts.empty:
-        return out
-    for thread, rr in good.groupby("tid"):
+    for thread, rr in ranges[ranges["range_ok"]].groupby("tid"):
         rr = rr.sort_values("ts")
         sel = (tid == thread).fillna(False).to_numpy(bool) & np.isfinite(ts.to_numpy(float))  # no thread (<NA>): none
         t = ts.to_numpy(float)[sel]
@@ -533,7 +508,7 @@ def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign, flows: pd.DataF
 
     ``assign``: the rule that maps (ts, tid) to a range (:func:`assign_forward`; the backward
     ranges use :func:`attnprof.analysis.backward.assign_backward`)."""
-    api = _api_calls(events, ranges, assign)
+    api = _in_ranges(events, LAUNCH_CATEGORIES, ranges, assign)
     gpu = events[events["cat"].isin(GPU_CATEGORIES)]
     api["linked"] = _linked_calls(api, gpu, flows, events[events["cat"].isin(NONWORK_CATEGORIES)])
     api["enqueues"] = enqueues_gpu_work(api, events)
@@ -546,10 +521,11 @@ def launches(events: pd.DataFrame, ranges: pd.DataFrame, assign, flows: pd.DataF
 _NODE = GPU_ARG_KEYS.index("graph node id")
 
 
-def _api_calls(events: pd.DataFrame, ranges: pd.DataFrame, assign) -> pd.DataFrame:
-    api = events.loc[events["cat"].isin(LAUNCH_CATEGORIES), EVENT_COLUMNS].copy()
-    api["forward"] = assign(api["ts"], api["tid"], ranges)
-    return api
+def _in_ranges(events: pd.DataFrame, categories, ranges: pd.DataFrame, assign) -> pd.DataFrame:
+    """The events of ``categories`` (columns :data:`EVENT_COLUMNS`) with the range ``assign`` puts each in (-1: none)."""
+    out = events.loc[events["cat"].isin(categories), EVENT_COLUMNS].copy()
+    out["forward"] = assign(out["ts"], out["tid"], ranges)
+    return out
 
 
 def _matches(names: pd.Series, pattern: re.Pattern) -> pd.Series:
@@ -643,9 +619,7 @@ def enqueues_gpu_work(api: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
 
 def cpu_ops(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
     """aten ops (``cpu_op``) with the forward they ran in (-1: outside any); ``assign`` as in :func:`launches`."""
-    ops = events.loc[events["cat"] == "cpu_op", EVENT_COLUMNS].copy()
-    ops["forward"] = assign(ops["ts"], ops["tid"], ranges)
-    return ops
+    return _in_ranges(events, ["cpu_op"], ranges, assign)
 
 
 def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward) -> pd.DataFrame:
@@ -671,16 +645,15 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward
     range rule, as in :func:`launches`."""
     gpu = events[events["cat"].isin(GPU_CATEGORIES)].copy()
     gpu["category"] = gpu["cat"].map(GPU_CATEGORIES)
-    arg = {key: i for i, key in enumerate(GPU_ARG_KEYS)}  # position in the gpu_args tuples
-    gpu["device"] = integer_ids(gpu["gpu_args"].apply(lambda a: a[arg["device"]]))
-    stream = gpu["gpu_args"].map(lambda a: a[arg["stream"]])
-    gpu["stream"] = stream.where(stream.notna(), gpu["tid"]).astype(object)
-    gpu["graph_node"] = gpu["gpu_args"].map(lambda a: a[arg["graph node id"]])
-    for key, col in METADATA_ARGS.items():
-        gpu[col] = gpu["gpu_args"].apply(lambda a, i=arg[key]: a[i])
+    arg = pd.DataFrame(gpu["gpu_args"].tolist(), index=gpu.index, columns=list(GPU_ARG_KEYS))
+    gpu["device"] = integer_ids(arg["device"])
+    gpu["stream"] = arg["stream"].where(arg["stream"].notna(), gpu["tid"]).astype(object)
+    gpu["graph_node"] = arg["graph node id"]
+    gpu["own_external_id"] = integer_ids(arg["External id"])  # an orphan's: names the aten op that issued it
+    gpu = gpu.join(arg[list(METADATA_ARGS)].rename(columns=METADATA_ARGS))
     for col in ("grid", "block"):
         gpu[col] = gpu[col].apply(lambda g: "x".join(str(int(x)) for x in g) if isinstance(g, list) else None)
-    api = _api_calls(events, ranges, assign)[["correlation", "name", "forward", "external_id", "ts"]]
+    api = _in_ranges(events, LAUNCH_CATEGORIES, ranges, assign)[["correlation", "name", "forward", "external_id", "ts"]]
     api = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
     api["graph_launch"] = _matches(api["name"], GRAPH_LAUNCH_API)
     api = api.rename(columns={"name": "launch_api", "external_id": "launch_external_id", "ts": "launch_ts"})
@@ -711,11 +684,10 @@ def gpu_events(events: pd.DataFrame, ranges: pd.DataFrame, assign=assign_forward
     gpu["orphan_forward"] = -1
     orphan = gpu["launch_api"].isna()
     if orphan.any() and len(ops):
-        own_ext = integer_ids(gpu.loc[orphan, "gpu_args"].apply(lambda a: a[arg["External id"]]))
+        own_ext = gpu.loc[orphan, "own_external_id"]
         fwd = assign(own_ext.map(ops["ts"]).astype(float), own_ext.map(ops["tid"]), ranges)
         gpu.loc[orphan, "orphan_forward"] = fwd.values
-    op_by_id = ops["name"]
-    gpu["op"] = gpu["launch_external_id"].map(op_by_id)
+    gpu["op"] = gpu["launch_external_id"].map(ops["name"])
     gpu["forward"] = gpu["forward"].fillna(-1).astype("int64")
     cols = ["name", "category", "ts", "dur", "end", "forward", "launch_api", "launch_ts", "op", "correlation", "device",
             "stream", "graph_replay", "stream_overlap", "time_ok", "duplicate", "orphan_forward", *METADATA_ARGS.values()]
@@ -730,8 +702,6 @@ def same_stream_overlaps(gpu: pd.DataFrame, considered: pd.Series) -> pd.Series:
     overlap (that is concurrency); on one stream they cannot."""
     out = np.zeros(len(gpu), dtype=bool)
     sel = np.flatnonzero(considered.to_numpy(bool))
-    if len(sel) < 2:
-        return pd.Series(out, index=gpu.index)
     sub = gpu.iloc[sel]
     device = sub["device"].astype(object).where(sub["device"].notna(), sub["pid"])
     lanes = pd.Series(list(zip(device.map(repr), sub["stream"].map(repr))), index=sub.index)
@@ -797,9 +767,7 @@ def short_kernel_name(name: str) -> str:
             depth_paren = max(0, depth_paren - 1)
         elif depth_angle == 0 and depth_paren == 0:
             out.append(ch)
-    short = "".join(out).strip()
-    if short.startswith("void "):
-        short = short[5:]
+    short = "".join(out).strip().removeprefix("void ")
     return short.replace("{anonymous}::", "").strip() or name.replace("\u2192", "->")
 
 
