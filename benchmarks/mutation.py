@@ -46,25 +46,29 @@ ROOT = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
 
 FUNCTIONS = {
-    "analysis.trace": ["_finish_frame", "events_frame", "integer_ids", "is_launch_api", "forward_ranges", "assign_forward",
+    "analysis.trace": ["_finish_frame", "events_frame", "integer_ids", "forward_ranges", "assign_forward",
               "launches", "cpu_ops", "gpu_events"],
-    "analysis.tables": ["concat_tables", "completeness", "analyse_trace", "_counted_forwards", "_timed_forwards",
-               "per_forward_counts", "kernel_table", "forward_table", "_calls_table", "launch_api_table", "op_table",
-               "_ranges_text", "forward_groups", "assess_forwards", "per_forward_stats", "summary_row"],
-    "analysis.compare": ["_time_columns", "_spread", "_judge", "compare_pair", "_num", "compare_runs"],
+    "analysis.tables": ["concat_tables", "analyse_trace", "_forwards", "per_forward_counts", "kernel_table",
+               "forward_table", "_calls_table", "launch_api_table", "op_table", "forward_groups", "assess_forwards",
+               "per_forward_stats", "summary_row"],
+    "analysis.completeness": ["completeness", "_ranges_text"],
+    "analysis.verdict": ["decide", "judge_rows"],
+    "analysis.compare": ["compare_pair", "_num", "compare_runs"],
 }
 LEFT_OUT = {
     "analysis.trace": "the readers (load_trace, _read_file, _load_reference, _is_utf8, _decode_fast, _event_columns, "
              "_frame_from_columns, _frame_from_dicts, the Trace dict: test_trace checks them against json.loads), "
              "kernel-name parsing (short_kernel_name, kernel_label), device lookup (device_properties, properties_of)",
     "analysis.tables": "text only: describe_groups, incomplete_reason",
-    "analysis.compare": "names and environment: normalise_kernel, _flatten, env_diff, _dispatch",
+    "analysis.completeness": "the rest (the backward's attribution: the findings group)",
+    "analysis.verdict": "the words (_row, _why) and top-up's plan",
+    "analysis.compare": "names and environment: env_diff, _dispatch",
 }
 
 #: ``--group findings``: the findings package's arithmetic (shares, ratios, thresholds, sums, rankings, the
 #: tie and robustness rules, the compile and backward rules) and the backward's attribution and summary.
 FINDINGS_FUNCTIONS = {
-    "findings.metrics": ["_main_kernel", "metric_kernels_plus_memcpy", "metric_device_ratio", "metric_fastest_fused",
+    "findings.metrics": ["metric_kernels_plus_memcpy", "metric_device_ratio", "metric_fastest_fused",
                          "metric_cpu_excess", "metric_kernels_saved"],
     "findings.expectations": ["_compare"],
     "findings.occupancy": ["theoretical_occupancy"],
@@ -72,8 +76,8 @@ FINDINGS_FUNCTIONS = {
     "findings.kernel_names": ["matches", "kernel_group", "kernel_class", "fused_ops"],
     "findings.rules.timing": ["rule_speed", "_breakdown"],
     "findings.rules.beyond": ["rule_backward"],
-    "analysis.backward": ["backward_threads", "_cross_thread", "assign_backward", "_unattributed_launches",
-                          "ambiguous_launches", "other_thread_launches", "backward_summary", "_stats"],
+    "analysis.backward": ["backward_threads", "assign_backward", "backward_summary"],
+    "analysis.completeness": ["_cross_thread", "ambiguous_launches", "other_thread_launches"],
 }
 FINDINGS_LEFT_OUT = {
     "findings.metrics": "single cells passed through (metric_memcpy, metric_safe_softmax, metric_main_occupancy) and "
@@ -89,6 +93,7 @@ FINDINGS_LEFT_OUT = {
     "findings.rules.timing": "rule_fidelity (288) and rule_cpu_cost (139): mostly statement text; "
                              "not run for the 40-minute budget (see docs/mutations.md)",
     "findings.rules.beyond": "rule_compile (163 mutants: the first call's time and cache passed through, text)",
+    "analysis.completeness": "the forward's completeness (the arithmetic group)",
     "analysis.backward": "analyse_passes (186, frame plumbing; test_beyond_fixtures counts it against the JSON), backward_table, "
                 "renaming and headers (_per_backward, backward_tables, "
                 "empty_backward_tables), as_backward (text)",
