@@ -692,7 +692,7 @@ def release_idle(device: str, keep: set[str], idle_s: float = RELEASE_IDLE_S) ->
             if sock is None:
                 continue
             with contextlib.closing(sock):
-                sock.settimeout(10)
+                sock.settimeout(2)  # an idle supervisor answers at once; a busy one would only hold up the run's start
                 _send(sock, {"release": {"device": device, "cwd": os.getcwd(), "idle_s": idle_s}})
                 if (_next(sock.makefile("rb")) or {}).get("released"):
                     out.append(key)
