@@ -14,6 +14,7 @@ import pytest
 from attnprof.analysis.compare import compare_runs, nothing_in_common
 from attnprof.render.common import render_html
 from attnprof.render.compare import compare_context
+from compare_doc import doc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -41,13 +42,14 @@ def _result_set(name: str) -> dict:
 
 
 def _pair(**kw) -> dict:
-    return {"baseline": "a", "noise_floor": 0.02, "pairs": [{"a": "a", "b": "b", "threshold": 0.02, "rows": [], **kw}]}
+    """A compare.json of one pair with ``kw`` (tests/compare_doc.py completes the rest)."""
+    return doc(kw)
 
 
 # --- the compare table: which statistic each column is -------------------------------------------------------------
 
 @pytest.mark.parametrize("name, paired", [("compare_cpu_ab_torch2.13_vs_2.14.1", True),
-                                          ("compare_h200_process_vs_worker", False)])
+                                          ("compare_h200_beyond_rerun", False)])
 def test_the_ms_columns_and_the_ratio_say_which_statistic_each_is(name, paired):
     """The CPU A/B showed naive 19.4 -> 21.4 ms beside a ratio of 0.98 under "each ratio is other / baseline": the
     columns are each side's median of the repeat medians, the ratio a geometric mean (of the rounds' ratios when
@@ -114,16 +116,6 @@ def test_no_detection_limit_names_its_cause_not_one_repeat_when_there_are_three(
 def test_no_detection_limit_with_one_repeat_says_one_repeat():
     text = _detection(_compare_html(_pair(rows=_rows("inconclusive", 1))))
     assert "a side with one repeat has no between-run spread" in text and "host times of two sittings" not in text
-
-
-def test_no_detection_limit_of_an_older_compare_json_says_its_rows_lack_the_standard_error():
-    """The committed beyond rerun's compare.json was written before compare recorded each row's standard error and
-    repeats (verdicts 'within noise'): none judged by today's rule, and the page says why (not 'one repeat')."""
-    doc = _example_doc("compare_h200_beyond_rerun")
-    rows = doc["pairs"][0]["rows"]
-    assert rows and not any("se" in r or "repeats_a" in r for r in rows)
-    text = _detection(_compare_html(doc))
-    assert "written before compare simulated each row's detectable change" in text and "one repeat" not in text
 
 
 # --- a dispatcher absent on one side -------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def test_committed_h200_pdf_has_every_shape_and_the_timeline(h200_pdf):
 
 
 
-@pytest.mark.parametrize("name", ["compare_h200_process_vs_worker", "compare_h200_beyond_rerun"])
+@pytest.mark.parametrize("name", ["compare_h200_beyond_rerun"])
 def test_committed_compare_pdf_reads_cleanly(name):
     """No text running into the next cell (the ratio under the verdict badge), nothing under 7 pt;
     the beyond rerun also has the backward and torch.compile table."""

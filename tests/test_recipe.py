@@ -162,10 +162,12 @@ def test_the_compare_report_escapes_kernel_names_and_opens_with_what_changed():
 
     a, b = [recipe([GEMM80, MUL, SOFTMAX], [[1, 1, 1]])], [recipe([GEMM90, ADD, SOFTMAX], [[1, 1, 1]])]
     d = diff_recipes(a, b, classify)
-    doc = {"baseline": "A", "noise_floor": 0.02, "confidence": 0.95, "pairs": [{
-        "a": "A", "b": "B", "threshold": 0.02, "rows": [], "counts": {}, "dispatch": [], "env_diff": [], "support": [],
+    from compare_doc import doc as compare_doc
+
+    doc = compare_doc({
+        "a": "A", "b": "B",
         "accounting": {"changed": False, "why": "the control's counts are those known by construction in both result sets"},
-        "recipes": [{"variant": "naive", "shape_key": "s", "pass": "forward", "verdict": "recipe changed", **d}]}]}
+        "recipes": [{"variant": "naive", "shape_key": "s", "pass": "forward", "verdict": "recipe changed", **d}]})
     root = Path(__file__).resolve().parents[1] / "report"
     html = render_html(compare_context(doc, ""), root, "compare.html.j2")
     assert "cutlass::Kernel2 [cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8]" in html

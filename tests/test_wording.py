@@ -179,9 +179,9 @@ def test_a_variable_one_ab_environment_does_not_set_reads_not_set():
     recorded: the environment sets none), while another field a result set lacks stays "not recorded"."""
     from attnprof.render.compare import compare_context
 
-    pair = {"a": "x@base", "b": "x@sleep", "rows": [], "threshold": 0.02,
-            "env_diff": [{"key": "ab.env.ATTNPROF_AB_EXTRA_SLEEP", "a": None, "b": "1"},
-                         {"key": "gpus", "a": "GPU-1", "b": None}]}
-    doc = {"baseline": "x@base", "noise_floor": 0.02, "pairs": [pair]}
+    from compare_doc import doc as compare_doc
+
+    doc = compare_doc({"a": "x@base", "b": "x@sleep", "env_diff": [{"key": "ab.env.ATTNPROF_AB_EXTRA_SLEEP", "a": None, "b": "1"},
+                                                                  {"key": "gpus", "a": "GPU-1", "b": None}]})
     rows = compare_context(doc, "")["cmp"]["pairs"][0]["env_diff"]
     assert [(r["a"], r["b"]) for r in rows] == [("not set", "1"), ("GPU-1", None)]

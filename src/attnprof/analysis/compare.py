@@ -252,6 +252,11 @@ def _kernel_op_changes(a: dict, b: dict, variant: str, shape_key: str) -> dict:
             "ops_added": sorted(ob - oa), "ops_removed": sorted(oa - ob)}
 
 
+#: The verdict keys of a row with no time on one side (each of :func:`time_verdicts`'s rows, None).
+_NOT_COMPARED = dict.fromkeys(("ratio", "ratio_lo", "ratio_hi", "repeats_a", "repeats_b", "repeats_needed", "p", "probably",
+                               "df", "se", "level", "paired", "look", "top_up"))
+
+
 def _forward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, shape_key: str) -> dict:
     """The forward time of one row in both result sets, the independent timing's ratio (shown, not judged) and the
     time verdict from the repeats; "not comparable" when either side has no time or is not ok."""
@@ -261,8 +266,7 @@ def _forward_time(judge: _Judge, ra: pd.Series, rb: pd.Series, variant: str, sha
     if ta and tb and ra["status"] == "ok" and rb["status"] == "ok":
         out.update(judge.verdicts[(variant, shape_key, judge.med)])
     else:
-        out.update(ratio=None, ratio_lo=None, ratio_hi=None, verdict="not comparable", repeats_a=None, repeats_b=None,
-                   repeats_needed=None, why="no time in one of the result sets")
+        out.update(_NOT_COMPARED, verdict="not comparable", why="no time in one of the result sets")
     return out
 
 

@@ -12,7 +12,6 @@ import itertools
 import re
 from collections import Counter
 
-from attnprof.analysis.compare import NOISE_FLOOR_HOST, VERDICTS
 from attnprof.analysis.stats import CONFIDENCE, look_levels
 from attnprof.model.fmt import format_range
 from attnprof.model.variants import DISPATCHERS
@@ -20,12 +19,13 @@ from attnprof.render.common import cudnn_version, setting
 
 
 def compare_context(doc: dict, css: str) -> dict:
-    """What the compare template needs: compare.json (``cmp``) with the practical threshold in %
-    (``noise_floor_pct``), the confidence level (0.95 for a compare.json written before it was recorded), each
-    pair as :func:`pair_context` gives it, and the CSS."""
-    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc.get("confidence", 0.95),
-           "noise_floor_host_pct": 100 * doc.get("noise_floor_host", NOISE_FLOOR_HOST)}
-    cmp["pairs"] = [pair_context(pair, doc["noise_floor"], doc.get("confidence", CONFIDENCE)) for pair in doc["pairs"]]
+    """What the compare template needs: compare.json (``cmp``, as attnprof.analysis.compare.compare_runs writes it:
+    Snakemake writes it again whenever that code changes) with the practical thresholds and the confidence level in %
+    (``noise_floor_pct``, ``noise_floor_host_pct``, ``confidence_pct``), each pair as :func:`pair_context` gives it,
+    and the CSS."""
+    cmp = {**doc, "noise_floor_pct": 100 * doc["noise_floor"], "confidence_pct": 100 * doc["confidence"],
+           "noise_floor_host_pct": 100 * doc["noise_floor_host"]}
+    cmp["pairs"] = [pair_context(pair, doc["confidence"]) for pair in doc["pairs"]]
     return {"cmp": cmp, "css": css}
 
 
@@ -46,7 +46,7 @@ def _open_named(rows: list[dict]) -> list[dict]:
     return open_ if len(open_) <= OPEN_NAMED and all(r["ratio_lo"] is not None for r in open_) else []
 
 
-def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE) -> dict:
+def pair_context(pair: dict, confidence: float = CONFIDENCE) -> dict:
     """One comparison of the compare template: its verdict counts, the rows called changed (``changed``) and the
     (variant, shape) whose kernels differ (``kernels_differ``) or ops (``ops_differ``), the smallest change its
     verdicts could find (``detection``, :func:`detection_limit`; where none, ``no_detection``: why), the dispatches
@@ -55,18 +55,18 @@ def pair_context(pair: dict, noise_floor: float, confidence: float = CONFIDENCE)
     ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass) of every row called slower or
     faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side); ``open``: the inconclusive rows
     with a ratio, named on page 1 where there are at most :data:`OPEN_NAMED`."""
-    rows = [{**_ROW_DEFAULTS, **r} for r in pair["rows"]]
+    rows = pair["rows"]
     changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
-    threshold = pair.get("threshold", noise_floor)
+    threshold = pair["threshold"]
     dispatch = _dispatches(pair)
-    out = {**_PAIR_DEFAULTS, "torch": _torch_builds(pair), **pair, **recipe_context(pair.get("recipes") or []),
+    out = {**pair, **recipe_context(pair["recipes"]),
            "dispatch_changed": [d for d in dispatch if d.get("a") and d.get("b") and d["a"] != d["b"]],
            "dispatch_one_side": [d for d in dispatch if bool(d.get("a")) != bool(d.get("b"))],
-           "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "counts": _counts(pair, rows), "changed": changed,
+           "rows": rows, "extra_rows": [r for r in rows if _extra(r)], "changed": changed,
            "threshold_pct": 100 * threshold, "kernels_differ": _differ(rows, "kernels"), "ops_differ": _differ(rows, "ops"),
            "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None, "detection": detection_limit(rows, pair),
            "no_detection": _no_detection(rows), "claims": _compare_claims(changed, dispatch),
-           "top_up": _top_up_rows(rows, pair.get("design"), confidence), "env_diff": _env_diff_rows(pair.get("env_diff") or []),
+           "top_up": _top_up_rows(rows, pair["design"], confidence), "env_diff": _env_diff_rows(pair["env_diff"]),
            "open": _open_named(rows)}
     return {**out, "headline": headline(out)}
 
@@ -86,14 +86,12 @@ def headline(p: dict) -> str:
 
 def _no_detection(rows: list[dict]) -> str:
     """Why no row of a comparison was judged (the detection limit's place when there is none): its host times of two
-    sittings, its rows with one repeat on a side, rows of an older compare.json (no standard error), or no row."""
+    sittings, its rows with one repeat on a side, or no row."""
     why = []
     if any(r["verdict"] == "not judged" for r in rows):
         why.append("host times of two sittings are not judged (a host-time verdict needs the paired rounds of an A/B run)")
-    if any(r["verdict"] != "not judged" and 1 in (r.get("repeats_a"), r.get("repeats_b")) for r in rows):
+    if any(r["verdict"] != "not judged" and 1 in (r["repeats_a"], r["repeats_b"]) for r in rows):
         why.append("a side with one repeat has no between-run spread")
-    if not why and rows:
-        why.append("its compare.json was written before compare simulated each row's detectable change")
     return "; ".join(why) or "no (variant, shape) in both result sets"
 
 
@@ -142,24 +140,6 @@ def _top_up_rows(rows: list[dict], design: dict | None, confidence: float) -> di
             "changed_pct": 100 * changed, "same_pct": 100 * same}
 
 
-def _counts(pair: dict, rows: list[dict]) -> dict[str, int]:
-    """Rows per verdict: the pair's own counts, each verdict it lacks (a compare.json written before that verdict
-    existed) counted from its rows."""
-    return {**{v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}, **(pair.get("counts") or {})}
-
-
-#: What a compare row of an older compare.json lacks, as None (or '').
-_ROW_DEFAULTS = {"ratio_lo": None, "ratio_hi": None, "bwd_ratio_lo": None, "bwd_ratio_hi": None, "repeats_a": None,
-                 "repeats_b": None, "repeats_needed": None, "why": "", "top_up": None, "probably": None}
-
-
-#: What a pair of an older compare.json lacks: written before notes and the rest were recorded, empty lists; before
-#: the joint control and the sitting term were recorded, none stated.
-_PAIR_DEFAULTS = {"notes": [], "only_in_a": [], "only_in_b": [], "env_diff": [], "dispatch": [], "support": [],
-                  "accounting": None, "paired": False, "joint": None, "sitting_sd": None, "sitting": None,
-                  "design": None}
-
-
 def _extra(row: dict) -> bool:
     """Whether a compare row goes in the backward / torch.compile table: a backward or a compile record in either
     result set."""
@@ -190,15 +170,6 @@ def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]
         return {(f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward") for d in dispatch
                 if (m := _DISPATCHED.match(d.get(f"statement_{s}") or ""))}
     return {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": side("a"), "b": side("b")}
-
-
-def _torch_builds(pair: dict) -> dict | None:
-    """{a, b}: the torch build of each result set of a compare pair (``2.13.0+cpu``), from compare.json, or for one
-    written before it recorded them, from its environment difference; None when neither says."""
-    if pair.get("torch"):
-        return pair["torch"]
-    diff = next((d for d in pair.get("env_diff") or [] if d["key"] == "torch"), None)
-    return {"a": diff["a"], "b": diff["b"]} if diff else None
 
 
 def recipe_context(recipes: list[dict]) -> dict:
@@ -244,9 +215,8 @@ def detection_limit(rows: list[dict], pair: dict) -> dict | None:
     pair's simulation (compare.json ``joint.detectable``: attnprof.analysis.verdict_sim.detectable, the pair's own
     rounds resampled). ``pct``: the limit that most rows (more than half of those judged) reach, with how many
     (``within`` of ``rows``), the range over the rows, the rows not found even at the largest change simulated
-    (``unreached``) and the repeats per side. None when no row was judged, or for a compare.json made before the
-    simulation."""
-    found = (pair.get("joint") or {}).get("detectable") or {}
+    (``unreached``) and the repeats per side. None when no row was judged."""
+    found = (pair["joint"] or {}).get("detectable") or {}
     if not found:
         return None
     limits = sorted(100 * v for v in found.values() if v is not None)
