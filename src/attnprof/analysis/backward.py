@@ -61,8 +61,6 @@ from attnprof.analysis.completeness import (  # noqa: F401
     backward_threads, other_thread_launches)
 from attnprof.model.columns import columns_of
 
-PASSES = ("forward", "backward")
-
 
 def _per_backward(df: pd.DataFrame) -> pd.DataFrame:
     return df.rename(columns=lambda c: c.replace("per_forward", "per_backward"))

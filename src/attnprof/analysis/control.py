@@ -104,8 +104,7 @@ def control_row(row: dict, ops: pd.DataFrame | None) -> dict:
     run, a capture that failed or whose forwards differed) is None; an op of :data:`CONTROL_COUNTS` the
     ops table lacks while it has others is 0 calls."""
     out = {k: row.get(k) for k in ("variant", "shape_key", "repeat", "status", "reason", "forwards_complete")}
-    for key, col in _GPU_COLUMNS.items():
-        out[key] = None if row.get(col) is None or pd.isna(row.get(col)) else int(row[col])
+    out.update({key: None if pd.isna(row.get(col)) else int(row[col]) for key, col in _GPU_COLUMNS.items()})
     cpu = control_counts(None, ops.assign(variant=CONTROL) if ops is not None and len(ops) else None, "cpu")
     out.update(cpu or dict.fromkeys(CONTROL_COUNTS["cpu"]))
     return out

@@ -120,20 +120,20 @@ class RowData:
         return self.d is not None
 
     def moments(self) -> tuple[float, float, float, float, int, int]:
-        """(m, own variance per round, own df, se factor k with se**2 = var * k, n_a, n_b); m NaN and k infinite
-        where a side has no time."""
+        """(m, own variance per round, own df, se factor k with se**2 = var * k, n_a, n_b); m NaN, df 0 and k 1
+        where a side has no time (such a row is not judged)."""
         return self._paired_moments() if self.paired else self._unpaired_moments()
 
     def _paired_moments(self) -> tuple[float, float, float, float, int, int]:
         n = len(self.d)
         if not n:
-            return math.nan, 0.0, 0.0, math.inf, 0, 0
+            return math.nan, 0.0, 0.0, 1.0, 0, 0
         return float(np.mean(self.d)), float(np.var(self.d, ddof=1)) if n > 1 else 0.0, n - 1.0, 1.0 / n, n, n
 
     def _unpaired_moments(self) -> tuple[float, float, float, float, int, int]:
         na, nb = len(self.a), len(self.b)
         if not (na and nb):
-            return math.nan, 0.0, 0.0, math.inf, na, nb
+            return math.nan, 0.0, 0.0, 1.0, na, nb
         ss = sum(float(np.var(x, ddof=0)) * len(x) for x in (self.a, self.b))
         # a side with one repeat has no spread of its own: such a row is never judged (its spread would be the
         # other side's alone)
@@ -222,20 +222,18 @@ def judge_rows(rows: Mapping[Hashable, RowData], threshold: float, confidence: f
         return {}
     mom = np.array([rows[k].moments() for k in keys], float).T
     m, var, df, kf, na, nb = mom
-    out = decide(m, var, np.where(np.isfinite(kf), df, 0.0), np.where(np.isfinite(kf), kf, 1.0), threshold, looks,
-                 confidence, sitting, [rows[k].group for k in keys])
+    out = decide(m, var, df, kf, threshold, looks, confidence, sitting, [rows[k].group for k in keys])
     needed = plan_rounds(m, out, np.maximum(na, 1), threshold, looks, confidence, sitting)
     adjusted = _adjusted_p(out["p"])
     return {k: _row(i, m, out, needed, adjusted, na, nb, threshold, sitting, rows[k].paired) for i, k in enumerate(keys)}
 
 
-def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                  confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING) -> dict:
-    """:func:`judge_rows` of one unpaired row alone: each side's repeat medians (None/NaN left out), with
-    ``sitting``'s term. ValueError for a time <= 0 or a threshold < 0."""
+def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float, confidence: float = CONFIDENCE) -> dict:
+    """:func:`judge_rows` of one unpaired row alone: each side's repeat medians (None/NaN left out), one sitting.
+    ValueError for a time <= 0 or a threshold < 0."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-    return judge_rows({0: unpaired_row(a, b)}, threshold, confidence, 1, sitting)[0]
+    return judge_rows({0: unpaired_row(a, b)}, threshold, confidence)[0]
 
 
 def _adjusted_p(p: np.ndarray) -> np.ndarray:
@@ -342,15 +340,11 @@ def unpaired_row(a: Sequence[float | None], b: Sequence[float | None], group: Ha
     return RowData(a=la, b=lb, group=group)
 
 
-def _upto(repeats: pd.DataFrame, rounds: int | None) -> pd.DataFrame:
-    return repeats if rounds is None else repeats[repeats["repeat"] <= rounds]
-
-
 def paired_rows(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequence[tuple[str, str, str]],
                 rounds: int | None = None) -> dict:
     """{(variant, shape_key, time column): :class:`RowData`} of two result sets of one A/B run (repeats.csv frames),
     on their rounds 1..``rounds`` (None: every round), each row's prior group its variant and column."""
-    ra, rb = _upto(repeats_a, rounds), _upto(repeats_b, rounds)
+    ra, rb = (x if rounds is None else x[x["repeat"] <= rounds] for x in (repeats_a, repeats_b))
     return {k: paired_row(*paired_repeat_medians(ra, rb, k[0], k[1], k[2]), (k[0], k[2])) for k in keys}
 
 

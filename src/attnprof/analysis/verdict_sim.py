@@ -60,19 +60,15 @@ def _residuals(values: Sequence[float]) -> np.ndarray:
 def draws(rows: Mapping[Hashable, RowData], sims: int, extra: int, rng: np.random.Generator,
           base: int | None = None) -> Draws:
     """Resampled rounds of every row of ``rows`` (module docstring): each row's look-1 rounds (its own count, or
-    ``base`` where given) and ``extra`` more, ``sims`` compares. ValueError for rows of mixed kinds or with no
-    spread at all."""
+    ``base`` where given) and ``extra`` more, ``sims`` compares. rows: all paired or all unpaired, as compare
+    judges them (the first row's kind is taken). ValueError for rows with no spread at all."""
     keys = list(rows)
-    paired = {rows[k].paired for k in keys}
-    if len(paired) != 1:
-        raise ValueError("a simulated compare needs rows all paired or all unpaired")
-    paired = paired.pop()
-    counts = [len(rows[k].d) if paired else min(len(rows[k].a), len(rows[k].b)) for k in keys]
-    n0 = np.array([base or c for c in counts])
+    paired = rows[keys[0]].paired
+    mom = np.array([rows[k].moments() for k in keys], float)  # n_a, n_b: a paired row's rounds on both
+    n0 = np.full(len(keys), base) if base else mom[:, 4:].min(1).astype(int)
     width = int(n0.max()) + extra
-    mom = np.array([rows[k].moments() for k in keys], float)
     groups = [rows[k].group for k in keys]
-    scale = np.sqrt(moderate(mom[:, 1], np.where(np.isfinite(mom[:, 3]), mom[:, 2], 0.0), groups)[0])
+    scale = np.sqrt(moderate(mom[:, 1], mom[:, 2], groups)[0])
     sides = [(rows[k].d,) if paired else (rows[k].a, rows[k].b) for k in keys]
     pool = np.concatenate([_residuals(x) / sd for side, sd in zip(sides, scale) for x in side])
     if not len(pool) or not np.any(pool):
