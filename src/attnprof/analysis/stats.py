@@ -110,7 +110,6 @@ def _spread(logs: Sequence[float]) -> tuple[float, int]:
 def _trigamma_inverse(y: np.ndarray) -> np.ndarray:
     """x with trigamma(x) = y (y > 0, elementwise): Newton's method as limma's ``trigammaInverse`` (Smyth 2004,
     sec. 6.2), on scipy.special.polygamma."""
-    y = np.asarray(y, float)
     x = np.where(y > 1e7, 1 / np.sqrt(y), np.where(y < 1e-6, 1 / y, 0.5 + 1 / y))
     for _ in range(50):
         tri = _sp.polygamma(1, x)
@@ -201,11 +200,8 @@ def moderated_noise(cells: Mapping[Hashable, Sequence[float | None]],
         return dict.fromkeys(cells)
     var, df = np.array([_spread(logs[k]) for k in keys], float).T
     post, post_df = squeeze_var(var, df, [groups[k] for k in keys] if groups else None)
-    out = dict.fromkeys(cells)
-    for i, k in enumerate(keys):
-        if post_df[i] > 0:
-            out[k] = Noise(math.sqrt(post[i]), float(post_df[i]))
-    return out
+    return {**dict.fromkeys(cells),
+            **{k: Noise(math.sqrt(v), float(d)) for k, v, d in zip(keys, post, post_df) if d > 0}}
 
 
 def between_run_interval(medians: Sequence[float | None], confidence: float = CONFIDENCE, noise: Noise | None = None) -> dict:

@@ -188,8 +188,7 @@ def decide(m: np.ndarray, var: np.ndarray, df: np.ndarray, k: np.ndarray, thresh
     beyond = judged & ((m - half > theta) | (m + half < -theta))
     inside = judged & (m - half_same >= -theta) & (m + half_same <= theta)
     kept = conditional_bh(p)
-    code = np.full(np.shape(m), UNDETERMINED)
-    code = np.where(inside, SAME, code)
+    code = np.where(inside, SAME, UNDETERMINED)
     code = np.where(beyond & kept, np.where(m > 0, SLOWER, FASTER), np.where(beyond, PROBABLY, code))
     return {"code": code, "lo": m - half, "hi": m + half, "lo_same": m - half_same, "hi_same": m + half_same, "se": se,
             "df": dfe, "p": p, "var": post, "post_df": post_df, "level": changed, "level_same": same, "kept": kept}
@@ -202,9 +201,8 @@ def plan_rounds(m: np.ndarray, out: dict, n: np.ndarray, threshold: float, looks
     same" inside. n: [..., R] its rounds now."""
     theta = math.log1p(threshold)
     changed, same = look_levels(confidence, looks)
-    aim_changed = np.abs(m) > theta
     margin = np.abs(np.abs(np.nan_to_num(m)) - theta)
-    level = np.where(aim_changed, changed, same)
+    level = np.where(np.abs(m) > theta, changed, same)
     var_round = (out["se"] ** 2 - 2 * sitting.sd ** 2) * n
     return rounds_needed(margin, var_round, n, out["post_df"], level, sitting.sd ** 2, most=most)
 
@@ -220,8 +218,7 @@ def judge_rows(rows: Mapping[Hashable, RowData], threshold: float, confidence: f
     keys = list(rows)
     if not keys:
         return {}
-    mom = np.array([rows[k].moments() for k in keys], float).T
-    m, var, df, kf, na, nb = mom
+    m, var, df, kf, na, nb = np.array([rows[k].moments() for k in keys], float).T
     out = decide(m, var, df, kf, threshold, looks, confidence, sitting, [rows[k].group for k in keys])
     needed = plan_rounds(m, out, np.maximum(na, 1), threshold, looks, confidence, sitting)
     adjusted = _adjusted_p(out["p"])
@@ -241,8 +238,7 @@ def _adjusted_p(p: np.ndarray) -> np.ndarray:
     for the other rows: what a withheld row's words quote."""
     out = np.full(len(p), np.nan)
     cand = np.flatnonzero(np.nan_to_num(p, nan=np.inf) <= CANDIDATE_P)
-    if len(cand):
-        out[cand] = _st.false_discovery_control(p[cand] / CANDIDATE_P, method="bh")
+    out[cand] = _st.false_discovery_control(p[cand] / CANDIDATE_P, method="bh")
     return out
 
 
@@ -301,9 +297,7 @@ def _why(code: int, r: dict, out: dict, adjusted: float, threshold: float, sitti
             f"{_rounds_words(r['repeats_needed'])} would decide")
 
 
-def _rounds_words(n: int | None) -> str:
-    if n is None:
-        return "more rounds"
+def _rounds_words(n: int) -> str:
     return f"more than {MAX_REPEATS_SUGGESTED} rounds" if n > MAX_REPEATS_SUGGESTED else f"about {n} rounds"
 
 

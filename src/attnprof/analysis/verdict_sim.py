@@ -71,7 +71,7 @@ def draws(rows: Mapping[Hashable, RowData], sims: int, extra: int, rng: np.rando
     scale = np.sqrt(moderate(mom[:, 1], mom[:, 2], groups)[0])
     sides = [(rows[k].d,) if paired else (rows[k].a, rows[k].b) for k in keys]
     pool = np.concatenate([_residuals(x) / sd for side, sd in zip(sides, scale) for x in side])
-    if not len(pool) or not np.any(pool):
+    if not np.any(pool):
         raise ValueError("a simulated compare needs rows with a spread between rounds")
 
     def sample() -> np.ndarray:
@@ -102,16 +102,16 @@ def _look(d: Draws, n: np.ndarray, change: np.ndarray, shift: np.ndarray, thresh
 
 
 def run(d: Draws, change: np.ndarray, threshold: float, design: Design, top_up: int = 0,
-        confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING, rng: np.random.Generator | None = None) -> dict:
+        confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING, *, rng: np.random.Generator) -> dict:
     """The rule, end to end, on draws ``d`` with the true log change ``change`` [R] (or [S, R]): look 1 on the
     base rounds; with two looks, rows left undetermined or probably changed get the rounds they need (at most
-    ``top_up``) and look 2 judges every row on its rounds, the topped rows taking its verdict. Returns {"code" [S,
-    R], "held" [S, R] (the final interval holds the true change), "added" [S, R] (rounds added)}."""
+    ``top_up``) and look 2 judges every row on its rounds, the topped rows taking its verdict; ``rng`` draws the
+    sitting shifts (unpaired, across sittings). Returns {"code" [S, R], "held" [S, R] (the final interval holds the
+    true change), "added" [S, R] (rounds added)}."""
     s = d.a.shape[0]
     n = np.broadcast_to(d.base, (s, len(d.base))).astype(float)
     shift = 0.0
     if not d.paired and sitting.sd:
-        rng = rng or np.random.default_rng(0)
         shift = rng.normal(0.0, sitting.sd, (s, 1)) - rng.normal(0.0, sitting.sd, (s, 1))
     out, m = _look(d, n, change, shift, threshold, design.looks, confidence, sitting)
     code, lo, hi = out["code"], out["lo"], out["hi"]
@@ -135,7 +135,7 @@ def aa_false_changed(rows: Mapping[Hashable, RowData], threshold: float, design:
     compares whose final interval holds 1 per row, "sims"}."""
     rng = np.random.default_rng(seed)
     d = draws(rows, sims, top_up if design.looks > 1 else 0, rng, design.base)
-    out = run(d, np.zeros(len(rows)), threshold, design, top_up, confidence, sitting, rng)
+    out = run(d, np.zeros(len(rows)), threshold, design, top_up, confidence, sitting, rng=rng)
     changed = (out["code"] == SLOWER) | (out["code"] == FASTER)
     return {"false_changed": float(changed.sum(-1).mean()), "same": float((out["code"] == SAME).mean()),
             "coverage": out["held"].mean(0), "sims": sims}
@@ -154,7 +154,7 @@ def detectable(rows: Mapping[Hashable, RowData], threshold: float, design: Desig
         for c in changes:
             change = np.zeros(len(rows))
             change[j] = math.log1p(c)
-            if (run(d, change, threshold, design, top_up, confidence, sitting, rng)["code"][:, j] == SLOWER).mean() >= power:
+            if (run(d, change, threshold, design, top_up, confidence, sitting, rng=rng)["code"][:, j] == SLOWER).mean() >= power:
                 out[j] = c
                 break
     return out
