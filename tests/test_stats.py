@@ -21,7 +21,7 @@ def test_interval_worked_by_hand():
     assert r["n"] == 3 and r["center"] == 1.00 and r["rel_sd"] == pytest.approx(sd) and r["df"] == 2
     assert r["lo"] == pytest.approx(math.exp(mean - half)) and r["hi"] == pytest.approx(math.exp(mean + half))
     # with a pooled noise of 20 df the multiplier is t_{0.975, 20} = 2.086 (a table), the sd the pool's
-    p = between_run_interval(m, noise=Noise(0.01, 20, 7, False))
+    p = between_run_interval(m, noise=Noise(0.01, 20))
     assert p["hi"] == pytest.approx(math.exp(mean + 2.085963447265837 * 0.01 * math.sqrt((1 + math.pi / 2) / 3)))
     assert p["df"] == 20 and p["rel_sd"] == 0.01
 
@@ -64,7 +64,7 @@ def test_moderated_interval_keeps_its_level_and_is_narrower():
     for _ in range(trials):
         cells = {k: list(k * np.exp(rng.normal(0, 0.01, 3))) for k in range(1, 7)}
         noise = moderated_noise(cells)
-        assert noise[1].df > 2 or noise[1].own  # own: beyond its prior at 1 % (stats.OUTLIER_P)
+        assert noise[1].df >= 2  # the prior's df added, or the cell's own 2 where it lies beyond its prior at 1 % (stats.OUTLIER_P)
         r = between_run_interval(cells[1], noise=noise[1])
         hits += r["lo"] <= float(np.median(np.exp(rng.normal(0, 0.01, 3)))) <= r["hi"]
         moderated_width += r["hi"] / r["lo"]

@@ -61,8 +61,6 @@ from attnprof.analysis.completeness import (  # noqa: F401
     backward_threads, other_thread_launches)
 from attnprof.model.columns import columns_of
 
-PASSES = ("forward", "backward")
-
 
 def _per_backward(df: pd.DataFrame) -> pd.DataFrame:
     return df.rename(columns=lambda c: c.replace("per_forward", "per_backward"))
@@ -109,9 +107,8 @@ def backward_summary(status: dict, backwards: pd.DataFrame) -> dict:
     row.update(_gradient_columns(status))
     row.update(_backward_arithmetic(status))
     row.update(_compile_backward_columns(status))
-    if status.get("status") != "ok" or bwd.get("status") != "ok":
-        return row
-    _trace_statistics(row, status, backwards)
+    if status.get("status") == "ok" and bwd.get("status") == "ok":
+        _trace_statistics(row, status, backwards)
     return row
 
 
@@ -161,8 +158,7 @@ def _trace_statistics(row: dict, status: dict, backwards: pd.DataFrame) -> None:
                                    f"profiled, fewer than the minimum of {minimum}; {note}")
         return
     complete = fw[fw["complete"].astype(bool)]
-    cpu_ms = complete["cpu_us"] / 1e3
-    row.update(per_forward_stats("cpu_ms_backward", cpu_ms, "cpu_ms_per_backward"))
+    row.update(per_forward_stats("cpu_ms_backward", complete["cpu_us"] / 1e3, "cpu_ms_per_backward"))
     groups = verdict["groups"]
     if status.get("device") == "cuda" and len(groups) == 1:
         g = groups[0]

@@ -39,28 +39,21 @@ def control_counts(summary: pd.DataFrame | None, ops: pd.DataFrame | None, devic
     result set's ``summary`` (summary.csv; GPU counts) or its repeat-1 ``ops`` tables (ops.csv rows,
     concatenated; CPU op calls); a count the tables do not hold is None. Returns None when the result
     set has no control row (made before the control existed)."""
-    return _gpu_counts(summary) if device == "cuda" else _cpu_counts(ops)
-
-
-def _has_control(table: pd.DataFrame | None) -> bool:
-    """Whether ``table`` (summary.csv or ops.csv rows) has a row of the control."""
-    return table is not None and bool(len(table)) and CONTROL in set(table["variant"])
-
-
-def _gpu_counts(summary: pd.DataFrame | None) -> dict | None:
-    """The control's kernels, memcpys and memsets per forward from its summary.csv row (None where unpublished);
-    None without a control row."""
-    if not _has_control(summary):
+    table = summary if device == "cuda" else ops
+    if table is None or not len(table) or CONTROL not in set(table["variant"]):
         return None
+    return _gpu_counts(table) if device == "cuda" else _cpu_counts(table)
+
+
+def _gpu_counts(summary: pd.DataFrame) -> dict:
+    """The control's kernels, memcpys and memsets per forward from its summary.csv row (None where unpublished)."""
     row = summary[summary["variant"] == CONTROL].iloc[0]
     return {k: (None if pd.isna(row.get(_GPU_COLUMNS[k])) else int(row[_GPU_COLUMNS[k]])) for k in CONTROL_COUNTS["cuda"]}
 
 
-def _cpu_counts(ops: pd.DataFrame | None) -> dict | None:
+def _cpu_counts(ops: pd.DataFrame) -> dict:
     """The control's calls per forward of each op of :data:`CONTROL_COUNTS` ["cpu"] from its ops.csv rows: 0 for an
-    op the rows lack, None for one without a count; None without a control row."""
-    if not _has_control(ops):
-        return None
+    op the rows lack, None for one without a count."""
     own = ops[ops["variant"] == CONTROL].drop_duplicates("op").set_index("op")["calls_per_forward"]
     return {k: (int(own[k]) if k in own and not pd.isna(own[k]) else 0 if k not in own else None)
             for k in CONTROL_COUNTS["cpu"]}
@@ -104,9 +97,8 @@ def control_row(row: dict, ops: pd.DataFrame | None) -> dict:
     run, a capture that failed or whose forwards differed) is None; an op of :data:`CONTROL_COUNTS` the
     ops table lacks while it has others is 0 calls."""
     out = {k: row.get(k) for k in ("variant", "shape_key", "repeat", "status", "reason", "forwards_complete")}
-    for key, col in _GPU_COLUMNS.items():
-        out[key] = None if row.get(col) is None or pd.isna(row.get(col)) else int(row[col])
-    cpu = control_counts(None, ops.assign(variant=CONTROL) if ops is not None and len(ops) else None, "cpu")
+    out.update({key: None if pd.isna(row.get(col)) else int(row[col]) for key, col in _GPU_COLUMNS.items()})
+    cpu = control_counts(None, ops.assign(variant=CONTROL) if ops is not None else None, "cpu")
     out.update(cpu or dict.fromkeys(CONTROL_COUNTS["cpu"]))
     return out
 

@@ -79,14 +79,11 @@ SAME_SITTING = "same machine, same sitting"
 @dataclass(frozen=True)
 class Noise:
     """The between-process noise of one cell's log repeat medians: ``sd`` (standard deviation of the log
-    medians, about the relative standard deviation between repeats), ``df`` (its degrees of freedom),
-    ``cells`` (how many cells its prior was fitted over; 1 for a cell's own) and ``own`` (True when no prior was
-    fitted: the cell's own variance and df, :func:`moderated_noise`)."""
+    medians, about the relative standard deviation between repeats) and ``df`` (its degrees of freedom: the cell's
+    own, n - 1, where no prior was added, :func:`moderated_noise`)."""
 
     sd: float
     df: float
-    cells: int = 1
-    own: bool = True
 
 
 def kept_times(values: Sequence[float | None]) -> list[float]:
@@ -101,15 +98,11 @@ def kept_times(values: Sequence[float | None]) -> list[float]:
     return out
 
 
-def _logs(values: Sequence[float | None]) -> list[float]:
-    return [math.log(v) for v in kept_times(values)]
-
-
-def _spread(logs: Sequence[float]) -> tuple[float, int] | None:
-    """(sample variance, degrees of freedom) of ``logs``; None for fewer than 2 values."""
+def _spread(logs: Sequence[float]) -> tuple[float, int]:
+    """(sample variance, degrees of freedom) of ``logs``; (0.0, 0) for fewer than 2 values."""
     n = len(logs)
     if n < 2:
-        return None
+        return 0.0, 0
     mean = sum(logs) / n
     return sum((x - mean) ** 2 for x in logs) / (n - 1), n - 1
 
@@ -117,7 +110,6 @@ def _spread(logs: Sequence[float]) -> tuple[float, int] | None:
 def _trigamma_inverse(y: np.ndarray) -> np.ndarray:
     """x with trigamma(x) = y (y > 0, elementwise): Newton's method as limma's ``trigammaInverse`` (Smyth 2004,
     sec. 6.2), on scipy.special.polygamma."""
-    y = np.asarray(y, float)
     x = np.where(y > 1e7, 1 / np.sqrt(y), np.where(y < 1e-6, 1 / y, 0.5 + 1 / y))
     for _ in range(50):
         tri = _sp.polygamma(1, x)
@@ -202,22 +194,14 @@ def moderated_noise(cells: Mapping[Hashable, Sequence[float | None]],
     """The noise of every cell of one result set (or one compare): each cell's variance of its log repeat medians
     moderated over the other cells of its group (:func:`squeeze_var`; ``groups``: {cell: label}, e.g. its variant).
     cells: {key: repeat medians (any unit, > 0; None/NaN left out)}. Returns {key: :class:`Noise` | None}; None for a cell with no repeat. ValueError for a median <= 0."""
-    logs = {k: _logs(v) for k, v in cells.items()}
+    logs = {k: [math.log(x) for x in kept_times(v)] for k, v in cells.items()}
     keys = [k for k, v in logs.items() if v]
     if not keys:
         return dict.fromkeys(cells)
-    var = np.array([_spread(logs[k])[0] if len(logs[k]) > 1 else 0.0 for k in keys])
-    df = np.array([len(logs[k]) - 1 for k in keys], float)
+    var, df = np.array([_spread(logs[k]) for k in keys], float).T
     post, post_df = squeeze_var(var, df, [groups[k] for k in keys] if groups else None)
-    out = dict.fromkeys(cells)
-    for i, k in enumerate(keys):
-        if post_df[i] > 0:
-            out[k] = Noise(math.sqrt(post[i]), float(post_df[i]), len(keys), bool(post_df[i] == df[i]))
-    return out
-
-
-def _t(q: float, df: float) -> float:
-    return float(_st.t.ppf(q, df))
+    return {**dict.fromkeys(cells),
+            **{k: Noise(math.sqrt(v), float(d)) for k, v, d in zip(keys, post, post_df) if d > 0}}
 
 
 def between_run_interval(medians: Sequence[float | None], confidence: float = CONFIDENCE, noise: Noise | None = None) -> dict:
@@ -239,13 +223,12 @@ def between_run_interval(medians: Sequence[float | None], confidence: float = CO
     if n == 0:
         return out
     out["center"] = statistics.median(kept)
-    if noise is None:
-        own = _spread(logs)
-        noise = None if own is None else Noise(math.sqrt(own[0]), own[1])
-    if noise is None:
+    own = _spread(logs)
+    if noise is None and not own[1]:
         return out
+    noise = noise or Noise(math.sqrt(own[0]), own[1])
     mean = sum(logs) / n
-    half = _t((1 + confidence) / 2, noise.df) * noise.sd * math.sqrt((1 + MEDIAN_VARIANCE) / n)
+    half = float(_st.t.ppf((1 + confidence) / 2, noise.df)) * noise.sd * math.sqrt((1 + MEDIAN_VARIANCE) / n)
     # the stated center must lie inside what is stated to hold
     out.update(lo=min(math.exp(mean - half), out["center"]), hi=max(math.exp(mean + half), out["center"]),
                rel_sd=noise.sd, df=noise.df)

@@ -120,20 +120,20 @@ class RowData:
         return self.d is not None
 
     def moments(self) -> tuple[float, float, float, float, int, int]:
-        """(m, own variance per round, own df, se factor k with se**2 = var * k, n_a, n_b); m NaN and k infinite
-        where a side has no time."""
+        """(m, own variance per round, own df, se factor k with se**2 = var * k, n_a, n_b); m NaN, df 0 and k 1
+        where a side has no time (such a row is not judged)."""
         return self._paired_moments() if self.paired else self._unpaired_moments()
 
     def _paired_moments(self) -> tuple[float, float, float, float, int, int]:
         n = len(self.d)
         if not n:
-            return math.nan, 0.0, 0.0, math.inf, 0, 0
+            return math.nan, 0.0, 0.0, 1.0, 0, 0
         return float(np.mean(self.d)), float(np.var(self.d, ddof=1)) if n > 1 else 0.0, n - 1.0, 1.0 / n, n, n
 
     def _unpaired_moments(self) -> tuple[float, float, float, float, int, int]:
         na, nb = len(self.a), len(self.b)
         if not (na and nb):
-            return math.nan, 0.0, 0.0, math.inf, na, nb
+            return math.nan, 0.0, 0.0, 1.0, na, nb
         ss = sum(float(np.var(x, ddof=0)) * len(x) for x in (self.a, self.b))
         # a side with one repeat has no spread of its own: such a row is never judged (its spread would be the
         # other side's alone)
@@ -188,8 +188,7 @@ def decide(m: np.ndarray, var: np.ndarray, df: np.ndarray, k: np.ndarray, thresh
     beyond = judged & ((m - half > theta) | (m + half < -theta))
     inside = judged & (m - half_same >= -theta) & (m + half_same <= theta)
     kept = conditional_bh(p)
-    code = np.full(np.shape(m), UNDETERMINED)
-    code = np.where(inside, SAME, code)
+    code = np.where(inside, SAME, UNDETERMINED)
     code = np.where(beyond & kept, np.where(m > 0, SLOWER, FASTER), np.where(beyond, PROBABLY, code))
     return {"code": code, "lo": m - half, "hi": m + half, "lo_same": m - half_same, "hi_same": m + half_same, "se": se,
             "df": dfe, "p": p, "var": post, "post_df": post_df, "level": changed, "level_same": same, "kept": kept}
@@ -202,9 +201,8 @@ def plan_rounds(m: np.ndarray, out: dict, n: np.ndarray, threshold: float, looks
     same" inside. n: [..., R] its rounds now."""
     theta = math.log1p(threshold)
     changed, same = look_levels(confidence, looks)
-    aim_changed = np.abs(m) > theta
     margin = np.abs(np.abs(np.nan_to_num(m)) - theta)
-    level = np.where(aim_changed, changed, same)
+    level = np.where(np.abs(m) > theta, changed, same)
     var_round = (out["se"] ** 2 - 2 * sitting.sd ** 2) * n
     return rounds_needed(margin, var_round, n, out["post_df"], level, sitting.sd ** 2, most=most)
 
@@ -220,22 +218,19 @@ def judge_rows(rows: Mapping[Hashable, RowData], threshold: float, confidence: f
     keys = list(rows)
     if not keys:
         return {}
-    mom = np.array([rows[k].moments() for k in keys], float).T
-    m, var, df, kf, na, nb = mom
-    out = decide(m, var, np.where(np.isfinite(kf), df, 0.0), np.where(np.isfinite(kf), kf, 1.0), threshold, looks,
-                 confidence, sitting, [rows[k].group for k in keys])
+    m, var, df, kf, na, nb = np.array([rows[k].moments() for k in keys], float).T
+    out = decide(m, var, df, kf, threshold, looks, confidence, sitting, [rows[k].group for k in keys])
     needed = plan_rounds(m, out, np.maximum(na, 1), threshold, looks, confidence, sitting)
     adjusted = _adjusted_p(out["p"])
     return {k: _row(i, m, out, needed, adjusted, na, nb, threshold, sitting, rows[k].paired) for i, k in enumerate(keys)}
 
 
-def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float,
-                  confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING) -> dict:
-    """:func:`judge_rows` of one unpaired row alone: each side's repeat medians (None/NaN left out), with
-    ``sitting``'s term. ValueError for a time <= 0 or a threshold < 0."""
+def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float, confidence: float = CONFIDENCE) -> dict:
+    """:func:`judge_rows` of one unpaired row alone: each side's repeat medians (None/NaN left out), one sitting.
+    ValueError for a time <= 0 or a threshold < 0."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-    return judge_rows({0: unpaired_row(a, b)}, threshold, confidence, 1, sitting)[0]
+    return judge_rows({0: unpaired_row(a, b)}, threshold, confidence)[0]
 
 
 def _adjusted_p(p: np.ndarray) -> np.ndarray:
@@ -243,8 +238,7 @@ def _adjusted_p(p: np.ndarray) -> np.ndarray:
     for the other rows: what a withheld row's words quote."""
     out = np.full(len(p), np.nan)
     cand = np.flatnonzero(np.nan_to_num(p, nan=np.inf) <= CANDIDATE_P)
-    if len(cand):
-        out[cand] = _st.false_discovery_control(p[cand] / CANDIDATE_P, method="bh")
+    out[cand] = _st.false_discovery_control(p[cand] / CANDIDATE_P, method="bh")
     return out
 
 
@@ -303,9 +297,7 @@ def _why(code: int, r: dict, out: dict, adjusted: float, threshold: float, sitti
             f"{_rounds_words(r['repeats_needed'])} would decide")
 
 
-def _rounds_words(n: int | None) -> str:
-    if n is None:
-        return "more rounds"
+def _rounds_words(n: int) -> str:
     return f"more than {MAX_REPEATS_SUGGESTED} rounds" if n > MAX_REPEATS_SUGGESTED else f"about {n} rounds"
 
 
@@ -342,15 +334,11 @@ def unpaired_row(a: Sequence[float | None], b: Sequence[float | None], group: Ha
     return RowData(a=la, b=lb, group=group)
 
 
-def _upto(repeats: pd.DataFrame, rounds: int | None) -> pd.DataFrame:
-    return repeats if rounds is None else repeats[repeats["repeat"] <= rounds]
-
-
 def paired_rows(repeats_a: pd.DataFrame, repeats_b: pd.DataFrame, keys: Sequence[tuple[str, str, str]],
                 rounds: int | None = None) -> dict:
     """{(variant, shape_key, time column): :class:`RowData`} of two result sets of one A/B run (repeats.csv frames),
     on their rounds 1..``rounds`` (None: every round), each row's prior group its variant and column."""
-    ra, rb = _upto(repeats_a, rounds), _upto(repeats_b, rounds)
+    ra, rb = (x if rounds is None else x[x["repeat"] <= rounds] for x in (repeats_a, repeats_b))
     return {k: paired_row(*paired_repeat_medians(ra, rb, k[0], k[1], k[2]), (k[0], k[2])) for k in keys}
 
 

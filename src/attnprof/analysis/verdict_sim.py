@@ -60,22 +60,18 @@ def _residuals(values: Sequence[float]) -> np.ndarray:
 def draws(rows: Mapping[Hashable, RowData], sims: int, extra: int, rng: np.random.Generator,
           base: int | None = None) -> Draws:
     """Resampled rounds of every row of ``rows`` (module docstring): each row's look-1 rounds (its own count, or
-    ``base`` where given) and ``extra`` more, ``sims`` compares. ValueError for rows of mixed kinds or with no
-    spread at all."""
+    ``base`` where given) and ``extra`` more, ``sims`` compares. rows: all paired or all unpaired, as compare
+    judges them (the first row's kind is taken). ValueError for rows with no spread at all."""
     keys = list(rows)
-    paired = {rows[k].paired for k in keys}
-    if len(paired) != 1:
-        raise ValueError("a simulated compare needs rows all paired or all unpaired")
-    paired = paired.pop()
-    counts = [len(rows[k].d) if paired else min(len(rows[k].a), len(rows[k].b)) for k in keys]
-    n0 = np.array([base or c for c in counts])
+    paired = rows[keys[0]].paired
+    mom = np.array([rows[k].moments() for k in keys], float)  # n_a, n_b: a paired row's rounds on both
+    n0 = np.full(len(keys), base) if base else mom[:, 4:].min(1).astype(int)
     width = int(n0.max()) + extra
-    mom = np.array([rows[k].moments() for k in keys], float)
     groups = [rows[k].group for k in keys]
-    scale = np.sqrt(moderate(mom[:, 1], np.where(np.isfinite(mom[:, 3]), mom[:, 2], 0.0), groups)[0])
+    scale = np.sqrt(moderate(mom[:, 1], mom[:, 2], groups)[0])
     sides = [(rows[k].d,) if paired else (rows[k].a, rows[k].b) for k in keys]
     pool = np.concatenate([_residuals(x) / sd for side, sd in zip(sides, scale) for x in side])
-    if not len(pool) or not np.any(pool):
+    if not np.any(pool):
         raise ValueError("a simulated compare needs rows with a spread between rounds")
 
     def sample() -> np.ndarray:
@@ -106,16 +102,16 @@ def _look(d: Draws, n: np.ndarray, change: np.ndarray, shift: np.ndarray, thresh
 
 
 def run(d: Draws, change: np.ndarray, threshold: float, design: Design, top_up: int = 0,
-        confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING, rng: np.random.Generator | None = None) -> dict:
+        confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING, *, rng: np.random.Generator) -> dict:
     """The rule, end to end, on draws ``d`` with the true log change ``change`` [R] (or [S, R]): look 1 on the
     base rounds; with two looks, rows left undetermined or probably changed get the rounds they need (at most
-    ``top_up``) and look 2 judges every row on its rounds, the topped rows taking its verdict. Returns {"code" [S,
-    R], "held" [S, R] (the final interval holds the true change), "added" [S, R] (rounds added)}."""
+    ``top_up``) and look 2 judges every row on its rounds, the topped rows taking its verdict; ``rng`` draws the
+    sitting shifts (unpaired, across sittings). Returns {"code" [S, R], "held" [S, R] (the final interval holds the
+    true change), "added" [S, R] (rounds added)}."""
     s = d.a.shape[0]
     n = np.broadcast_to(d.base, (s, len(d.base))).astype(float)
     shift = 0.0
     if not d.paired and sitting.sd:
-        rng = rng or np.random.default_rng(0)
         shift = rng.normal(0.0, sitting.sd, (s, 1)) - rng.normal(0.0, sitting.sd, (s, 1))
     out, m = _look(d, n, change, shift, threshold, design.looks, confidence, sitting)
     code, lo, hi = out["code"], out["lo"], out["hi"]
@@ -139,7 +135,7 @@ def aa_false_changed(rows: Mapping[Hashable, RowData], threshold: float, design:
     compares whose final interval holds 1 per row, "sims"}."""
     rng = np.random.default_rng(seed)
     d = draws(rows, sims, top_up if design.looks > 1 else 0, rng, design.base)
-    out = run(d, np.zeros(len(rows)), threshold, design, top_up, confidence, sitting, rng)
+    out = run(d, np.zeros(len(rows)), threshold, design, top_up, confidence, sitting, rng=rng)
     changed = (out["code"] == SLOWER) | (out["code"] == FASTER)
     return {"false_changed": float(changed.sum(-1).mean()), "same": float((out["code"] == SAME).mean()),
             "coverage": out["held"].mean(0), "sims": sims}
@@ -158,7 +154,7 @@ def detectable(rows: Mapping[Hashable, RowData], threshold: float, design: Desig
         for c in changes:
             change = np.zeros(len(rows))
             change[j] = math.log1p(c)
-            if (run(d, change, threshold, design, top_up, confidence, sitting, rng)["code"][:, j] == SLOWER).mean() >= power:
+            if (run(d, change, threshold, design, top_up, confidence, sitting, rng=rng)["code"][:, j] == SLOWER).mean() >= power:
                 out[j] = c
                 break
     return out
