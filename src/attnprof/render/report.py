@@ -33,12 +33,10 @@ def _describe(shape_key: str) -> str:
         return ""
 
 
-def file_names() -> dict:
-    """The result set's file names as the report names them (attnprof.model.names): ``run``, ``capture`` and
-    ``tables`` by name, and ``csv_tables``, the per-capture CSV tables as one brace pattern
-    ('{kernels,forwards,launches,ops}.csv')."""
-    stems = [name.removesuffix(".csv") for name in CAPTURE_TABLES.values() if name.endswith(".csv")]
-    return {"run": RUN_FILES, "capture": CAPTURE_FILES, "tables": CAPTURE_TABLES, "csv_tables": "{" + ",".join(stems) + "}.csv"}
+#: The result set's file names as the report names them (attnprof.model.names): ``run``, ``capture`` and ``tables`` by
+#: name, and ``csv_tables``, the per-capture CSV tables as one brace pattern ('{kernels,forwards,launches,ops}.csv').
+FILE_NAMES = {"run": RUN_FILES, "capture": CAPTURE_FILES, "tables": CAPTURE_TABLES,
+              "csv_tables": "{" + ",".join(n.removesuffix(".csv") for n in CAPTURE_TABLES.values() if n.endswith(".csv")) + "}.csv"}
 
 
 def study_counts(expectations: dict) -> dict[str, int]:
@@ -110,7 +108,7 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "gpus_used": brief["gpus_used"], "sweep": sweep_table(summary, gpu, brief["memory_bound"]),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration), "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary, repeats), "files": file_names(),
+            "host_load": _load_range(summary, repeats), "files": FILE_NAMES,
             # compare's noise floors in % (env.json in the current format: attnprof.model.formats gives the defaults to
             # one recorded before them)
             "noise_floor_pct": 100 * cfg["compare"]["noise_floor"], "noise_floor_host_pct": 100 * cfg["compare"]["noise_floor_host"]}
