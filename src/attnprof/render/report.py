@@ -121,9 +121,8 @@ def _part1(shapes: list[dict], gpu: bool) -> dict | None:
     study = next((sh for sh in shapes if sh["part1"]), None)
     for sh in shapes:
         sh["timeline"] = sh["plots"].get(TIMELINE)
-        hidden = {TIMELINE} if sh["part1"] else set()
         sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
-                             if (gpu or name in CPU_PLOTS) and name not in hidden}
+                             if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
     return study
 
 
