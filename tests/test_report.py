@@ -1,5 +1,5 @@
 """Report rendering: kernel names are escaped data; WeasyPrint errors fail the PDF."""
-import logging
+import logging.handlers
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ def test_pdf_fails_on_a_broken_image(tmp_path):
     with pytest.raises(RenderError):
         render_pdf(src, tmp_path / "r.pdf")
     assert not (tmp_path / "r.pdf").exists()
-    assert not [h for h in logging.getLogger("weasyprint").handlers if type(h).__name__ == "Collect"]
+    assert not [h for h in logging.getLogger("weasyprint").handlers if isinstance(h, logging.handlers.BufferingHandler)]
 
 
 def test_cudnn_version_has_one_spelling():

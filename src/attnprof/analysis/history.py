@@ -57,10 +57,6 @@ def row_of(pair: dict, key: tuple[str, str]) -> dict | None:
     return next((r for r in pair["rows"] if (r["variant"], r["shape_key"]) == key), None)
 
 
-def _opposite(a: str, b: str) -> bool:
-    return {a, b} == set(CHANGED)
-
-
 def _event(kind: str, start: int, end: int, row: dict) -> dict:
     """An event between builds ``start`` and ``end`` (indices into the series) with the verdict ``row`` gave it."""
     return {"kind": kind, "start": start, "end": end, "direction": row["verdict"],
@@ -94,7 +90,7 @@ def _next_event(verdicts: list[str], ends, i: int) -> tuple[dict | None, int]:
 
 def _step_or_excursion(verdicts: list[str], ends, i: int) -> tuple[dict, int]:
     step = ends(i, i + 1)
-    if i + 1 < len(verdicts) and _opposite(verdicts[i], verdicts[i + 1]):
+    if i + 1 < len(verdicts) and {verdicts[i], verdicts[i + 1]} == set(CHANGED):  # opposite steps
         back = ends(i, i + 2)
         if back is None or back["verdict"] not in CHANGED:
             return {**_event("excursion", i, i + 2, step), "back": back and back["verdict"]}, i + 2
@@ -145,21 +141,15 @@ def build_time(run: dict, key: tuple[str, str], col: str) -> dict:
     return {**{k: stat[k] for k in ("n", "center", "lo", "hi")}, "status": row.iloc[0]["status"]}
 
 
-def _flag(summary: pd.DataFrame, key: tuple[str, str], col: str):
-    row = summary[(summary["variant"] == key[0]) & (summary["shape_key"] == key[1])]
-    return None if not len(row) or col not in row or pd.isna(row.iloc[0][col]) else row.iloc[0][col]
-
-
 def structural(pair: dict, a: dict, b: dict) -> list[dict]:
     """The exact changes of one link (compare_pair's dict ``pair`` of result sets ``a`` -> ``b``): each {variant,
     shape_key, what, a, b} for kernels (names without template arguments) and aten ops added/removed, a status change with PyTorch's reason (compare_pair's
     ``support``), sdpa_auto's dispatch, correctness (``rel_error_ok``) and torch.compile's first call."""
-    out = [{"variant": r["variant"], "shape_key": r["shape_key"], "what": key.replace("_", " "), "a": None, "b": r[key]}
+    out = [_change((r["variant"], r["shape_key"]), key.replace("_", " "), None, r[key])
            for r in pair["rows"] for key in ("kernels_added", "kernels_removed", "ops_added", "ops_removed") if r.get(key)]
-    out += [{"variant": s["variant"], "shape_key": s["shape_key"], "what": "status",
-             "a": _status_text(s["status_a"], s["reason_a"]), "b": _status_text(s["status_b"], s["reason_b"])}
-            for s in pair["support"]]
-    out += [{"variant": "sdpa_auto", "shape_key": d["shape_key"], "what": "dispatch", "a": d["a"], "b": d["b"]}
+    out += [_change((s["variant"], s["shape_key"]), "status", _status_text(s["status_a"], s["reason_a"]),
+                    _status_text(s["status_b"], s["reason_b"])) for s in pair["support"]]
+    out += [_change(("sdpa_auto", d["shape_key"]), "dispatch", d["a"], d["b"])
             for d in pair["dispatch"] if d["changed"] and d["a"] and d["b"]]
     return out + _checks(pair, a, b)
 
@@ -170,12 +160,12 @@ def _status_text(status: str, reason: str | None) -> str:
 
 def _checks(pair: dict, a: dict, b: dict) -> list[dict]:
     """Correctness and torch.compile's first call that changed between ``a`` and ``b`` (rows of both)."""
-    out = []
+    out, checked = [], [x["summary"].set_index(["variant", "shape_key"]).get("rel_error_ok", {}) for x in (a, b)]
     for r in pair["rows"]:
         key = (r["variant"], r["shape_key"])
-        ok = [_flag(x["summary"], key, "rel_error_ok") for x in (a, b)]
+        ok = [flags.get(key) for flags in checked]  # the key is in both summaries (a row of both); NaN: not checked
         compiled = [r.get(k) is not None for k in ("compile_a_s", "compile_b_s")]
-        if None not in ok and bool(ok[0]) != bool(ok[1]):
+        if not any(map(pd.isna, ok)) and bool(ok[0]) != bool(ok[1]):
             out.append(_change(key, "correctness", *("correct" if x else "wrong" for x in ok)))
         if compiled[0] != compiled[1]:
             out.append(_change(key, "compile", *("compiled" if x else "no compile" for x in compiled)))
@@ -183,6 +173,7 @@ def _checks(pair: dict, a: dict, b: dict) -> list[dict]:
 
 
 def _change(key: tuple[str, str], what: str, a, b) -> dict:
+    """One structural change of (variant, shape_key) ``key``: {variant, shape_key, what, a, b}."""
     return {"variant": key[0], "shape_key": key[1], "what": what, "a": a, "b": b}
 
 
@@ -219,9 +210,8 @@ def history(runs: list[dict], judge: Callable[[dict, dict], dict]) -> dict:
     cells = [_cell(runs, key, links, pair, col) for key in cell_keys(runs, links)]
     for i, link in enumerate(links):
         link.update(structural=structural(link, runs[i], runs[i + 1]), together=together(link))
-    extra = [p for (i, j), p in pair.done.items() if j != i + 1]
     return {"builds": [_build(x) for x in runs], "time_column": col, "links": links, "cells": cells,
-            "extra_pairs": [{"a": p["a"], "b": p["b"], "joint": p["joint"]} for p in extra]}
+            "extra_pairs": [{k: p[k] for k in ("a", "b", "joint")} for (i, j), p in pair.done.items() if j != i + 1]}
 
 
 def kernel_shares(a: pd.DataFrame | None, b: pd.DataFrame | None, key: tuple[str, str]) -> dict | None:
@@ -289,17 +279,22 @@ def _build(run: dict) -> dict:
             "label": (env.get("ab") or {}).get("environment") or env.get("torch") or run["name"]}
 
 
+def build_rows(cell: dict) -> list[dict]:
+    """Per build of one of history.json's ``cells``: {time (its ``times`` entry), link (the verdict of the link that
+    leads to it; None for the first build), event (the kind of the event that ends there, None where none does:
+    events never overlap, so one at most)}."""
+    ends = {e["end"]: e["kind"] for e in cell["events"]}
+    return [{"time": t, "link": cell["links"][j - 1] if j else None, "event": ends.get(j)}
+            for j, t in enumerate(cell["times"])]
+
+
 def history_table(doc: dict) -> pd.DataFrame:
     """history.csv: one row per variant, shape and build: the build's time (ms, ``time_column``) with its interval
     and repeats, and the verdict of the link that leads to it (none for the first build) with its ratio and
-    interval, and the events that end at it."""
-    rows = []
-    for c in doc["cells"]:
-        for j, (build, t) in enumerate(zip(doc["builds"], c["times"])):
-            link = c["links"][j - 1] if j else {}
-            rows.append({"variant": c["variant"], "shape_key": c["shape_key"], "build": build["label"],
-                         "run": build["name"], "status": t["status"], "time_ms": t["center"], "lo_ms": t["lo"],
-                         "hi_ms": t["hi"], "repeats": t["n"], "verdict": link.get("verdict"), "ratio": link.get("ratio"),
-                         "ratio_lo": link.get("ratio_lo"), "ratio_hi": link.get("ratio_hi"),
-                         "events": "; ".join(e["kind"] for e in c["events"] if e["end"] == j)})
-    return pd.DataFrame(rows)
+    interval, and the event that ends at it (:func:`build_rows`)."""
+    return pd.DataFrame([{"variant": c["variant"], "shape_key": c["shape_key"], "build": build["label"], "run": build["name"],
+                          "status": r["time"]["status"], "time_ms": r["time"]["center"], "lo_ms": r["time"]["lo"],
+                          "hi_ms": r["time"]["hi"], "repeats": r["time"]["n"],
+                          **{k: (r["link"] or {}).get(k) for k in ("verdict", "ratio", "ratio_lo", "ratio_hi")},
+                          "events": r["event"] or ""}
+                         for c in doc["cells"] for build, r in zip(doc["builds"], build_rows(c))])

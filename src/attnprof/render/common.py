@@ -9,7 +9,8 @@ history of a run's result sets) gets its own module beside them, with its templa
 from __future__ import annotations
 
 import base64
-import logging
+import logging.handlers
+import math
 from pathlib import Path
 
 import jinja2
@@ -49,7 +50,7 @@ def cudnn_version(value) -> str:
     (8902 -> 8.9.2); anything else comes back as text."""
     if not isinstance(value, int) or value <= 0:
         return "" if value is None else str(value)
-    major, rest = (value // 10000, value % 10000) if value >= 10000 else (value // 1000, value % 1000)
+    major, rest = divmod(value, 10000 if value >= 10000 else 1000)
     return f"{major}.{rest // 100}.{rest % 100}"
 
 
@@ -90,14 +91,8 @@ def render_pdf(html_path: Path, pdf_path: Path) -> None:
                           "libpangoft2-1.0-0, then pip install weasyprint. Render elsewhere with "
                           "`snakemake --cores 1 results/<run>/report.pdf`") from exc
 
-    errors: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            if record.levelno >= logging.ERROR:
-                errors.append(record.getMessage())
-
-    handler = Collect()
+    handler = logging.handlers.BufferingHandler(capacity=math.inf)  # keeps every record: never flushes them away
+    handler.setLevel(logging.ERROR)
     logger = logging.getLogger("weasyprint")
     logger.addHandler(handler)
     try:
@@ -107,6 +102,7 @@ def render_pdf(html_path: Path, pdf_path: Path) -> None:
         html.write_pdf(str(pdf_path))
     finally:
         logger.removeHandler(handler)
+    errors = [record.getMessage() for record in handler.buffer]
     if errors:
         Path(pdf_path).unlink(missing_ok=True)
         raise RenderError("WeasyPrint reported errors: " + "; ".join(errors[:5]))

@@ -5,14 +5,11 @@ history.json, which compare's own function made; nothing is judged here."""
 
 from __future__ import annotations
 
+from attnprof.analysis.history import build_rows
 from attnprof.model.fmt import format_number, format_range
 
-#: Words of a change's state at the newest build, by its direction.
-STATE_WORDS = {("slower", "gone"): "recovered by the newest build", ("faster", "gone"): "lost again by the newest build",
-               ("slower", "still present"): "still present at the newest build",
-               ("faster", "still present"): "still present at the newest build",
-               ("slower", "undetermined"): "inconclusive at the newest build",
-               ("faster", "undetermined"): "inconclusive at the newest build"}
+#: Words of a change's state at the newest build, where it is not gone (a gone one's words name its direction).
+STATE_WORDS = {"still present": "still present at the newest build", "undetermined": "inconclusive at the newest build"}
 
 
 def _pct(ratio: float | None) -> str:
@@ -56,9 +53,10 @@ def _state_words(e: dict, labels: list[str]) -> str:
     """An event's state at the newest build in words: the change it undoes, the change that undid it, or its state."""
     if e.get("undoes"):
         return f"undoing the change at {_span(labels, *e['undoes'])}"
-    if e.get("undone_by"):
-        return f"{'recovered' if e['direction'] == 'slower' else 'lost again'} at {_span(labels, *e['undone_by'])}"
-    return STATE_WORDS.get((e["direction"], e.get("state")), "")
+    if e.get("state") == "gone":  # a regression recovered, a gain lost: at the change that undid it, if one did
+        at = f"at {_span(labels, *e['undone_by'])}" if e.get("undone_by") else "by the newest build"
+        return f"{'recovered' if e['direction'] == 'slower' else 'lost again'} {at}"
+    return STATE_WORDS.get(e.get("state"), "")
 
 
 def _structural_sentence(s: dict, span: str) -> str:
@@ -74,7 +72,7 @@ def page1(doc: dict) -> list[str]:
     events = sorted((e["start"], event_sentence(e, c, labels)) for c in doc["cells"] for e in c["events"])
     out = [s for _, s in events] or [_no_event(doc)]
     for i, link in enumerate(doc["links"]):
-        span = f"{labels[i]} \u2192 {labels[i + 1]}"
+        span = _span(labels, i, i + 1)
         out += [_structural_sentence(s, span) for s in link["structural"]]
         if link["together"]:
             out.append(f"{span}: every variant judged moved {link['together']} together: that is the machine (or "
@@ -91,17 +89,13 @@ def _no_event(doc: dict) -> str:
     verdicts = [v for v in every if v not in ("not comparable", "not judged")]
     open_ = sum(v == "inconclusive" for v in verdicts)
     apart = f" ({len(every) - len(verdicts)} more not comparable or not judged)" if len(every) > len(verdicts) else ""
-    shown = (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(_threshold(doc) * 100)} % "
-             f"was shown over the {len(doc['builds'])} builds")
+    shown = (f"No step, one-build excursion or drift of a time beyond \u00b1{format_number(doc['links'][0]['threshold'] * 100)}"
+             f" % was shown over the {len(doc['builds'])} builds")
     if open_ == len(verdicts) and verdicts:
         return (f"{shown}, and none was ruled out: all {open_} link verdicts are inconclusive (the rounds spread too "
                 "much to decide; a change up to their intervals is possible)")
     return (f"{shown}; {open_} of the {len(verdicts)} judged link verdicts inconclusive (a change up to their "
             f"intervals cannot be ruled out there){apart}")
-
-
-def _threshold(doc: dict) -> float:
-    return doc["links"][0]["threshold"]
 
 
 def multiplicity(doc: dict) -> dict:
@@ -112,24 +106,12 @@ def multiplicity(doc: dict) -> dict:
             "links": len(doc["links"]), "extra": len(doc["extra_pairs"])}
 
 
-def _cell_rows(cell: dict) -> dict:
-    """A (variant, shape)'s row of the per-variant table: per build its time, the verdict of the link that leads to it
-    (None for the first) and the kind of the event that ends there."""
-    ends = {e["end"]: e["kind"] for e in cell["events"]}
-    return {"shape_key": cell["shape_key"],
-            "builds": [{"time": t, "link": cell["links"][j - 1] if j else None, "event": ends.get(j)}
-                       for j, t in enumerate(cell["times"])]}
-
-
 def _recipe_changes(link: dict, cell: dict) -> list[dict]:
     """The recipe steps of ``cell``'s forward at ``link`` that are not kept unchanged: added, removed, replaced or
     moved, or kept with a time called slower or faster."""
-    out = []
-    for r in link.get("recipes") or []:
-        if (r["variant"], r["shape_key"], r["pass"]) != (cell["variant"], cell["shape_key"], "forward"):
-            continue
-        out += [x for g in r["groups"] for x in g["rows"] if x["kind"] != "kept" or x.get("verdict") in ("slower", "faster")]
-    return out
+    forward = (cell["variant"], cell["shape_key"], "forward")
+    return [x for r in link.get("recipes") or [] if (r["variant"], r["shape_key"], r["pass"]) == forward
+            for g in r["groups"] for x in g["rows"] if x["kind"] != "kept" or x.get("verdict") in ("slower", "faster")]
 
 
 def explained(doc: dict) -> list[dict]:
@@ -164,9 +146,11 @@ def history_context(doc: dict, css: str, plots: dict[str, str]) -> dict:
     variants = list(dict.fromkeys(c["variant"] for c in doc["cells"]))
     host = doc["time_column"].startswith("cpu_")
     return {"doc": doc, "css": css, "labels": [b["label"] for b in doc["builds"]], "page1": page1(doc),
-            "multiplicity": multiplicity(doc), "threshold_pct": _threshold(doc) * 100, "explained": explained(doc),
+            "multiplicity": multiplicity(doc), "threshold_pct": doc["links"][0]["threshold"] * 100, "explained": explained(doc),
             "time_words": "host (CPU) time per forward" if host else "device time per forward",
             "interval_words": ("lowest to highest capture" if host else
                                f"{format_number(doc['confidence'] * 100)} % rerun interval"),
-            "variants": [{"name": v, "plot": plots.get(v), "rows": [_cell_rows(c) for c in doc["cells"] if c["variant"] == v]}
+            # per variant, a row per shape: per build its time, link verdict and event (analysis.history.build_rows)
+            "variants": [{"name": v, "plot": plots.get(v), "rows": [{"shape_key": c["shape_key"], "builds": build_rows(c)}
+                                                                    for c in doc["cells"] if c["variant"] == v]}
                          for v in variants]}

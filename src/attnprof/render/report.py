@@ -33,12 +33,10 @@ def _describe(shape_key: str) -> str:
         return ""
 
 
-def file_names() -> dict:
-    """The result set's file names as the report names them (attnprof.model.names): ``run``, ``capture`` and
-    ``tables`` by name, and ``csv_tables``, the per-capture CSV tables as one brace pattern
-    ('{kernels,forwards,launches,ops}.csv')."""
-    stems = [name.removesuffix(".csv") for name in CAPTURE_TABLES.values() if name.endswith(".csv")]
-    return {"run": RUN_FILES, "capture": CAPTURE_FILES, "tables": CAPTURE_TABLES, "csv_tables": "{" + ",".join(stems) + "}.csv"}
+#: The result set's file names as the report names them (attnprof.model.names): ``run``, ``capture`` and ``tables`` by
+#: name, and ``csv_tables``, the per-capture CSV tables as one brace pattern ('{kernels,forwards,launches,ops}.csv').
+FILE_NAMES = {"run": RUN_FILES, "capture": CAPTURE_FILES, "tables": CAPTURE_TABLES,
+              "csv_tables": "{" + ",".join(n.removesuffix(".csv") for n in CAPTURE_TABLES.values() if n.endswith(".csv")) + "}.csv"}
 
 
 def study_counts(expectations: dict) -> dict[str, int]:
@@ -61,14 +59,13 @@ def repeats_text(cfg: dict, summary: pd.DataFrame) -> str:
              if len(v)]
     largest = (f" Between the repeats of this run, {' and '.join(parts)} (standard deviation of the log medians)."
                if parts else "")
-    if len(dev):
-        largest += (" What a change of these times <code>compare</code> can find depends on the other result set and the "
-                    "design (another sitting, the same one, or a paired A/B run): each comparison states it, simulated with "
-                    "its own rows' rounds resampled (docs/statistics.md).")
     coverage = 100 * (n - 1) / (n + 1)
     gpu = bool(len(dev))
     rerun = ". Host times have no rerun interval"
     if gpu:
+        largest += (" What a change of these times <code>compare</code> can find depends on the other result set and the "
+                    "design (another sitting, the same one, or a paired A/B run): each comparison states it, simulated with "
+                    "its own rows' rounds resampled (docs/statistics.md).")
         rerun = (f"; <i>rerun</i> is the 95&nbsp;% prediction interval for the median a rerun with as many repeats will "
                  f"state on the {SAME_SITTING} (Student's t over the log repeat medians, the between-process variance "
                  "pooled over the variant's shapes; docs/statistics.md); another day or machine moves a whole block of "
@@ -111,14 +108,10 @@ def build_context(run: str, summary: pd.DataFrame, kernels: pd.DataFrame, launch
             "gpus_used": brief["gpus_used"], "sweep": sweep_table(summary, gpu, brief["memory_bound"]),
             "run_plots": {name: data_uri(p) for name, p in (run_plots or {}).items()},
             "calibration": calibration_numbers(calibration), "multi_shape": summary["shape_key"].nunique() > 1,
-            "host_load": _load_range(summary, repeats), "files": file_names(), **noise_floors(cfg)}
-
-
-def noise_floors(cfg: dict) -> dict:
-    """compare's noise floors in % (``noise_floor_pct``, ``noise_floor_host_pct``) from the run's config (env.json in
-    the current format: attnprof.model.formats gives one recorded before them the defaults)."""
-    return {"noise_floor_pct": 100 * cfg["compare"]["noise_floor"],
-            "noise_floor_host_pct": 100 * cfg["compare"]["noise_floor_host"]}
+            "host_load": _load_range(summary, repeats), "files": FILE_NAMES,
+            # compare's noise floors in % (env.json in the current format: attnprof.model.formats gives the defaults to
+            # one recorded before them)
+            "noise_floor_pct": 100 * cfg["compare"]["noise_floor"], "noise_floor_host_pct": 100 * cfg["compare"]["noise_floor_host"]}
 
 
 def _part1(shapes: list[dict], gpu: bool) -> dict | None:
@@ -128,9 +121,8 @@ def _part1(shapes: list[dict], gpu: bool) -> dict | None:
     study = next((sh for sh in shapes if sh["part1"]), None)
     for sh in shapes:
         sh["timeline"] = sh["plots"].get(TIMELINE)
-        hidden = {TIMELINE} if sh["part1"] else set()
         sh["shown_plots"] = {name: uri for name, uri in sh["plots"].items()
-                             if (gpu or name in CPU_PLOTS) and name not in hidden}
+                             if (gpu or name in CPU_PLOTS) and not (sh["part1"] and name == TIMELINE)}
     return study
 
 
@@ -155,10 +147,6 @@ def _shape_context(shape_key: str, summary: pd.DataFrame, kernels: pd.DataFrame,
 _OWN_COLUMNS = ("status", "trace_quality", "backward", "compile")
 
 
-#: The timing-fidelity ratios of a row without a fidelity finding.
-_NO_FIDELITY = {"timed_over_trace": None, "graph_over_trace": None}
-
-
 def _row_context(row: dict, shape_key: str, kernels: pd.DataFrame, launches: pd.DataFrame, found: list[dict], env: dict,
                  counts: dict) -> dict:
     """One summary row as the report's table shows it: its kernels (:func:`_row_kernels`), launches, the findings
@@ -170,7 +158,7 @@ def _row_context(row: dict, shape_key: str, kernels: pd.DataFrame, launches: pd.
     return {**row, "change": change_of(v, env), "study_kernels": counts.get(v),
             "findings": [f for f in mine if f["rule"] not in _OWN_COLUMNS], "kernels": _row_kernels(kernels, v, shape_key),
             "launches": records(_of(launches, v, shape_key)), **_row_numbers(row),
-            **_fidelity_ratios(found).get(v, _NO_FIDELITY),
+            **_fidelity_ratios(mine),
             **backward_numbers(row, bool(env.get("gpu_name")), beyond["backward"]),
             "backward_findings": beyond["backward"], "compile_findings": beyond["compile"]}
 
@@ -194,13 +182,12 @@ def _of(table: pd.DataFrame, variant: str, shape_key: str) -> pd.DataFrame:
     return table[(table["variant"] == variant) & (table["shape_key"] == shape_key)] if len(table) else table
 
 
-def _fidelity_ratios(findings: list[dict]) -> dict[str, dict]:
-    """variant -> the timing-fidelity ratios its fidelity finding states (attnprof.findings.rules.timing):
-    ``timed_over_trace`` (CUDA-event median over trace device time) and ``graph_over_trace`` (CUDA-graph
-    median over trace device time), no unit; None where the finding has none."""
-    return {f["variants"][0]: {"timed_over_trace": f["numbers"]["timed_over_trace"]["value"],
-                               "graph_over_trace": (f["numbers"].get("graph_over_trace") or {}).get("value")}
-            for f in findings if f["rule"] == "fidelity" and len(f["variants"]) == 1}  # the two-variant ones: rankings
+def _fidelity_ratios(mine: list[dict]) -> dict[str, float | None]:
+    """The timing-fidelity ratios a variant's fidelity finding states (``mine``: the findings that name it first;
+    attnprof.findings.rules.timing): ``timed_over_trace`` (CUDA-event median over trace device time) and
+    ``graph_over_trace`` (CUDA-graph median over trace device time), no unit; None where it has none."""
+    own = next((f["numbers"] for f in mine if f["rule"] == "fidelity" and len(f["variants"]) == 1), {})  # 2: rankings
+    return {k: (own.get(k) or {}).get("value") for k in ("timed_over_trace", "graph_over_trace")}
 
 
 def _row_numbers(row: dict) -> dict:
@@ -261,12 +248,11 @@ def _shape_word(shape_key: str, keys: list[str]) -> str:
     return "_".join(p for p in shape_key.split("_") if p not in common) or shape_key
 
 
-def sweep_table(summary: pd.DataFrame, gpu: bool, bound: dict | None = None) -> dict:
+def sweep_table(summary: pd.DataFrame, gpu: bool, bound: dict) -> dict:
     """The cross-shape view of a sweep: one row per variant, one column per shape; each cell the time per forward
     (device on a GPU, host on a CPU; median of the repeats, rerun interval), TFLOP/s -- GB/s at a memory-bound shape
     (``bound``: :func:`memory_bound`) -- and kernels per forward, or the status of a capture that published no
     numbers. ``common`` names what every shape shares."""
-    bound = bound or {}
     keys = list(dict.fromkeys(summary["shape_key"]))
     prefix = "device_ms" if gpu else "cpu_ms"
     by = {(r["variant"], r["shape_key"]): r for r in records(summary)}

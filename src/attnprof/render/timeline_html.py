@@ -51,7 +51,7 @@ def _us(v) -> str:
 
 
 def _cell(v) -> str | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else str(v)
+    return None if pd.isna(v) else str(v)
 
 
 def lane(capture: dict, gpu: bool) -> dict:
@@ -127,14 +127,13 @@ def _kernel_title(s, label: str, cls: str, api: str | None) -> str:
     return "\n".join(t for t in (label, kind, f"{_us(s.dur_us)} on the device, from {_us(s.start_us)}", launched) if t)
 
 
-def nice_ticks(start: float, span: float, count: int = 6) -> list[float]:
-    """Axis ticks over [start, start + span] (µs): multiples of 1, 2 or 5 times a power of ten, about ``count``
-    of them (the JavaScript zoom redraws them by the same rule)."""
-    raw = span / count
+def nice_ticks(span: float) -> list[float]:
+    """Axis ticks over [0, span] (µs): multiples of 1, 2 or 5 times a power of ten, about six of them (the JavaScript
+    zoom redraws them by the same rule from where its view starts)."""
+    raw = span / 6
     p = 10 ** math.floor(math.log10(raw))
     step = next(m for m in (1, 2, 5, 10) if raw / p <= m) * p
-    first = math.ceil(start / step)
-    return [k * step for k in range(first, int(math.floor((start + span) / step)) + 1)]
+    return [k * step for k in range(int(math.floor(span / step)) + 1)]
 
 
 _SCRIPT = """<script>
@@ -192,14 +191,10 @@ def _lane_svg(y0: float, ln: dict, gpu: bool, href: str) -> tuple[list[str], lis
     rows = ("CPU", "GPU") if gpu else ("range", "aten ops")
     labels.append(f'<text x="{LEFT - 6}" y="{y0 + 15}" text-anchor="end" class="itl-row">{rows[0]}</text>'
                   f'<text x="{LEFT - 6}" y="{y0 + 36}" text-anchor="end" class="itl-row">{rows[1]}</text>')
-    bars = []
-    for b in ln["bars"]:
-        # a CPU run's range has a row of its own (the launch calls' row: there are none)
-        top, h = LAUNCH_ROW if b["row"] == "range" and not gpu else {"range": RANGE_ROW, "launch": LAUNCH_ROW,
-                                                                     "gpu": GPU_ROW}[b["row"]]
-        bars.append(f'<rect class="itl-{b["row"]}" x="{_num(b["x"])}" y="{y0 + top}" width="{_num(b["w"])}" '
-                    f'height="{h}" fill="{b["color"]}"><title>{esc(b["title"])}</title></rect>')
-    return labels, bars
+    # (top, height) of each row; a CPU run's range has a row of its own (the launch calls' row: there are none)
+    place = {"range": RANGE_ROW if gpu else LAUNCH_ROW, "launch": LAUNCH_ROW, "gpu": GPU_ROW}
+    return labels, [f'<rect class="itl-{b["row"]}" x="{_num(b["x"])}" y="{y0 + place[b["row"]][0]}" width="{_num(b["w"])}" '
+                    f'height="{place[b["row"]][1]}" fill="{b["color"]}"><title>{esc(b["title"])}</title></rect>' for b in ln["bars"]]
 
 
 def _legend(lanes: list[dict], gpu: bool) -> list[tuple[str, str]]:
@@ -231,7 +226,7 @@ def timeline_html(captures: list[dict], gpu: bool, shape_key: str, range_name: s
     labels, bars = ([svg for piece in pieces for svg in piece[side]] for side in (0, 1))
     ticks = "".join(f'<line x1="{LEFT + t / span * PLOT:.1f}" x2="{LEFT + t / span * PLOT:.1f}" y1="{height}" '
                     f'y2="{height + 4}" stroke="#888"></line><text x="{LEFT + t / span * PLOT:.1f}" '
-                    f'y="{height + 16}" text-anchor="middle">{format_number(t)}</text>' for t in nice_ticks(0, span))
+                    f'y="{height + 16}" text-anchor="middle">{format_number(t)}</text>' for t in nice_ticks(span))
     swatches = "".join(f'<span><i style="background:{color}"></i>{esc(name)}</span>' for name, color in _legend(lanes, gpu))
     svg = (f'<svg class="itl-svg" viewBox="0 0 {WIDTH} {height + AXIS}" width="100%" role="img" '
            f'aria-label="interactive timeline: one forward per variant">'
