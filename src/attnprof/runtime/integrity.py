@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import glob
 import hashlib
 import json
@@ -52,12 +53,7 @@ class Ties:
 
         self.run_dir = Path(run_dir)
         self.layout, self.run = Layout.around(self.run_dir)
-        self._hashes: dict[str, str] = {}
-
-    def _hash(self, path: str) -> str:
-        if path not in self._hashes:
-            self._hashes[path] = _sha256(Path(path)) if Path(path).is_file() else "-"
-        return self._hashes[path]
+        self._hash = functools.cache(lambda path: _sha256(Path(path)) if Path(path).is_file() else "-")
 
     def _records(self, path: Path) -> list[str]:
         """The capture records ``path`` was derived from (:class:`Ties`); none for a plot (a timeline is drawn from
@@ -174,26 +170,28 @@ def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
     published = Path(published)
     if not published.exists():
         return []
+    from attnprof.model.names import RUN_FILES
+
     missing = [Path(p) for p in paths if not Path(p).exists()]
-    held = _published_captures(published.parent) if missing else set()
+    # the captures listed in the run tables published beside the report
+    held = set().union(*(_captures_in(published.parent / RUN_FILES[t]) for t in ("repeats", "control") if missing))
     return sorted(str(p) for p in missing if _was_published(p, published.parent, held))
 
 
-def _published_captures(run_dir: Path) -> set[tuple[str, str, str]]:
-    """{(shape_key, variant, repeat)} of the captures listed in the run tables published in ``run_dir``
-    (repeats.csv, control.csv)."""
-    from attnprof.model.names import RUN_FILES
-
-    held = set()
-    for table in ("repeats", "control"):
-        with contextlib.suppress(OSError, csv.Error), open(run_dir / RUN_FILES[table], newline="") as fh:
-            held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
-    return held
+def _captures_in(table: str | Path) -> set[tuple[str, str, str]]:
+    """{(shape_key, variant, repeat)} of the rows of run table ``table`` (repeats.csv, control.csv: one row per
+    capture); empty where it does not exist or cannot be read."""
+    try:
+        with open(table, newline="") as fh:
+            return {(r["shape_key"], r["variant"], r["repeat"]) for r in csv.DictReader(fh)}
+    except (OSError, KeyError, csv.Error):
+        return set()
 
 
 def _was_published(path: Path, run_dir: Path, held: set) -> bool:
     """Whether derived file ``path`` belonged to the published result set in ``run_dir``: a per-capture table's
-    capture, or a shape plot's shape, is among ``held`` (:func:`_published_captures`); a run-wide file always was."""
+    capture, or a shape plot's shape, is among ``held`` (the captures its run tables list); a run-wide file always
+    was."""
     from attnprof.model.plan import Layout
 
     if cap := Layout.capture_of(path, Layout.TABLES):
@@ -213,12 +211,7 @@ def lost_captures(layout, run: str, table: str) -> list[str]:
     variant, repeat), ``layout.capture_file``. [] when the table does not exist or cannot be read."""
     from attnprof.model.names import CAPTURE_FILES
 
-    try:
-        with open(layout.run_file(table, run), newline="") as fh:
-            rows = {(r["shape_key"], r["variant"], r["repeat"]) for r in csv.DictReader(fh)}
-    except (OSError, KeyError, csv.Error):
-        return []
-    return sorted(p for s, v, k in rows for name in CAPTURE_FILES
+    return sorted(p for s, v, k in _captures_in(layout.run_file(table, run)) for name in CAPTURE_FILES
                   if not Path(p := layout.capture_file(name, run, shape=s, variant=v, repeat=k)).exists())
 
 

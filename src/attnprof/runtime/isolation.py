@@ -138,7 +138,6 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     env = {**base, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
     tail: collections.deque = collections.deque(maxlen=200)
     started = time.time()
-    proc = None
 
     def discard() -> None:
         for path in (trace_path, tmp_status, spec_path):
@@ -147,19 +146,17 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     try:
         with signals_raise_exit():
             proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
-            pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
-            pump.start()
             try:
+                pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
+                pump.start()
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 returncode = None  # ours: a result ("timed out"), not an interruption
+            finally:  # at the timeout, or on SIGTERM/SIGINT or an error; nothing where it has ended (send_signal polls)
                 proc.kill()
                 proc.wait()
             pump.join()
     except BaseException as exc:  # SIGTERM/SIGINT here (SystemExit, KeyboardInterrupt) or an error: no result
-        if proc is not None:
-            proc.kill()
-            proc.wait()
         discard()
         log(f"{spec['variant']} {Shape(**spec['shape']).key}: aborted ({type(exc).__name__}), capture process ended, no status written")
         raise

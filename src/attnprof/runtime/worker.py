@@ -28,7 +28,7 @@ Started ahead. A fresh process pays the torch import, the CUDA context and the p
 **spare** process (:class:`_Ahead`) that pays them while the current process captures: the next round, a
 replacement after a failed capture and the check process take it ready, and a new spare starts; a supervisor starts
 the first capture process and the spare at once. A GPU run starts its supervisors with the run, while Snakemake builds
-its DAG (:func:`start_worker`, from attnprof.runtime.jobs.start_capture_workers), so the first capture finds both
+its DAG (:func:`connect_or_start`, from attnprof.runtime.jobs.start_capture_workers), so the first capture finds both
 ready. Every process starts the same way (import, context, one empty profiler session: :func:`child_main`) and serves
 nothing until it is taken, so every round's process is alike. On a CPU run a spare would share the cores with a
 capture's timings: none is started (:func:`prestarts`), and the first capture job starts the supervisor.
@@ -285,15 +285,18 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
 
 
 def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
-                     env: dict | None = None, spares: int = 1) -> socket.socket:
+                     env: dict | None = None, spares: int = 1, key: str | None = None) -> socket.socket:
     """A connection to the supervisor for this process's :func:`worker_key`, started (detached,
     its output appended to ``log_path``) when none listens. ``python``, ``env``: another Python environment
     (config ``environments``): the supervisor and its capture processes run in that interpreter with those
-    variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps. Raises RuntimeError
-    naming the log when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
-    when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
+    variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps (:func:`prestarts`:
+    it then starts its first capture process and the spares at once); ``key``: :func:`worker_key` of these
+    arguments where the caller has it already (for another Python, reading its torch build is a subprocess of about
+    0.1 s). Raises RuntimeError naming the log when a started supervisor does not listen within
+    :data:`START_TIMEOUT_S` seconds, ValueError when :data:`REQUEST_TIMEOUT_ENV` is set to something else than
+    seconds."""
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
-    key = worker_key(device, python, env)
+    key = key or worker_key(device, python, env)
     addr = address(key)
     if sock := _connect(addr):
         return sock
@@ -310,14 +313,6 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
             if sock := _connect(addr):
                 return sock
     raise RuntimeError(f"capture worker {key} did not start within {START_TIMEOUT_S:g} s; see {log_path or 'its output'}")
-
-
-def start_worker(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
-                 env: dict | None = None, spares: int = 1) -> None:
-    """Start the supervisor that :func:`connect_or_start` with these arguments would connect to, and return once it
-    listens (None: it already did). Where it keeps spares (:func:`prestarts`; ``spares`` of them) it starts its first
-    capture process and the spares at once. Raises as :func:`connect_or_start` does."""
-    connect_or_start(device, idle_s, log_path, python, env, spares).close()  # a connection that sends nothing: not a request
 
 
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
@@ -499,7 +494,7 @@ def _read_request(conn: socket.socket) -> dict | None:
             return request
         why = "malformed request"
     _tell(conn, {"error": why})
-    if why != "empty request":  # a client that only made sure the supervisor listens (start_worker)
+    if why != "empty request":  # a client that only made sure the supervisor listens (attnprof.runtime.jobs._start_workers)
         log(f"dropped a connection: {why}")
     return None
 
