@@ -121,16 +121,18 @@ def foreign_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
 
 def _judged(run_dir, paths, test) -> list[str]:
     """The files of ``paths`` that exist, have a sidecar and fail ``test(path, sidecar fields, ties)``, sorted."""
-    run_dir = Path(run_dir)
-    ties, out = Ties(run_dir), []
-    for path in map(Path, paths):
-        try:
-            recorded = _sidecar(run_dir, path).read_text().split()
-        except (OSError, ValueError):
-            continue
-        if recorded and path.exists() and test(path, recorded, ties):
-            out.append(str(path))
-    return sorted(out)
+    run_dir, ties = Path(run_dir), Ties(run_dir)
+    return sorted(str(p) for p in map(Path, paths)
+                  if (recorded := _recorded(run_dir, p)) and p.exists() and test(p, recorded, ties))
+
+
+def _recorded(run_dir: Path, path: Path) -> list[str]:
+    """The fields of ``path``'s sidecar (the SHA-256, the size and modification time, the tie to the result set and
+    its captures); [] where it has none (or lies outside ``run_dir``) or it cannot be read."""
+    try:
+        return _sidecar(run_dir, path).read_text().split()
+    except (OSError, ValueError):
+        return []
 
 
 def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
@@ -144,10 +146,7 @@ def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
     side = _sidecar(run_dir, path)
     if not path.is_file():
         return "missing"
-    try:  # the SHA-256, the size and modification time, the tie to the result set and its captures
-        recorded = side.read_text().split()
-        recorded[0]
-    except (OSError, ValueError, IndexError):
+    if not (recorded := _recorded(run_dir, path)):
         return (f"no SHA-256 recorded for it ({side} is missing: made before checksums were recorded, or copied "
                 "without its logs/checksums/), so it cannot be checked")
     if _sha256(path) != recorded[0]:
