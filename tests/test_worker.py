@@ -58,6 +58,24 @@ def test_the_queue_serves_a_round_before_the_next_and_the_process_ending_capture
 
 
 @pytest.mark.slow
+def test_a_request_that_fails_in_a_fresh_process_kills_that_process_before_its_connection_closes():
+    """attnprof.runtime.worker._serve_one for a request whose process is taken fresh (none served before it): whatever
+    ends the serving (here a timeout that is not a number; SIGTERM alike) kills the process it took before the
+    connection closes, not only the one it was given."""
+    import socket
+
+    from attnprof.runtime import worker
+
+    ahead, taken = _Ahead("cpu", 0), []
+    take = ahead.take
+    ahead.take = lambda: taken.append(take()) or taken[-1]
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(ValueError):
+        worker._serve_one(ours, None, ahead, {"spec": {"variant": "naive"}, "trace": "t.json.gz", "timeout_s": "soon"})
+    assert len(taken) == 1 and taken[0].proc.poll() is not None  # killed (and reaped) before the connection closed
+
+
+@pytest.mark.slow
 def test_worker_serves_captures_in_one_process_with_the_fresh_process_numbers(tmp_path, fresh_capture):
     a = in_worker(tmp_path, spec("naive"), "a")
     b = in_worker(tmp_path, spec("sdpa_math"), "b")

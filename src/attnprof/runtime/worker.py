@@ -500,14 +500,15 @@ def _read_request(conn: socket.socket) -> dict | None:
 
 
 def _serve_one(conn: socket.socket, child: _Child | None, ahead: _Ahead, request: dict) -> _Child | None:
-    """Serve ``request`` (read from ``conn`` by :func:`_admit`) on ``conn``, a fresh process from ``ahead`` where
-    needed; returns the capture process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the
-    capture process is killed before ``conn`` closes, so a capture never outlives the request it serves."""
+    """Serve ``request`` (read from ``conn`` by :func:`_admit`) on ``conn``, in ``child`` or a fresh process from
+    ``ahead`` where needed (:func:`_child_for`); returns the capture process to keep (None: ended). On any exception
+    (SIGTERM/SIGINT included) the capture process that serves it is killed before ``conn`` closes, so a capture never
+    outlives the request it serves."""
+    child = _child_for(request, child, ahead)
     try:
-        return _serve_request(conn, request, child, ahead)
+        return _serve_request(conn, request, child)
     except BaseException:
-        if child is not None:
-            child.kill()
+        child.kill()
         raise
 
 
@@ -545,10 +546,9 @@ def _admit_waiting(listener: socket.socket, pending: list) -> None:
         _admit(conn, pending)
 
 
-def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahead: _Ahead) -> _Child | None:
-    """Serve ``request`` in ``child`` (a fresh one where needed: :func:`_child_for`) and answer on ``conn``; returns the
-    process to keep (None: it ended or must not serve on)."""
-    child = _child_for(request, child, ahead)
+def _serve_request(conn: socket.socket, request: dict, child: _Child) -> _Child | None:
+    """Serve ``request`` in ``child`` and answer on ``conn``; returns the process to keep (None: it ended or must not
+    serve on)."""
     _tell(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:
         _tell(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
