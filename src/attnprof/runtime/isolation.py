@@ -208,7 +208,6 @@ def finish_capture(record: dict, trace_path: Path, status_path: Path, started: f
     that died, which could not say when it began the capture, has ``started_at`` as its ``capture_started_at``) and,
     when the capture left no usable trace, a placeholder trace naming the status (:func:`write_placeholder_trace`).
     Returns the record."""
-    trace_path, status_path = Path(trace_path), Path(status_path)
     record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
     record.setdefault("capture_started_at", record["started_at"])
     record[FORMAT_KEY] = FORMATS["status"]

@@ -172,12 +172,9 @@ def worker_key(device: str, python: str | None = None, env: dict | None = None) 
     (config ``environments``; its torch build is read from it, :func:`~attnprof.measure.env.torch_build_of`),
     ``env``: variables set over this process's environment for it; both None: this process's own."""
     h = hashlib.sha256()
-    if python is None and not env:
-        exe, environ, build = sys.executable, os.environ, torch_build()
-    else:  # the absolute path, not resolved: a venv's python is a symlink whose target is another interpreter's
-        exe = os.path.abspath(python or sys.executable)
-        environ = interpreter_environ(env)
-        build = torch_build() if python is None else torch_build_of(exe, env)
+    exe = os.path.abspath(python or sys.executable)  # not resolved: a venv's python is a symlink to another interpreter's
+    environ = os.environ if python is None and not env else interpreter_environ(env)
+    build = torch_build() if python is None else torch_build_of(exe, env)
     env_items = sorted((k, v) for k, v in environ.items() if k not in _ENV_IGNORED)
     h.update(json.dumps([exe, device, os.getcwd(), sorted(build.items()), env_items]).encode())
     package = Path(__file__).resolve().parents[1]
