@@ -28,6 +28,12 @@ import json
 import sys
 from pathlib import Path
 
+from attnprof.model.config import subset_message
+from attnprof.model.names import CAPTURE_FILES, RUN_FILES
+from attnprof.model.plan import (CHECKSUMMED, Layout, captured_rounds, load_top_up, recorded_grid, recorded_top_up_rounds,
+                                 rounds_of)
+from attnprof.model.variants import CONTROL
+
 #: Folder of the checksum sidecars, inside a result set.
 CHECKSUM_DIR = Path("logs") / "checksums"
 
@@ -49,8 +55,6 @@ class Ties:
     match. Each record is hashed once per instance."""
 
     def __init__(self, run_dir: str | Path):
-        from attnprof.model.plan import Layout
-
         self.run_dir = Path(run_dir)
         self.layout, self.run = Layout.around(self.run_dir)
         self._hash = functools.cache(lambda path: _sha256(Path(path)) if Path(path).is_file() else "-")
@@ -169,8 +173,6 @@ def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
     published = Path(published)
     if not published.exists():
         return []
-    from attnprof.model.names import RUN_FILES
-
     missing = [Path(p) for p in paths if not Path(p).exists()]
     # the captures listed in the run tables published beside the report
     held = set().union(*(_captures_in(published.parent / RUN_FILES[t]) for t in ("repeats", "control") if missing))
@@ -191,8 +193,6 @@ def _was_published(path: Path, run_dir: Path, held: set) -> bool:
     """Whether derived file ``path`` belonged to the published result set in ``run_dir``: a per-capture table's
     capture, or a shape plot's shape, is among ``held`` (the captures its run tables list); a run-wide file always
     was."""
-    from attnprof.model.plan import Layout
-
     if cap := Layout.capture_of(path, Layout.TABLES):
         return (cap["shape_key"], cap["variant"], str(cap["repeat"])) in held
     if path.parent.parent == run_dir / Layout.PLOTS:
@@ -208,8 +208,6 @@ def lost_captures(layout, run: str, table: str) -> list[str]:
     """The capture files (``CAPTURE_FILES``: trace and status record) that run table ``table`` (repeats, control:
     one row per capture) of result set ``run`` was made from and that are gone: for each of its rows (shape_key,
     variant, repeat), ``layout.capture_file``. [] when the table does not exist or cannot be read."""
-    from attnprof.model.names import CAPTURE_FILES
-
     return sorted(p for s, v, k in _captures_in(layout.run_file(table, run)) for name in CAPTURE_FILES
                   if not Path(p := layout.capture_file(name, run, shape=s, variant=v, repeat=k)).exists())
 
@@ -300,8 +298,6 @@ class ResultSetState:
     def rounds(self, run: str) -> dict:
         """{(shape, variant): rounds in all} of the cells of ``run`` that got rounds added (attnprof.analysis.verdict);
         every other cell has the grid's repeats."""
-        from attnprof.model.plan import rounds_of
-
         return rounds_of(self._top_up(run), self.grid(run).repeats) if self._top_up_on(run) else {}
 
     def _top_up_on(self, run: str) -> bool:
@@ -310,8 +306,6 @@ class ResultSetState:
         result set in one look (attnprof.analysis.verdict.design_of), which rounds chosen by a look 1 would bias."""
         if run in self.plan.this_runs:
             return run in self.plan.top_up_runs()
-        from attnprof.model.plan import recorded_top_up_rounds
-
         return recorded_top_up_rounds(self.layout, run) > 0
 
     def _top_up(self, run: str) -> dict | None:
@@ -342,8 +336,6 @@ class ResultSetState:
     def _recorded_top_up(self, run: str) -> dict | None:
         """``run``'s top_up.json, checked against its grid, its design (this config's top_up.rounds, or the one its
         env.json records) and the captures on disk (attnprof.model.plan.load_top_up)."""
-        from attnprof.model.plan import captured_rounds, load_top_up, recorded_top_up_rounds
-
         g = self.grid(run)
         added = self.plan.top_up["rounds"] if run in self.plan.this_runs else recorded_top_up_rounds(self.layout, run)
         try:
@@ -352,8 +344,6 @@ class ResultSetState:
             refuse(str(exc))
 
     def control_capture(self, run: str, name: str, kind: str = "table") -> list[str]:
-        from attnprof.model.variants import CONTROL
-
         g = self.grid(run)
         return self._files(run, name, kind, g.control_shapes, [CONTROL], range(1, g.repeats + 1))
 
@@ -371,8 +361,6 @@ class ResultSetState:
     def derived(self, run: str) -> list[str]:
         """Every derived file a published result set holds: per-capture tables (the control's too), run tables,
         findings, plots."""
-        from attnprof.model.plan import CHECKSUMMED
-
         return self.tables(run) + [self.layout.run_file(n, run) for n in CHECKSUMMED] + self.plots(run)
 
     def check(self, run: str) -> dict:
@@ -403,8 +391,6 @@ class ResultSetState:
         (a re-render would count what is left as the whole). [] for this config's own (captured again)."""
         if run in self.plan.this_runs:
             return []
-        from attnprof.model.names import CAPTURE_FILES
-
         files = [f for name in CAPTURE_FILES for f in self.per_capture(run, name, "capture", all_repeats=True)
                  + self.control_capture(run, name, "capture")]
         return sorted(f for f in files if not Path(f).exists())
@@ -414,9 +400,6 @@ class ResultSetState:
         env.json) must not silently replace that result set's report with a partial one."""
         if run not in self.plan.this_runs:
             return None
-        from attnprof.model.config import subset_message
-        from attnprof.model.plan import recorded_grid
-
         try:  # a ValueError too where it has no env.json (yet)
             recorded = recorded_grid(self.layout, run)
         except ValueError:
@@ -468,8 +451,6 @@ class ResultSetState:
     def tables(self, run: str) -> list[str]:
         """Every per-capture table of ``run`` (the control's too): inputs of rule rebuild, so that extract makes a
         lost one again before summarize reruns."""
-        from attnprof.model.variants import CONTROL
-
         g = self.grid(run)
         return (self.layout.tables_of(run, g.shapes, g.variants, g.repeats)
                 + self.layout.tables_of(run, g.control_shapes, [CONTROL], g.repeats))
