@@ -5,6 +5,7 @@ names the script, the cause and the log."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -226,3 +227,33 @@ def test_a_job_of_no_threads_gives_its_libraries_its_threads_param():
     assert script_environment(client) == script_environment(record) == {
         **dict.fromkeys(THREAD_VARIABLES, "1"), "TMPDIR": "/scratch", "TMP": "/scratch"}
     assert script_environment(light) == dict.fromkeys(THREAD_VARIABLES, "3")
+
+
+def test_a_gpu_runs_start_reads_each_environments_torch_build_once(tmp_path, monkeypatch):
+    """attnprof.runtime.jobs._start_workers, for an A/B run of two environments (another Python each): it connects to
+    the supervisors whose keys it asks release_idle to keep (each listens here already), and reads each environment's
+    torch build (a subprocess of its interpreter) once, for both (the stand-in builds tell the two keys apart)."""
+    from attnprof.runtime import jobs, worker
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # _start_workers sets the jobs' variables in its process
+    read, kept, pairs = [], [], []
+
+    def build_of(exe, env):
+        read.append(exe)
+        return {"torch": f"2.{len(read)}", "cuda": None, "cudnn": None}
+
+    def connect(addr):
+        pairs.append((addr, *socket.socketpair()))
+        return pairs[-1][1]
+
+    monkeypatch.setattr(worker, "torch_build_of", build_of)
+    monkeypatch.setattr(worker, "release_idle", lambda device, keep: kept.append(keep) or [])
+    monkeypatch.setattr(worker, "_connect", connect)
+    envs = [{"python": str(tmp_path / name / "python"), "env": {"AB": name}, "log": str(tmp_path / name / "w.log"),
+             "gpu_choice": None} for name in ("base", "next")]
+    jobs._start_workers("cpu", 5, {}, envs, 1)
+    for _, ours, theirs in pairs:
+        assert ours.fileno() == -1  # closed: a connection that sent nothing
+        theirs.close()
+    assert read == [os.path.abspath(e["python"]) for e in envs]  # once each
+    assert len(kept) == 1 and len(kept[0]) == 2 and {a for a, _, _ in pairs} == {worker.address(k) for k in kept[0]}

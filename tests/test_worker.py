@@ -14,7 +14,7 @@ import pytest
 from attnprof.analysis.tables import analyse_trace, kernel_table, op_table
 from attnprof.analysis.trace import load_trace
 from attnprof.runtime.isolation import CaptureInterrupted
-from attnprof.runtime.worker import PRESTART_ENV, _Ahead, _order_of, reusable, run_in_worker, spares_for, start_worker
+from attnprof.runtime.worker import PRESTART_ENV, _Ahead, _order_of, connect_or_start, reusable, run_in_worker, spares_for
 from test_capture import SHAPE, alive, spec, wait_for_pid, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker uses Linux abstract sockets")
@@ -55,6 +55,24 @@ def test_the_queue_serves_a_round_before_the_next_and_the_process_ending_capture
     pending = [(_order_of(request), seq, name) for seq, (name, request) in enumerate(arrived)]
     served = [name for _, _, name in sorted(pending)]
     assert served == ["env", "r1 math", "r1 naive", "r1 flex", "r1 mine", "r2 naive"]
+
+
+@pytest.mark.slow
+def test_a_request_that_fails_in_a_fresh_process_kills_that_process_before_its_connection_closes():
+    """attnprof.runtime.worker._serve_one for a request whose process is taken fresh (none served before it): whatever
+    ends the serving (here a timeout that is not a number; SIGTERM alike) kills the process it took before the
+    connection closes, not only the one it was given."""
+    import socket
+
+    from attnprof.runtime import worker
+
+    ahead, taken = _Ahead("cpu", 0), []
+    take = ahead.take
+    ahead.take = lambda: taken.append(take()) or taken[-1]
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(ValueError):
+        worker._serve_one(ours, None, ahead, {"spec": {"variant": "naive"}, "trace": "t.json.gz", "timeout_s": "soon"})
+    assert len(taken) == 1 and taken[0].proc.poll() is not None  # killed (and reaped) before the connection closed
 
 
 @pytest.mark.slow
@@ -141,13 +159,13 @@ def test_a_cpu_supervisor_starts_no_process_ahead(monkeypatch):
 
 @pytest.mark.slow
 def test_with_two_spares_each_rounds_process_was_started_before_the_last_round_began(tmp_path, monkeypatch):
-    """A supervisor started with the run for a grid of short rounds (start_worker, 2 spares) starts the first
+    """A supervisor started with the run for a grid of short rounds (connect_or_start, 2 spares) starts the first
     capture process and two spares at once, and keeps two: round 2's process had started before round 1's process
     was up (with one spare it would start only when round 1's checks took the first spare), and round 3's had
     started before round 2 was asked for (with one spare it would start when round 2 took its process)."""
     monkeypatch.setenv(PRESTART_ENV, "1")
     monkeypatch.setenv("ATTNPROF_WORKER_TAG", f"tests-{os.getpid()}-two-spares")  # a worker of its own
-    start_worker("cpu", IDLE_S, tmp_path / "worker.log", spares=2)
+    connect_or_start("cpu", IDLE_S, tmp_path / "worker.log", spares=2).close()
     one = in_worker(tmp_path, spec("naive", repeat=1), "r1")
     time.sleep(8)  # round 2 comes later than a spare started at round 1's checks takes to reach its first line
     two = in_worker(tmp_path, spec("naive", repeat=2), "r2")
@@ -292,7 +310,7 @@ def test_a_new_run_releases_the_idle_workers_of_its_directory_and_device_only(tm
     keys = {}
     for tag in ("earlier", "own"):
         monkeypatch.setenv("ATTNPROF_WORKER_TAG", f"tests-{os.getpid()}-release-{tag}")
-        start_worker("cpu", IDLE_S, tmp_path / f"{tag}.log")
+        connect_or_start("cpu", IDLE_S, tmp_path / f"{tag}.log").close()
         keys[tag] = worker_key("cpu")
     assert set(keys.values()) <= listening_keys()
     assert release_idle("cuda", {keys["own"]}, 0) == []  # another device's: none of them

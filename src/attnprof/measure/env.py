@@ -60,8 +60,7 @@ def torch_build() -> dict:
         if version_py.exists():
             text = version_py.read_text()
             for key, pattern in (("torch", r"^__version__\s*=\s*['\"]([^'\"]+)"), ("cuda", r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]([^'\"]+)")):
-                m = re.search(pattern, text, re.M)
-                if m:
+                if m := re.search(pattern, text, re.M):
                     info[key] = m.group(1)
     info["cudnn"] = next((dist.version for dist in importlib.metadata.distributions()
                           if (dist.metadata["Name"] or "").lower().startswith("nvidia-cudnn")), None)
@@ -189,6 +188,5 @@ def capture_environment() -> dict:
             sm_count=props.multi_processor_count,
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
         )
-        drivers = nvidia_smi("driver_version")
-        env["driver"] = drivers[0] if drivers else None
+        env["driver"] = next(iter(nvidia_smi("driver_version")), None)
     return env

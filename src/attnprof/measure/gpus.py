@@ -22,8 +22,8 @@ Stand-in GPUs for tests without one: the environment variable ``ATTNPROF_NVIDIA_
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -37,11 +37,8 @@ STANDIN_ENV = "ATTNPROF_NVIDIA_SMI"
 
 def nvidia_smi(query: str, options: str = "noheader") -> list[str]:
     """Rows of ``nvidia-smi --query-gpu=<query> --format=csv,<options>``; [] when nvidia-smi is missing or fails."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run([exe, f"--query-gpu={query}", f"--format=csv,{options}"], capture_output=True, text=True,
+    try:  # not installed (FileNotFoundError: nothing of that name on PATH), not runnable, or stuck
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", f"--format=csv,{options}"], capture_output=True, text=True,
                              timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
@@ -84,8 +81,7 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
         raise ValueError("no GPU to claim")
     with contextlib.ExitStack() as files:
         claims = [files.enter_context(open_shared(gpu_file(g.uuid, "claim", folder))) for g in gpus]
-        told = False
-        while True:
+        for attempt in itertools.count():
             for gpu, fh in zip(gpus, claims):
                 try:
                     fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -96,9 +92,8 @@ def claim_gpu(gpus: list[Gpu], folder: str | Path, poll_s: float = 0.2, say=None
                 finally:
                     fcntl.flock(fh, fcntl.LOCK_UN)
                 return
-            if not told and say is not None:
+            if attempt == 0 and say is not None:
                 say(f"all {len(gpus)} GPUs of the run are busy with other captures: waiting for one")
-                told = True
             time.sleep(poll_s)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 from functools import cache
@@ -83,18 +84,13 @@ def _parse_imports(pkg_dir: Path, path: Path, module: str, text: str) -> frozens
                      for up in range(name.count(".") + 1))
 
 
-def _from_target(package: str, node: ast.ImportFrom) -> str:
-    """The module a ``from ... import`` names, a relative one resolved against ``package``."""
-    if not node.level:
-        return node.module or ""
-    parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-    return ".".join(parts + ([node.module] if node.module else []))
-
-
 def _from_imports(pkg_dir: Path, package: str, node: ast.ImportFrom) -> set[str]:
-    """The package's modules a ``from ... import`` in ``package`` imports: the module it names and each imported name
-    that is a module of its own; none for another package's import."""
-    target = _from_target(package, node)
+    """The package's modules a ``from ... import`` in ``package`` imports: the module it names (a relative one resolved
+    against ``package``) and each imported name that is a module of its own; none for another package's import."""
+    try:
+        target = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+    except ImportError:  # relative, above the top package or in a script (no package): not one of the package's
+        return set()
     if target.split(".")[0] != PACKAGE:
         return set()
     return {target, *(f"{target}.{a.name}" for a in node.names if _module_file(pkg_dir, f"{target}.{a.name}"))}

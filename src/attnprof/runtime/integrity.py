@@ -21,11 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import glob
 import hashlib
 import json
 import sys
 from pathlib import Path
+
+from attnprof.model.config import subset_message
+from attnprof.model.names import CAPTURE_FILES, RUN_FILES
+from attnprof.model.plan import (CHECKSUMMED, Layout, captured_rounds, load_top_up, recorded_grid, recorded_top_up_rounds,
+                                 rounds_of)
+from attnprof.model.variants import CONTROL
 
 #: Folder of the checksum sidecars, inside a result set.
 CHECKSUM_DIR = Path("logs") / "checksums"
@@ -48,16 +55,9 @@ class Ties:
     match. Each record is hashed once per instance."""
 
     def __init__(self, run_dir: str | Path):
-        from attnprof.model.plan import Layout
-
         self.run_dir = Path(run_dir)
         self.layout, self.run = Layout.around(self.run_dir)
-        self._hashes: dict[str, str] = {}
-
-    def _hash(self, path: str) -> str:
-        if path not in self._hashes:
-            self._hashes[path] = _sha256(Path(path)) if Path(path).is_file() else "-"
-        return self._hashes[path]
+        self._hash = functools.cache(lambda path: _sha256(Path(path)) if Path(path).is_file() else "-")
 
     def _records(self, path: Path) -> list[str]:
         """The capture records ``path`` was derived from (:class:`Ties`); none for a plot (a timeline is drawn from
@@ -125,16 +125,18 @@ def foreign_files(run_dir: str | Path, paths: list[str | Path]) -> list[str]:
 
 def _judged(run_dir, paths, test) -> list[str]:
     """The files of ``paths`` that exist, have a sidecar and fail ``test(path, sidecar fields, ties)``, sorted."""
-    run_dir = Path(run_dir)
-    ties, out = Ties(run_dir), []
-    for path in map(Path, paths):
-        try:
-            recorded = _sidecar(run_dir, path).read_text().split()
-        except (OSError, ValueError):
-            continue
-        if recorded and path.exists() and test(path, recorded, ties):
-            out.append(str(path))
-    return sorted(out)
+    run_dir, ties = Path(run_dir), Ties(run_dir)
+    return sorted(str(p) for p in map(Path, paths)
+                  if (recorded := _recorded(run_dir, p)) and p.exists() and test(p, recorded, ties))
+
+
+def _recorded(run_dir: Path, path: Path) -> list[str]:
+    """The fields of ``path``'s sidecar (the SHA-256, the size and modification time, the tie to the result set and
+    its captures); [] where it has none (or lies outside ``run_dir``) or it cannot be read."""
+    try:
+        return _sidecar(run_dir, path).read_text().split()
+    except (OSError, ValueError):
+        return []
 
 
 def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
@@ -148,10 +150,7 @@ def file_problem(run_dir: str | Path, path: str | Path) -> str | None:
     side = _sidecar(run_dir, path)
     if not path.is_file():
         return "missing"
-    try:  # the SHA-256, the size and modification time, the tie to the result set and its captures
-        recorded = side.read_text().split()
-        recorded[0]
-    except (OSError, ValueError, IndexError):
+    if not (recorded := _recorded(run_dir, path)):
         return (f"no SHA-256 recorded for it ({side} is missing: made before checksums were recorded, or copied "
                 "without its logs/checksums/), so it cannot be checked")
     if _sha256(path) != recorded[0]:
@@ -175,27 +174,25 @@ def lost_files(published: str | Path, paths: list[str | Path]) -> list[str]:
     if not published.exists():
         return []
     missing = [Path(p) for p in paths if not Path(p).exists()]
-    held = _published_captures(published.parent) if missing else set()
+    # the captures listed in the run tables published beside the report
+    held = set().union(*(_captures_in(published.parent / RUN_FILES[t]) for t in ("repeats", "control") if missing))
     return sorted(str(p) for p in missing if _was_published(p, published.parent, held))
 
 
-def _published_captures(run_dir: Path) -> set[tuple[str, str, str]]:
-    """{(shape_key, variant, repeat)} of the captures listed in the run tables published in ``run_dir``
-    (repeats.csv, control.csv)."""
-    from attnprof.model.names import RUN_FILES
-
-    held = set()
-    for table in ("repeats", "control"):
-        with contextlib.suppress(OSError, csv.Error), open(run_dir / RUN_FILES[table], newline="") as fh:
-            held |= {(r.get("shape_key"), r.get("variant"), str(r.get("repeat"))) for r in csv.DictReader(fh)}
-    return held
+def _captures_in(table: str | Path) -> set[tuple[str, str, str]]:
+    """{(shape_key, variant, repeat)} of the rows of run table ``table`` (repeats.csv, control.csv: one row per
+    capture); empty where it does not exist or cannot be read."""
+    try:
+        with open(table, newline="") as fh:
+            return {(r["shape_key"], r["variant"], r["repeat"]) for r in csv.DictReader(fh)}
+    except (OSError, KeyError, csv.Error):
+        return set()
 
 
 def _was_published(path: Path, run_dir: Path, held: set) -> bool:
     """Whether derived file ``path`` belonged to the published result set in ``run_dir``: a per-capture table's
-    capture, or a shape plot's shape, is among ``held`` (:func:`_published_captures`); a run-wide file always was."""
-    from attnprof.model.plan import Layout
-
+    capture, or a shape plot's shape, is among ``held`` (the captures its run tables list); a run-wide file always
+    was."""
     if cap := Layout.capture_of(path, Layout.TABLES):
         return (cap["shape_key"], cap["variant"], str(cap["repeat"])) in held
     if path.parent.parent == run_dir / Layout.PLOTS:
@@ -211,14 +208,7 @@ def lost_captures(layout, run: str, table: str) -> list[str]:
     """The capture files (``CAPTURE_FILES``: trace and status record) that run table ``table`` (repeats, control:
     one row per capture) of result set ``run`` was made from and that are gone: for each of its rows (shape_key,
     variant, repeat), ``layout.capture_file``. [] when the table does not exist or cannot be read."""
-    from attnprof.model.names import CAPTURE_FILES
-
-    try:
-        with open(layout.run_file(table, run), newline="") as fh:
-            rows = {(r["shape_key"], r["variant"], r["repeat"]) for r in csv.DictReader(fh)}
-    except (OSError, KeyError, csv.Error):
-        return []
-    return sorted(p for s, v, k in rows for name in CAPTURE_FILES
+    return sorted(p for s, v, k in _captures_in(layout.run_file(table, run)) for name in CAPTURE_FILES
                   if not Path(p := layout.capture_file(name, run, shape=s, variant=v, repeat=k)).exists())
 
 
@@ -308,8 +298,6 @@ class ResultSetState:
     def rounds(self, run: str) -> dict:
         """{(shape, variant): rounds in all} of the cells of ``run`` that got rounds added (attnprof.analysis.verdict);
         every other cell has the grid's repeats."""
-        from attnprof.model.plan import rounds_of
-
         return rounds_of(self._top_up(run), self.grid(run).repeats) if self._top_up_on(run) else {}
 
     def _top_up_on(self, run: str) -> bool:
@@ -318,8 +306,6 @@ class ResultSetState:
         result set in one look (attnprof.analysis.verdict.design_of), which rounds chosen by a look 1 would bias."""
         if run in self.plan.this_runs:
             return run in self.plan.top_up_runs()
-        from attnprof.model.plan import recorded_top_up_rounds
-
         return recorded_top_up_rounds(self.layout, run) > 0
 
     def _top_up(self, run: str) -> dict | None:
@@ -350,8 +336,6 @@ class ResultSetState:
     def _recorded_top_up(self, run: str) -> dict | None:
         """``run``'s top_up.json, checked against its grid, its design (this config's top_up.rounds, or the one its
         env.json records) and the captures on disk (attnprof.model.plan.load_top_up)."""
-        from attnprof.model.plan import captured_rounds, load_top_up, recorded_top_up_rounds
-
         g = self.grid(run)
         added = self.plan.top_up["rounds"] if run in self.plan.this_runs else recorded_top_up_rounds(self.layout, run)
         try:
@@ -360,8 +344,6 @@ class ResultSetState:
             refuse(str(exc))
 
     def control_capture(self, run: str, name: str, kind: str = "table") -> list[str]:
-        from attnprof.model.variants import CONTROL
-
         g = self.grid(run)
         return self._files(run, name, kind, g.control_shapes, [CONTROL], range(1, g.repeats + 1))
 
@@ -379,8 +361,6 @@ class ResultSetState:
     def derived(self, run: str) -> list[str]:
         """Every derived file a published result set holds: per-capture tables (the control's too), run tables,
         findings, plots."""
-        from attnprof.model.plan import CHECKSUMMED
-
         return self.tables(run) + [self.layout.run_file(n, run) for n in CHECKSUMMED] + self.plots(run)
 
     def check(self, run: str) -> dict:
@@ -411,8 +391,6 @@ class ResultSetState:
         (a re-render would count what is left as the whole). [] for this config's own (captured again)."""
         if run in self.plan.this_runs:
             return []
-        from attnprof.model.names import CAPTURE_FILES
-
         files = [f for name in CAPTURE_FILES for f in self.per_capture(run, name, "capture", all_repeats=True)
                  + self.control_capture(run, name, "capture")]
         return sorted(f for f in files if not Path(f).exists())
@@ -422,9 +400,6 @@ class ResultSetState:
         env.json) must not silently replace that result set's report with a partial one."""
         if run not in self.plan.this_runs:
             return None
-        from attnprof.model.config import subset_message
-        from attnprof.model.plan import recorded_grid
-
         try:  # a ValueError too where it has no env.json (yet)
             recorded = recorded_grid(self.layout, run)
         except ValueError:
@@ -476,8 +451,6 @@ class ResultSetState:
     def tables(self, run: str) -> list[str]:
         """Every per-capture table of ``run`` (the control's too): inputs of rule rebuild, so that extract makes a
         lost one again before summarize reruns."""
-        from attnprof.model.variants import CONTROL
-
         g = self.grid(run)
         return (self.layout.tables_of(run, g.shapes, g.variants, g.repeats)
                 + self.layout.tables_of(run, g.control_shapes, [CONTROL], g.repeats))

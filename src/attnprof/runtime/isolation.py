@@ -138,7 +138,6 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     env = {**base, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
     tail: collections.deque = collections.deque(maxlen=200)
     started = time.time()
-    proc = None
 
     def discard() -> None:
         for path in (trace_path, tmp_status, spec_path):
@@ -147,19 +146,17 @@ def run_isolated(spec: dict, trace_path: Path, status_path: Path, timeout_s: flo
     try:
         with signals_raise_exit():
             proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
-            pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
-            pump.start()
             try:
+                pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
+                pump.start()
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 returncode = None  # ours: a result ("timed out"), not an interruption
+            finally:  # at the timeout, or on SIGTERM/SIGINT or an error; nothing where it has ended (send_signal polls)
                 proc.kill()
                 proc.wait()
             pump.join()
     except BaseException as exc:  # SIGTERM/SIGINT here (SystemExit, KeyboardInterrupt) or an error: no result
-        if proc is not None:
-            proc.kill()
-            proc.wait()
         discard()
         log(f"{spec['variant']} {Shape(**spec['shape']).key}: aborted ({type(exc).__name__}), capture process ended, no status written")
         raise
@@ -211,7 +208,6 @@ def finish_capture(record: dict, trace_path: Path, status_path: Path, started: f
     that died, which could not say when it began the capture, has ``started_at`` as its ``capture_started_at``) and,
     when the capture left no usable trace, a placeholder trace naming the status (:func:`write_placeholder_trace`).
     Returns the record."""
-    trace_path, status_path = Path(trace_path), Path(status_path)
     record["started_at"], record["finished_at"] = round(started, 3), round(time.time(), 3)
     record.setdefault("capture_started_at", record["started_at"])
     record[FORMAT_KEY] = FORMATS["status"]

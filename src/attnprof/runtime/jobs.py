@@ -121,7 +121,7 @@ def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict
 
     from attnprof.measure.gpus import gpu_choice, pinned_environ, run_gpus
     from attnprof.measure.progress import log
-    from attnprof.runtime.worker import release_idle, start_worker, worker_key
+    from attnprof.runtime.worker import connect_or_start, release_idle, worker_key
 
     os.environ.update(environ)
     starts = []
@@ -129,11 +129,13 @@ def _start_workers(device: str, idle_s: float, environ: dict, workers: list[dict
         choice = gpu_choice(SimpleNamespace(gpu_choice=w["gpu_choice"]))
         gpus = run_gpus(choice) if device == "cuda" and choice != "any" else []
         starts += [(w, w["env"] if gpu is None else pinned_environ(gpu, w["env"])) for gpu in gpus or [None]]
-    if released := release_idle(device, {worker_key(device, w["python"], env) for w, env in starts}):
+    keys = [worker_key(device, w["python"], env) for w, env in starts]
+    if released := release_idle(device, set(keys)):
         log(f"asked {len(released)} idle capture worker(s) of earlier runs to exit: their processes held GPU memory")
-    for w, env in starts:
+    for (w, env), key in zip(starts, keys):
         Path(w["log"]).parent.mkdir(parents=True, exist_ok=True)
-        start_worker(device, idle_s, Path(w["log"]), w["python"], env, spares)
+        # returns once it listens; the connection sends nothing: not a request
+        connect_or_start(device, idle_s, Path(w["log"]), w["python"], env, spares, key).close()
 
 
 def job_object(job: dict):

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from attnprof.measure.env import default_run_id, detect_gpu, slug, torch_build_of
+from attnprof.measure.gpus import run_gpus
+from attnprof.model.plan import Machine, build_plan
 
-def probe_machine(config: dict, cluster: bool, build: dict, cores: int, run_gpus, detect_gpu, torch_build_of):
+
+def probe_machine(config: dict, cluster: bool, build: dict, cores: int) -> Machine:
     """The visible GPUs (one nvidia-smi call; none on a CPU run or under a cluster executor), the first GPU's name
     where they name none, and each A/B environment's torch build (its interpreter, about 0.1 s each). Raises
     ValueError naming the config key (an environment's interpreter that is not an executable, a build it cannot
     read) or nvidia-smi."""
-    from attnprof.model.plan import Machine
-
     visible = ()
     if config["device"] != "cpu" and not cluster:
         try:
@@ -21,10 +23,10 @@ def probe_machine(config: dict, cluster: bool, build: dict, cores: int, run_gpus
             raise ValueError(f"nvidia-smi: {exc}") from None
     detected = detect_gpu() if config["device"] in ("auto", "cuda") and not any(g.name for g in visible) else None
     return Machine(visible=visible, detected=detected, torch_build=build, cluster=cluster, cores=cores,
-                   env_builds=environment_builds(config.get("environments") or {}, torch_build_of))
+                   env_builds=environment_builds(config.get("environments") or {}))
 
 
-def environment_builds(environments: dict, torch_build_of) -> dict:
+def environment_builds(environments: dict) -> dict:
     """Each A/B environment's torch build, by name. Raises ValueError naming ``environments.<name>.python``."""
     builds = {}
     for name, spec in environments.items():
@@ -52,9 +54,4 @@ def cores(workflow) -> int:
 
 def plan_of(config: dict, cluster: bool, build: dict, cores: int):
     """The run's plan (attnprof.model.plan.build_plan) on this machine. Raises ValueError naming the config key."""
-    from attnprof.measure.env import default_run_id, detect_gpu, slug, torch_build_of
-    from attnprof.measure.gpus import run_gpus
-    from attnprof.model.plan import build_plan
-
-    machine = probe_machine(config, cluster, build, cores, run_gpus, detect_gpu, torch_build_of)
-    return build_plan(config, machine, default_run_id, slug)
+    return build_plan(config, probe_machine(config, cluster, build, cores), default_run_id, slug)

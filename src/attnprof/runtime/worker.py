@@ -28,7 +28,7 @@ Started ahead. A fresh process pays the torch import, the CUDA context and the p
 **spare** process (:class:`_Ahead`) that pays them while the current process captures: the next round, a
 replacement after a failed capture and the check process take it ready, and a new spare starts; a supervisor starts
 the first capture process and the spare at once. A GPU run starts its supervisors with the run, while Snakemake builds
-its DAG (:func:`start_worker`, from attnprof.runtime.jobs.start_capture_workers), so the first capture finds both
+its DAG (:func:`connect_or_start`, from attnprof.runtime.jobs.start_capture_workers), so the first capture finds both
 ready. Every process starts the same way (import, context, one empty profiler session: :func:`child_main`) and serves
 nothing until it is taken, so every round's process is alike. On a CPU run a spare would share the cores with a
 capture's timings: none is started (:func:`prestarts`), and the first capture job starts the supervisor.
@@ -172,12 +172,9 @@ def worker_key(device: str, python: str | None = None, env: dict | None = None) 
     (config ``environments``; its torch build is read from it, :func:`~attnprof.measure.env.torch_build_of`),
     ``env``: variables set over this process's environment for it; both None: this process's own."""
     h = hashlib.sha256()
-    if python is None and not env:
-        exe, environ, build = sys.executable, os.environ, torch_build()
-    else:  # the absolute path, not resolved: a venv's python is a symlink whose target is another interpreter's
-        exe = os.path.abspath(python or sys.executable)
-        environ = interpreter_environ(env)
-        build = torch_build() if python is None else torch_build_of(exe, env)
+    exe = os.path.abspath(python or sys.executable)  # not resolved: a venv's python is a symlink to another interpreter's
+    environ = os.environ if python is None and not env else interpreter_environ(env)
+    build = torch_build() if python is None else torch_build_of(exe, env)
     env_items = sorted((k, v) for k, v in environ.items() if k not in _ENV_IGNORED)
     h.update(json.dumps([exe, device, os.getcwd(), sorted(build.items()), env_items]).encode())
     package = Path(__file__).resolve().parents[1]
@@ -285,15 +282,18 @@ def _start_supervisor(key: str, device: str, idle_s: float, log_path: Path | Non
 
 
 def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
-                     env: dict | None = None, spares: int = 1) -> socket.socket:
+                     env: dict | None = None, spares: int = 1, key: str | None = None) -> socket.socket:
     """A connection to the supervisor for this process's :func:`worker_key`, started (detached,
     its output appended to ``log_path``) when none listens. ``python``, ``env``: another Python environment
     (config ``environments``): the supervisor and its capture processes run in that interpreter with those
-    variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps. Raises RuntimeError
-    naming the log when a started supervisor does not listen within :data:`START_TIMEOUT_S` seconds, ValueError
-    when :data:`REQUEST_TIMEOUT_ENV` is set to something else than seconds."""
+    variables (:func:`worker_key`); ``spares``: how many spares a supervisor started here keeps (:func:`prestarts`:
+    it then starts its first capture process and the spares at once); ``key``: :func:`worker_key` of these
+    arguments where the caller has it already (for another Python, reading its torch build is a subprocess of about
+    0.1 s). Raises RuntimeError naming the log when a started supervisor does not listen within
+    :data:`START_TIMEOUT_S` seconds, ValueError when :data:`REQUEST_TIMEOUT_ENV` is set to something else than
+    seconds."""
     request_timeout_s()  # a wrong setting fails here, naming the variable, not as a worker that never starts
-    key = worker_key(device, python, env)
+    key = key or worker_key(device, python, env)
     addr = address(key)
     if sock := _connect(addr):
         return sock
@@ -310,14 +310,6 @@ def connect_or_start(device: str, idle_s: float, log_path: Path | None = None, p
             if sock := _connect(addr):
                 return sock
     raise RuntimeError(f"capture worker {key} did not start within {START_TIMEOUT_S:g} s; see {log_path or 'its output'}")
-
-
-def start_worker(device: str, idle_s: float, log_path: Path | None = None, python: str | None = None,
-                 env: dict | None = None, spares: int = 1) -> None:
-    """Start the supervisor that :func:`connect_or_start` with these arguments would connect to, and return once it
-    listens (None: it already did). Where it keeps spares (:func:`prestarts`; ``spares`` of them) it starts its first
-    capture process and the spares at once. Raises as :func:`connect_or_start` does."""
-    connect_or_start(device, idle_s, log_path, python, env, spares).close()  # a connection that sends nothing: not a request
 
 
 def run_in_worker(spec: dict, trace_path: Path, status_path: Path, timeout_s: float, idle_s: float = 60.0,
@@ -499,20 +491,21 @@ def _read_request(conn: socket.socket) -> dict | None:
             return request
         why = "malformed request"
     _tell(conn, {"error": why})
-    if why != "empty request":  # a client that only made sure the supervisor listens (start_worker)
+    if why != "empty request":  # a client that only made sure the supervisor listens (attnprof.runtime.jobs._start_workers)
         log(f"dropped a connection: {why}")
     return None
 
 
 def _serve_one(conn: socket.socket, child: _Child | None, ahead: _Ahead, request: dict) -> _Child | None:
-    """Serve ``request`` (read from ``conn`` by :func:`_admit`) on ``conn``, a fresh process from ``ahead`` where
-    needed; returns the capture process to keep (None: ended). On any exception (SIGTERM/SIGINT included) the
-    capture process is killed before ``conn`` closes, so a capture never outlives the request it serves."""
+    """Serve ``request`` (read from ``conn`` by :func:`_admit`) on ``conn``, in ``child`` or a fresh process from
+    ``ahead`` where needed (:func:`_child_for`); returns the capture process to keep (None: ended). On any exception
+    (SIGTERM/SIGINT included) the capture process that serves it is killed before ``conn`` closes, so a capture never
+    outlives the request it serves."""
+    child = _child_for(request, child, ahead)
     try:
-        return _serve_request(conn, request, child, ahead)
+        return _serve_request(conn, request, child)
     except BaseException:
-        if child is not None:
-            child.kill()
+        child.kill()
         raise
 
 
@@ -550,10 +543,9 @@ def _admit_waiting(listener: socket.socket, pending: list) -> None:
         _admit(conn, pending)
 
 
-def _serve_request(conn: socket.socket, request: dict, child: _Child | None, ahead: _Ahead) -> _Child | None:
-    """Serve ``request`` in ``child`` (a fresh one where needed: :func:`_child_for`) and answer on ``conn``; returns the
-    process to keep (None: it ended or must not serve on)."""
-    child = _child_for(request, child, ahead)
+def _serve_request(conn: socket.socket, request: dict, child: _Child) -> _Child | None:
+    """Serve ``request`` in ``child`` and answer on ``conn``; returns the process to keep (None: it ended or must not
+    serve on)."""
     _tell(conn, {"accepted": child.proc.pid})
     if "call" in request and request["call"] not in CALLS:
         _tell(conn, {"error": f"{request['call']} is not one of the calls the capture worker serves: {sorted(CALLS)}"})
