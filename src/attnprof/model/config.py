@@ -14,7 +14,7 @@ from attnprof.model.variants import CAUSAL_ALIGNMENTS, CONTROL, DTYPES, VARIANTS
 
 #: How to give nested values when --config cannot express them: part of a schema error's message only when
 #: the error is about a nested value given on the command line (:func:`schema_message`).
-CONFIGFILE_HINT = ("Nested values are easiest in a YAML file: write e.g. 'plots: {dpi: 150, top_kernels: 6}' "
+CONFIGFILE_HINT = ("Nested values are easiest in a YAML file: write e.g. 'plots: {dpi: 150}' "
                    "to my.yaml and pass --configfile my.yaml (it is merged over config/config.yaml).")
 
 
