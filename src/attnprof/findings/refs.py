@@ -71,17 +71,17 @@ def _ref_calls(d: RunData, rows: pd.DataFrame, table: str, variant: str, key: st
             "table": table, "shape_key": d.shape_key, "variant": variant, key: name, "column": "calls_per_forward"}
 
 
+#: formula -> its value from the inputs' values (:func:`derived`); a ratio over 0 has none.
+FORMULAS = {"ratio": lambda v: v[0] / v[1] if v[1] else None, "sum": sum, "difference": lambda v: v[0] - v[1]}
+
+
 def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:
-    """A number computed from references: formula 'ratio' (a/b), 'sum' or 'difference' (a-b)."""
+    """A number computed from references: formula 'ratio' (a/b), 'sum' or 'difference' (a-b) (:data:`FORMULAS`)."""
     vals = [i["value"] for i in inputs]
     if any(v is None for v in vals):
         value = None
-    elif formula == "ratio":
-        value = vals[0] / vals[1] if vals[1] else None
-    elif formula == "sum":
-        value = sum(vals)
-    elif formula == "difference":
-        value = vals[0] - vals[1]
+    elif formula in FORMULAS:
+        value = FORMULAS[formula](vals)
     else:
         raise ValueError(f"unknown formula {formula!r}")
     return {"value": value, "unit": unit, "formula": formula, "inputs": inputs}
@@ -158,9 +158,9 @@ def lookup(ref: dict, tables: dict[str, pd.DataFrame]):
         return derived(ref["formula"], [{"value": lookup(i, tables)} for i in ref["inputs"]])["value"]
     t = tables[ref["table"]]
     sel = (t["variant"] == ref["variant"]) & (t["shape_key"] == ref["shape_key"])
-    for key, col in (("kernel", "kernel"), ("api", "api"), ("op", "op")):
+    for key in ("kernel", "api", "op"):
         if key in ref:
-            sel &= t[col] == ref[key]
+            sel &= t[key] == ref[key]
     rows = t[sel]
     if rows.empty:
         if ref["table"] in (LAUNCHES, OPS):

@@ -140,10 +140,9 @@ def differing_kinds(gpus: list[dict]) -> list[str]:
     compared as alike: the model, its power limit and its highest SM clock (a GPU capped lower runs the same kernels
     slower) -- when there is more than one kind: one line per kind ('NVIDIA H200, 700 W, 1980 MHz: GPU-1, GPU-2');
     [] when they are alike (or fewer than two)."""
-    kinds: dict[tuple, list[str]] = {}
-    for g in gpus:
-        key = (g.get("name") or None, known_number(g.get("power_limit_w")), known_number(g.get("max_sm_clock_mhz")))
-        kinds.setdefault(key, []).append(g.get("uuid"))
+    keys = [(g.get("name") or None, known_number(g.get("power_limit_w")), known_number(g.get("max_sm_clock_mhz")))
+            for g in gpus]
+    kinds = {key: [g.get("uuid") for g, k in zip(gpus, keys) if k == key] for key in dict.fromkeys(keys)}
     if len(kinds) < 2:
         return []
     return [f"{name or 'unknown model'}, {number_text(power)} W, {number_text(clock)} MHz: {', '.join(uuids)}"
@@ -154,10 +153,7 @@ def mixed_models(gpus: list[Gpu]) -> str | None:
     """Why ``gpus`` cannot make one result set: they are of more than one model (a result set, its run id and its
     rankings are one GPU model's), as a message naming each model's GPUs and a fix; None when they are of one model
     (or their models are not known: MIG instances)."""
-    models: dict[str, list[str]] = {}
-    for g in gpus:
-        if g.name:
-            models.setdefault(g.name, []).append(g.uuid)
+    models = {name: [g.uuid for g in gpus if g.name == name] for name in dict.fromkeys(g.name for g in gpus if g.name)}
     if len(models) < 2:
         return None
     listed = "; ".join(f"{name}: {', '.join(uuids)}" for name, uuids in models.items())
