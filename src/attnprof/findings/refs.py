@@ -16,7 +16,7 @@ import pandas as pd
 from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_TABLES, RUN_FILES
 from attnprof.findings.data import RunData
-from attnprof.findings.ranking import present
+from attnprof.findings.ranking import clean
 
 #: The tables a reference may name (its ``table``; findings.schema.json enumerates them): the run's
 #: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
@@ -25,15 +25,6 @@ LAUNCHES, OPS = CAPTURE_TABLES["launches"], CAPTURE_TABLES["ops"]
 #: The backward's kernel table (per capture, config passes; attnprof.analysis.backward).
 KERNELS_BACKWARD = CAPTURE_TABLES["kernels_backward"]
 TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS, KERNELS_BACKWARD)
-
-
-def clean(v):
-    """A table cell as a plain Python value: None for missing (None, NaN), numpy scalars unwrapped."""
-    if not present(v):
-        return None
-    if hasattr(v, "item"):
-        v = v.item()
-    return v
 
 
 def ref_summary(d: RunData, variant: str, column: str, unit: str = "") -> dict:
