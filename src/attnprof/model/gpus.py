@@ -140,9 +140,10 @@ def differing_kinds(gpus: list[dict]) -> list[str]:
     compared as alike: the model, its power limit and its highest SM clock (a GPU capped lower runs the same kernels
     slower) -- when there is more than one kind: one line per kind ('NVIDIA H200, 700 W, 1980 MHz: GPU-1, GPU-2');
     [] when they are alike (or fewer than two)."""
-    keys = [(g.get("name") or None, known_number(g.get("power_limit_w")), known_number(g.get("max_sm_clock_mhz")))
-            for g in gpus]
-    kinds = {key: [g.get("uuid") for g, k in zip(gpus, keys) if k == key] for key in dict.fromkeys(keys)}
+    kinds: dict[tuple, list[str]] = {}
+    for g in gpus:
+        key = (g.get("name") or None, known_number(g.get("power_limit_w")), known_number(g.get("max_sm_clock_mhz")))
+        kinds.setdefault(key, []).append(g.get("uuid"))
     if len(kinds) < 2:
         return []
     return [f"{name or 'unknown model'}, {number_text(power)} W, {number_text(clock)} MHz: {', '.join(uuids)}"
