@@ -13,5 +13,5 @@ with script_log(sm.log[0]) as log:
     kernels = pd.read_csv(sm.input.kernels)
     if len(kernels):
         kernels = kernels[kernels["shape_key"] == shape]
-    paths = make_all(summary, kernels, Path(sm.output[0]).parent, sm.params.top, sm.params.dpi)
+    paths = make_all(summary, kernels, Path(sm.output[0]).parent, sm.params.dpi)
     print("\n".join(map(str, paths)), file=log)

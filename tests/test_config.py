@@ -11,13 +11,13 @@ DEFAULTS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/config.
 
 
 def test_nested_command_line_values_get_the_schemas_types():
-    # what Snakemake makes of --config 'plots={dpi: 150, top_kernels: 6}' run=2024 'timing={repeats: 7, input_sets: 2}'
-    given = {**DEFAULTS, "run": "2024", "plots": {"dpi": "150", "top_kernels": "6"},
+    # what Snakemake makes of --config 'plots={dpi: 150}' run=2024 'timing={repeats: 7, input_sets: 2}'
+    given = {**DEFAULTS, "run": "2024", "plots": {"dpi": "150"},
              "timing": {"repeats": "7", "input_sets": "2"}, "capture_timeout_s": "12.5",
              "shapes": {**DEFAULTS["shapes"], "cpu": {"batch": ["1"], "heads": [2], "seq_len": "[64, 128]", "head_dim": [8],
                                                        "dtype": ["fp32"], "causal": ["true"]}}}
     typed = coerce_to_schema(given, SCHEMA)
-    assert typed["plots"] == {"dpi": 150, "top_kernels": 6} and typed["timing"] == {"repeats": 7, "input_sets": 2}
+    assert typed["plots"] == {"dpi": 150} and typed["timing"] == {"repeats": 7, "input_sets": 2}
     assert typed["capture_timeout_s"] == 12.5
     assert typed["run"] == "2024"  # a string where the schema wants one stays a string
     assert typed["shapes"]["cpu"]["seq_len"] == [64, 128] and typed["shapes"]["cpu"]["batch"] == [1]
@@ -27,7 +27,7 @@ def test_nested_command_line_values_get_the_schemas_types():
 
 
 def test_text_that_is_not_a_number_is_left_for_the_validator():
-    typed = coerce_to_schema({**DEFAULTS, "plots": {"dpi": "abc", "top_kernels": 6}}, SCHEMA)
+    typed = coerce_to_schema({**DEFAULTS, "plots": {"dpi": "abc"}}, SCHEMA)
     assert typed["plots"]["dpi"] == "abc"
 
 
@@ -140,7 +140,7 @@ def test_the_nested_values_advice_comes_only_with_a_nested_value_from_the_comman
     # the same value from a config file: the fix names the file, not the command line's limits
     from attnprof.model.config import schema_message
 
-    why = schema_message({**DEFAULTS, "plots": {"dpi": "abc", "top_kernels": 6}}, SCHEMA, command_line={}, defaults=DEFAULTS)
+    why = schema_message({**DEFAULTS, "plots": {"dpi": "abc"}}, SCHEMA, command_line={}, defaults=DEFAULTS)
     assert "easiest in a YAML file" not in why and "'plots: {dpi: 110}' in your --configfile" in why
     assert schema_message(DEFAULTS, SCHEMA, command_line={"repeats": 3}, defaults=DEFAULTS) is None
 
@@ -156,9 +156,10 @@ def test_schema_messages_name_the_key_for_every_kind_of_error():
     assert message(device="gpu").startswith("config: device = gpu: not one of the allowed values\n  expected: one of auto, cuda, cpu")
     assert message(variants="naive").endswith("fix: e.g. --config 'variants=[naive]'")  # a single value, listed
     assert "config: run = a b: does not match" in message(run="a b")
-    assert message(plots={"dpi": 110, "top_kernel": 6}).startswith("config: unknown key 'plots.top_kernel' (given 6)\n"
-                                                                   "  known under plots: dpi, top_kernels\n"
-                                                                   "  fix: did you mean 'top_kernels'?")
+    timing = {**DEFAULTS["timing"], "input_set": 6}
+    assert message(timing=timing).startswith("config: unknown key 'timing.input_set' (given 6)\n"
+                                             "  known under timing: repeats, input_sets, budget_s, min_repeats\n"
+                                             "  fix: did you mean 'input_sets'?")
     why = message(profiler={"range_name": "attn_fwd", "warmup_calls": 3})
     assert why.startswith("config: profiler has no key 'schedule' (it is required)")
     assert "(1 more problem" in message(device="gpu", repeats=0)

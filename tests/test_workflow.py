@@ -250,7 +250,7 @@ def test_nothing_reruns_when_nothing_changed(run_dir):
 def test_plot_setting_reruns_only_plots_and_report(run_dir):
     # env.json records the config used, so it is rewritten too, and summarize reads it (a declared input): summarize
     # and findings rerun on the same tables; no capture or extract job
-    assert planned_jobs(run_dir, "plots: {dpi: 100, top_kernels: 6}") == {
+    assert planned_jobs(run_dir, "plots: {dpi: 100}") == {
         "environment": 1, "summarize": 1, "findings": 1, "plots": 2, "timeline": 2, "scaling_plots": 1,
         "report_html": 1, "report_pdf": 1, "report": 1}
 

@@ -24,7 +24,6 @@ rule plots:
         L.log("plots/{shape}"),
     params:
         dpi=config["plots"]["dpi"],
-        top=config["plots"]["top_kernels"],
     run:
         run_job(locals())
 

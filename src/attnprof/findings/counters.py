@@ -64,11 +64,8 @@ def match_kernels(counters: pd.DataFrame, kernels: pd.DataFrame) -> list[tuple[p
         same = trace[(labels == label) & ~trace.index.isin(used)]
         exact = same[(same["grid"].astype(str) == str(c.get("grid"))) & (same["block"].astype(str) == str(c.get("block")))]
         pick = exact if len(exact) else same
-        if len(pick):
-            used.add(pick.index[0])
-            pairs.append((c, pick.iloc[0]))
-        else:
-            pairs.append((c, None))
+        used.update(pick.index[:1])
+        pairs.append((c, pick.iloc[0] if len(pick) else None))
     return pairs
 
 
@@ -87,12 +84,12 @@ def counter_findings(variant: str, counters: pd.DataFrame, kernels: pd.DataFrame
 
 def _counter_finding(variant: str, c, t, devices: list[dict]) -> dict:
     """One measured kernel ``c`` (ncu's row) beside its trace row ``t`` (None: not in the trace's kernel table)."""
-    trace = {} if t is None else {"launch_api": t.get("launch_api"), "trace_est_occupancy_pct": _num(t.get("est_occupancy_pct")),
-                                  "launch_limit_pct": _launch_limit(t, devices)}
+    trace = {"launch_api": None, "trace_est_occupancy_pct": None, "launch_limit_pct": None} if t is None else {
+        "launch_api": t.get("launch_api"), "trace_est_occupancy_pct": _num(t.get("est_occupancy_pct")),
+        "launch_limit_pct": _launch_limit(t, devices)}
     f = {"rule": "counters", "variant": variant, "kernel": str(c["kernel"]),
          "label": kernel_label(str(c["kernel"] if t is None else t["kernel"])).lstrip(":"),
-         "grid": c.get("grid"), "block": c.get("block"), "launch_api": None, "trace_est_occupancy_pct": None,
-         "launch_limit_pct": None, **trace, **{m: _num(c.get(m)) for m in MEASURED}}
+         "grid": c.get("grid"), "block": c.get("block"), **trace, **{m: _num(c.get(m)) for m in MEASURED}}
     # the trace says 0 % but ncu saw warps active: the trace's estimate is wrong here. Seen for
     # cuLaunchKernelEx launches (cuDNN, cuBLAS nvjet; Kineto computes no estimate for them) and
     # for FlexAttention's Triton kernel launched with cuLaunchKernel (H200, torch 2.11)

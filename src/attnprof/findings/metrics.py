@@ -30,7 +30,7 @@ def _launches(d: RunData, variant: str, pattern) -> dict:
     kernels.csv ``calls_per_forward``, 0 when none."""
     k = d.kernels_of(variant)
     refs = [ref_kernel(d, variant, n, "calls_per_forward") for n in k[matches(k, pattern)]["kernel"]]
-    return derived("sum", refs) if refs else {"value": 0, "unit": "", "formula": "sum", "inputs": []}
+    return derived("sum", refs)
 
 
 def metric_fp32_gemms(d, vs):

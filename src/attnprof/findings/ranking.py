@@ -68,9 +68,13 @@ def present(value) -> bool:
     return value is not None and not (isinstance(value, float) and value != value)
 
 
-def _value(row: dict, column: str):
-    """A row's cell, None for an empty one (None, NaN)."""
-    return v if present(v := row.get(column)) else None
+def clean(v):
+    """A table cell as a plain Python value: None for missing (None, NaN), numpy scalars unwrapped."""
+    if not present(v):
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+    return v
 
 
 def check_failed(value) -> bool:
@@ -83,11 +87,11 @@ def left_out_reason(row: dict, pass_: str, column: str) -> str | None:
     checks = (
         (row.get("status") != "ok", f"status {row.get('status')}"),
         (check_failed(row.get("rel_error_ok")), "wrong result (relative error "
-                                          f"{_value(row, 'rel_error')} above the tolerance)"),
+                                          f"{clean(row.get('rel_error'))} above the tolerance)"),
         (row.get("variant") in DISPATCHERS, "a dispatcher: it runs another variant's kernel"),
         (pass_ == "backward" and row.get("backward_status") != "ok", f"backward {row.get('backward_status') or 'not run'}"),
         (pass_ == "backward" and check_failed(row.get("grad_rel_error_ok")), "wrong gradients"),
-        (_value(row, column) is None, "no time"),
+        (clean(row.get(column)) is None, "no time"),
     )
     return next((why for failed, why in checks if failed), None)
 
@@ -123,7 +127,7 @@ def _sort_out(rows: pd.DataFrame, pass_: str, column: str, among: list[str] | No
 
 def _tied(ranked: list[dict], low: str, high: str) -> list[str]:
     """The ranked variants whose interval (``low``, ``high``) overlaps the first one's, that one included."""
-    spans = [(_value(r, low), _value(r, high)) for r in ranked]
+    spans = [(clean(r.get(low)), clean(r.get(high))) for r in ranked]
     return [r["variant"] for r, span in zip(ranked, spans) if _overlaps(spans[0], span)]
 
 

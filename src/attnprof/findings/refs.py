@@ -16,7 +16,7 @@ import pandas as pd
 from attnprof.model.fmt import format_number, format_range
 from attnprof.model.names import CAPTURE_TABLES, RUN_FILES
 from attnprof.findings.data import RunData
-from attnprof.findings.ranking import present
+from attnprof.findings.ranking import clean
 
 #: The tables a reference may name (its ``table``; findings.schema.json enumerates them): the run's
 #: summary and kernel tables, and the per-capture launch and op tables (absent rows count 0).
@@ -25,15 +25,6 @@ LAUNCHES, OPS = CAPTURE_TABLES["launches"], CAPTURE_TABLES["ops"]
 #: The backward's kernel table (per capture, config passes; attnprof.analysis.backward).
 KERNELS_BACKWARD = CAPTURE_TABLES["kernels_backward"]
 TABLES = (SUMMARY, KERNELS, LAUNCHES, OPS, KERNELS_BACKWARD)
-
-
-def clean(v):
-    """A table cell as a plain Python value: None for missing (None, NaN), numpy scalars unwrapped."""
-    if not present(v):
-        return None
-    if hasattr(v, "item"):
-        v = v.item()
-    return v
 
 
 def ref_summary(d: RunData, variant: str, column: str, unit: str = "") -> dict:
@@ -71,17 +62,17 @@ def _ref_calls(d: RunData, rows: pd.DataFrame, table: str, variant: str, key: st
             "table": table, "shape_key": d.shape_key, "variant": variant, key: name, "column": "calls_per_forward"}
 
 
+#: formula -> its value from the inputs' values (:func:`derived`); a ratio over 0 has none.
+FORMULAS = {"ratio": lambda v: v[0] / v[1] if v[1] else None, "sum": sum, "difference": lambda v: v[0] - v[1]}
+
+
 def derived(formula: str, inputs: list[dict], unit: str = "") -> dict:
-    """A number computed from references: formula 'ratio' (a/b), 'sum' or 'difference' (a-b)."""
+    """A number computed from references: formula 'ratio' (a/b), 'sum' or 'difference' (a-b) (:data:`FORMULAS`)."""
     vals = [i["value"] for i in inputs]
     if any(v is None for v in vals):
         value = None
-    elif formula == "ratio":
-        value = vals[0] / vals[1] if vals[1] else None
-    elif formula == "sum":
-        value = sum(vals)
-    elif formula == "difference":
-        value = vals[0] - vals[1]
+    elif formula in FORMULAS:
+        value = FORMULAS[formula](vals)
     else:
         raise ValueError(f"unknown formula {formula!r}")
     return {"value": value, "unit": unit, "formula": formula, "inputs": inputs}
@@ -158,9 +149,9 @@ def lookup(ref: dict, tables: dict[str, pd.DataFrame]):
         return derived(ref["formula"], [{"value": lookup(i, tables)} for i in ref["inputs"]])["value"]
     t = tables[ref["table"]]
     sel = (t["variant"] == ref["variant"]) & (t["shape_key"] == ref["shape_key"])
-    for key, col in (("kernel", "kernel"), ("api", "api"), ("op", "op")):
+    for key in ("kernel", "api", "op"):
         if key in ref:
-            sel &= t[col] == ref[key]
+            sel &= t[key] == ref[key]
     rows = t[sel]
     if rows.empty:
         if ref["table"] in (LAUNCHES, OPS):

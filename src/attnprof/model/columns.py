@@ -377,10 +377,6 @@ declare("control", "aten::mm aten::add aten::copy_", "count",
 _PLACEHOLDER = re.compile(r"^\{\{columns (\w+)\}\}$", re.MULTILINE)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def columns_markdown(table: str) -> str:
     """One table's columns as a markdown table (``| column | unit | meaning |``) after a line naming its file(s)
     and what one row is; one row per declaration;
@@ -394,7 +390,7 @@ def columns_markdown(table: str) -> str:
             meaning += f"; computed: `{c.formula}`"
         if c.report is not None:
             meaning += f"; report column \"{c.report.header}\""
-        lines.append(f"| {', '.join(f'`{n}`' for n in c.group)} | {c.unit} | {_cell(meaning)} |")
+        lines.append(f"| {', '.join(f'`{n}`' for n in c.group)} | {c.unit} | " + meaning.replace("|", "\\|") + " |")  # a | inside a cell ends it
     return "\n".join(lines)
 
 

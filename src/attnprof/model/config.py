@@ -14,7 +14,7 @@ from attnprof.model.variants import CAUSAL_ALIGNMENTS, CONTROL, DTYPES, VARIANTS
 
 #: How to give nested values when --config cannot express them: part of a schema error's message only when
 #: the error is about a nested value given on the command line (:func:`schema_message`).
-CONFIGFILE_HINT = ("Nested values are easiest in a YAML file: write e.g. 'plots: {dpi: 150, top_kernels: 6}' "
+CONFIGFILE_HINT = ("Nested values are easiest in a YAML file: write e.g. 'plots: {dpi: 150}' "
                    "to my.yaml and pass --configfile my.yaml (it is merged over config/config.yaml).")
 
 
@@ -25,8 +25,7 @@ def coerce_to_schema(value, schema: dict, defs: dict | None = None):
     text ('150'). Strings where the schema allows a string are left alone; a string that does
     not parse is left for the validator to reject."""
     defs = defs if defs is not None else schema.get("$defs", {})
-    if "$ref" in schema:
-        schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+    schema = _resolve(schema, {"$defs": defs})
     for alt in schema.get("oneOf", []) + schema.get("anyOf", []):
         candidate = coerce_to_schema(value, alt, defs)
         if candidate is not value:
@@ -312,10 +311,7 @@ def problems_message(problems: list[str], most: int = 5) -> str:
 
 def _path_text(path) -> str:
     """``['shapes', 'cpu', 0, 'batch']`` -> ``shapes.cpu[0].batch``."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).removeprefix(".")
 
 
 def _resolve(schema: dict, root: dict) -> dict:

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from attnprof.model.names import FORMAT_KEY, repeat_of
+from attnprof.model.names import CAPTURE_FILES, FORMAT_KEY, RUN_FILES, repeat_of
 from attnprof.model.names import FORMATS as CURRENT
 
-#: The file name of each kind, for messages.
-FILES = {"status": "status.json", "env": "env.json", "repeats": "repeats.csv"}
+#: The file name of each kind (a key of :data:`CURRENT`), for messages.
+FILES = {kind: {**RUN_FILES, **CAPTURE_FILES}[kind] for kind in CURRENT}
 #: The command that brings this attnprof up to date (README: an editable install in .venv).
 UPGRADE = "git pull && .venv/bin/pip install -e ."
 #: The command that writes repeats.csv again from the result set's captures, in the current format.

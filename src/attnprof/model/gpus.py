@@ -154,10 +154,7 @@ def mixed_models(gpus: list[Gpu]) -> str | None:
     """Why ``gpus`` cannot make one result set: they are of more than one model (a result set, its run id and its
     rankings are one GPU model's), as a message naming each model's GPUs and a fix; None when they are of one model
     (or their models are not known: MIG instances)."""
-    models: dict[str, list[str]] = {}
-    for g in gpus:
-        if g.name:
-            models.setdefault(g.name, []).append(g.uuid)
+    models = {name: [g.uuid for g in gpus if g.name == name] for name in dict.fromkeys(g.name for g in gpus if g.name)}
     if len(models) < 2:
         return None
     listed = "; ".join(f"{name}: {', '.join(uuids)}" for name, uuids in models.items())

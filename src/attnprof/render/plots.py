@@ -124,12 +124,11 @@ def kernels_per_forward(summary: pd.DataFrame, path: Path, dpi: int = 144) -> No
     _save(fig, path, dpi)
 
 
-def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, top: int = 6, dpi: int = 144) -> None:
+def kernel_split(summary: pd.DataFrame, kernels: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     """Each variant's device time per forward split by kind of kernel
     (:func:`attnprof.findings.kernel_class`: fused attention, GEMM, FP32 GEMM, softmax, mask,
     cast/copy, other kernels, memcpy, memset), as % of that variant's own device time; the
-    total per forward (µs, ``us_per_forward`` summed) is written at the bar's end. ``top`` is
-    kept for the config's sake: the classes are a fixed, short list."""
+    total per forward (µs, ``us_per_forward`` summed) is written at the bar's end."""
     from attnprof.findings.kernel_names import KERNEL_CLASSES, kernel_class
 
     k = kernels[kernels["variant"].isin(summary["variant"])].copy() if len(kernels) else kernels
@@ -184,13 +183,13 @@ def cpu_vs_device(summary: pd.DataFrame, path: Path, dpi: int = 144) -> None:
     _save(fig, path, dpi)
 
 
-def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, top: int, dpi: int) -> list[Path]:
+def make_all(summary: pd.DataFrame, kernels: pd.DataFrame, out_dir: Path, dpi: int) -> list[Path]:
     """Write every plot of SHAPE_PLOTS for one shape into ``out_dir``; returns the paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device_time(summary, out_dir / "device_time.png", dpi)
     kernels_per_forward(summary, out_dir / "kernels_per_forward.png", dpi)
-    kernel_split(summary, kernels, out_dir / "kernel_split.png", top, dpi)
+    kernel_split(summary, kernels, out_dir / "kernel_split.png", dpi)
     cpu_vs_device(summary, out_dir / "cpu_vs_device.png", dpi)
     return [out_dir / f"{name}.png" for name in SHAPE_PLOTS]
 

@@ -61,15 +61,12 @@ def _trace_quality_of(d: RunData, row) -> dict:
 def rule_correctness(d: RunData) -> list[dict]:
     """Relative error against the float64 reference, flagged above the dtype's tolerance."""
     out = []
-    for variant in d.summary["variant"]:
-        row = d.row(variant)
-        if row["status"] != "ok" or row["rel_error"] != row["rel_error"]:  # a variant of the summary has its row
-            continue
-        nums = {"rel_error": ref_summary(d, variant, "rel_error")}
+    for _, row in d.summary[(d.summary["status"] == "ok") & d.summary["rel_error"].notna()].iterrows():
         if not bool(row["rel_error_ok"]):
-            out.append(finding("correctness", d, [variant], f"{variant}: relative error {fmt_ref(nums['rel_error'])} against float64 is above the "
-                               f"{row['dtype']} tolerance", nums, [{"kind": "metric", "name": "rel_error"}], kind="failure",
-                               headline=f"relative error {fmt_ref(nums['rel_error'])} above tolerance"))
+            nums = {"rel_error": ref_summary(d, row["variant"], "rel_error")}
+            out.append(finding("correctness", d, [row["variant"]], f"{row['variant']}: relative error {fmt_ref(nums['rel_error'])} "
+                               f"against float64 is above the {row['dtype']} tolerance", nums, [{"kind": "metric", "name": "rel_error"}],
+                               kind="failure", headline=f"relative error {fmt_ref(nums['rel_error'])} above tolerance"))
     return out
 
 
