@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 start=$(date +%s.%N)
 set +e
 timeout --signal=TERM "${RERUN_TIMEOUT_S:-400}" snakemake html --cores 16 --keep-going --configfile config/beyond.yaml \
-  --config run="$run" 2>&1 | tee "$OUT/snakemake.log"
+  --config run="$run" 2>&1 | tee "$OUT/beyond_rerun_snakemake.log"
 rc=${PIPESTATUS[0]}
 set -e
 finish_run beyond_rerun "$rc" "$start" "$run" '{"target": "html", "config": "config/beyond.yaml", "cores": 16}'
@@ -22,7 +22,7 @@ pkill -f "attnprof.runtime.worker" || true  # the rerun's idle supervisors hold 
 start=$(date +%s.%N)
 set +e
 timeout --signal=TERM "${STUDY_TIMEOUT_S:-90}" snakemake html --cores 1 --configfile benchmarks/configs/study.yaml \
-  --config run=study_cold 2>&1 | tee "$OUT/snakemake.log"
+  --config run=study_cold 2>&1 | tee "$OUT/study_snakemake.log"
 rc=${PIPESTATUS[0]}
 set -e
 finish_run study "$rc" "$start" study_cold '{"target": "html", "config": "benchmarks/configs/study.yaml", "cores": 1}'

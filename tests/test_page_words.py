@@ -150,16 +150,17 @@ def test_a_config_grid_recorded_on_one_side_is_one_line():
     assert "config.shapes.cpu.*: not recorded \u2192 batch=0; heads=1; seq_len=2; head_dim=3; dtype=4; causal=5; kv_len=6" in text
 
 
-def test_the_committed_counters_config_recorded_on_one_side_is_one_line():
-    """The beyond example's rerun added config.counters (4 keys); the page gives them one line, each key once."""
+def test_the_committed_history_config_recorded_on_one_side_is_one_line():
+    """The beyond example's rerun recorded config.history (2 keys) that the first capture predates; the page gives
+    them one line, each key once."""
     doc = _example_doc("compare_h200_beyond_rerun")
-    counters = [d for d in doc["pairs"][0]["env_diff"] if d["key"].startswith("config.counters.")]
-    assert len(counters) == 4 and all(d["a"] is None for d in counters)
+    history = [d for d in doc["pairs"][0]["env_diff"] if d["key"].startswith("config.history.")]
+    assert len(history) == 2 and all(d["a"] is None for d in history)
     rows = compare_context(doc, "")["cmp"]["pairs"][0]["env_diff"]
-    line = next(r for r in rows if r["key"] == "config.counters.*")
+    line = next(r for r in rows if r["key"] == "config.history.*")
     assert line["a"] is None and [part.split("=")[0] for part in line["b"].split("; ")] == \
-        [d["key"].rsplit(".", 1)[1] for d in counters]
-    assert not any(r["key"].startswith("config.counters.") and r["key"] != "config.counters.*" for r in rows)
+        [d["key"].rsplit(".", 1)[1] for d in history]
+    assert not any(r["key"].startswith("config.history.") and r["key"] != "config.history.*" for r in rows)
 
 
 # --- the report ----------------------------------------------------------------------------------------------------

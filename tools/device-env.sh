@@ -20,7 +20,8 @@ device_run_id() {
 
 # finish_run NAME RC START RUN FIELDS: the end of a device script's Snakemake run. Writes
 # $OUT/NAME_h200.json (the JSON object FIELDS plus wall_s since START (date +%s.%N), exit RC and
-# the run id), says exit and wall time, tars results/RUN into $OUT/NAME.tgz and gzips the log.
+# the run id), says exit and wall time, tars results/RUN into $OUT/NAME.tgz and gzips the log
+# ($OUT/NAME_snakemake.log where the script named it so, else $OUT/snakemake.log).
 finish_run() {
   python3 - "$@" "$OUT" <<'PY'
 import json, sys, time
@@ -30,7 +31,9 @@ json.dump(record, open(f"{out}/{name}_h200.json", "w"), indent=1)
 print(f"snakemake exit: {rc}, wall {record['wall_s']:.1f} s")
 PY
   tar czf "$OUT/$1.tgz" "results/$4"
-  gzip -f "$OUT/snakemake.log"
+  local log="$OUT/$1_snakemake.log"
+  if [ ! -f "$log" ]; then log="$OUT/snakemake.log"; fi
+  gzip -f "$log"
 }
 
 # ab_run A B YAML TIMEOUT_S: an A/B run of environments A and B (config environments, in YAML over
