@@ -14,7 +14,7 @@ import pytest
 from attnprof.analysis.compare import compare_runs, nothing_in_common
 from attnprof.render.common import render_html
 from attnprof.render.compare import compare_context
-from compare_doc import doc
+from compare_doc import PAIR, doc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -63,6 +63,24 @@ def test_the_ms_columns_and_the_ratio_say_which_statistic_each_is(name, paired):
     if paired:  # the case that misled: the medians' quotient and the judged ratio on opposite sides of 1
         naive = next(r for r in doc["pairs"][0]["rows"] if r["variant"] == "naive")
         assert naive["time_b_ms"] / naive["time_a_ms"] > 1.05 and naive["ratio"] < 1
+
+
+# --- the backward on page 1 ----------------------------------------------------------------------------------------
+
+def test_a_backward_called_slower_is_a_change_on_page_1_with_its_pass():
+    """Page 1 counted and named the forward's verdicts only: a backward 8 % slower read "no time changed". Two rows,
+    naive's forward inconclusive and its backward slower, sdpa_flash's both the same: the headline is "What changed",
+    naive's backward is named with its ratio, and each pass is counted on its own."""
+    rows = [dict(variant="naive", shape_key="s1", verdict="inconclusive", ratio=1.01, ratio_lo=0.97, ratio_hi=1.05,
+                 bwd_verdict="slower", bwd_ratio=1.08, bwd_ratio_lo=1.05, bwd_ratio_hi=1.11),
+            dict(variant="sdpa_flash", shape_key="s1", verdict="same", ratio=1.0, ratio_lo=0.99, ratio_hi=1.01,
+                 bwd_verdict="same", bwd_ratio=1.0, bwd_ratio_lo=0.99, bwd_ratio_hi=1.01)]
+    d = doc({"rows": rows, "counts": {**PAIR["counts"], "same": 1, "inconclusive": 1}})
+    p = compare_context(d, "")["cmp"]["pairs"][0]
+    assert p["headline"] == "What changed" and p["claims"]["both"] == {("slower", "naive", "s1", "backward")}
+    text = _text(_compare_html(d))
+    assert "naive backward at s1 slower, 1.08x (1.05\u20131.11)" in text
+    assert "Forward: 1 the same within \u00b12 %, 1 inconclusive (naive at s1" in text and "Backward: 1 the same, 1 slower." in text
 
 
 # --- no (variant, shape) in common ---------------------------------------------------------------------------------

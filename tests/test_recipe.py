@@ -89,6 +89,23 @@ def test_per_step_ratio_uses_each_repeats_median_and_finds_an_injected_change():
     assert gemm["verdict"] == "slower" and soft["verdict"] == "same" and gemm["repeats_a"] == 3
 
 
+def test_a_step_of_two_sittings_is_judged_with_the_sitting_term_as_its_row_is():
+    """The H200 beyond rerun called a step 3.6 % slower (1.021-1.052) while every row of its pair, judged with the
+    sitting term, was inconclusive. A step 3 % slower in every repeat, each side's repeats within 0.1 %: one sitting
+    finds it; across two sittings (sd 0.85 % with 2 degrees of freedom, the rows' term) the 95 % interval is wider
+    than +-5 % (t(0.975, 2) = 4.30 times sqrt(2) x 0.85 %), so it cannot lie beyond 2 %: inconclusive."""
+    from attnprof.analysis.stats import SITTING_DF, SITTING_SD
+    from attnprof.analysis.verdict import Sitting
+
+    a = [recipe([GEMM80], [[t]]) for t in (10.00, 10.01, 9.99)]
+    b = [recipe([GEMM80], [[1.03 * t]]) for t in (10.00, 9.99, 10.01)]
+    (one,) = diff_recipes(a, b, classify, threshold=0.02)["groups"][0]["rows"]
+    (two,) = diff_recipes(a, b, classify, threshold=0.02, sitting=Sitting(SITTING_SD, SITTING_DF, "two"))["groups"][0]["rows"]
+    assert one["verdict"] == "slower" and one["ratio"] == pytest.approx(1.03, rel=1e-3)
+    assert two["verdict"] == "inconclusive" and two["ratio"] == pytest.approx(one["ratio"])
+    assert two["ratio_hi"] / two["ratio"] > 1.05 > one["ratio_hi"] / one["ratio"]
+
+
 def test_one_repeat_gives_a_ratio_and_no_verdict():
     d = diff_recipes([recipe([GEMM80], [[10.0], [12.0], [11.0]])], [recipe([GEMM90], [[5.0], [6.0], [7.0]])], classify)
     (row,) = d["groups"][0]["rows"]

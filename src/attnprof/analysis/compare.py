@@ -34,7 +34,7 @@ from attnprof.analysis.recipe import diff_recipes, recipe_table_problem, restore
 from attnprof.analysis.records import RecordError, load_record, load_status
 from attnprof.analysis.stats import CONFIDENCE, SITTING_DF, SITTING_SD
 from attnprof.analysis.tables import HOST_TIMES, concat_tables
-from attnprof.analysis.verdict import (Design, Sitting, design_of, judge_rows, paired_rows, paired_verdicts,
+from attnprof.analysis.verdict import (ONE_SITTING, Design, Sitting, design_of, judge_rows, paired_rows, paired_verdicts,
                                        unpaired_row)
 from attnprof.analysis.verdict_sim import aa_false_changed, detectable
 from attnprof.analysis.trace import short_kernel_name
@@ -144,18 +144,19 @@ def device_of(run: dict) -> str:
 
 
 def recipe_changes(a: dict, b: dict, classify: Callable[[str, str], str] | None, threshold: float, confidence: float,
-                   accounting: dict) -> list[dict]:
+                   accounting: dict, sitting: Sitting = ONE_SITTING) -> list[dict]:
     """The recipe diff (attnprof.analysis.recipe.diff_recipes) of every (variant, shape, pass) whose recipe
     tables both result sets have (``a["recipes"]``/``b["recipes"]``: {(variant, shape_key, pass): [table per
     repeat]}); each {variant, shape_key, pass, same, counts, groups, note, verdict}. verdict: "same recipe",
     "recipe changed", or -- when ``accounting["changed"]`` (the control's counts changed,
     attnprof.analysis.control.compare_controls) and steps were added, removed or replaced --
     :data:`attnprof.analysis.control.ACCOUNTING_CHANGED`: such count changes are not attributed to the variant.
-    The control's own diff is listed too (variant ``control``). [] when either side has no recipe tables."""
+    The control's own diff is listed too (variant ``control``). [] when either side has no recipe tables. A step's
+    time is judged with its pair's ``sitting``, as the rows are."""
     ra, rb = a.get("recipes") or {}, b.get("recipes") or {}
     out = []
     for key in sorted(set(ra) & set(rb)):
-        d = diff_recipes(ra[key], rb[key], classify, threshold, confidence)
+        d = diff_recipes(ra[key], rb[key], classify, threshold, confidence, sitting)
         if d["same"] is None:
             continue
         counted = sum(d["counts"][k] for k in ("added", "removed"))
@@ -213,7 +214,8 @@ def compare_pair(a: dict, b: dict, noise_floor: float = NOISE_FLOOR, confidence:
             "notes": _pair_notes(a, b, unpaired, len(keys)), "accounting": accounting, "paired": paired,
             "unpaired_rows": [f"{v}/{k}" for v, k in keys if (v, k) in unpaired and unpaired[(v, k)]],
             "design": vars(design_of(a["env"], b["env"])) if paired else None,
-            "support": support_changes(sa, sb), "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting),
+            "support": support_changes(sa, sb), "recipes": recipe_changes(a, b, classify, noise_floor, confidence, accounting,
+                                                                               sitting),
             "only_in_a": _only_in(sa, sb), "only_in_b": _only_in(sb, sa)}
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from attnprof.analysis.stats import CONFIDENCE
-from attnprof.analysis.verdict import compare_ratio
+from attnprof.analysis.verdict import ONE_SITTING, Sitting, compare_ratio
 from attnprof.analysis.trace import kernel_label
 from attnprof.model.columns import columns_of
 
@@ -273,13 +273,13 @@ def recipe_table_problem(table: pd.DataFrame) -> str | None:
 
 def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.DataFrame | None],
                  classify: Callable[[str, str], str] | None = None, threshold: float = 0.02,
-                 confidence: float = CONFIDENCE) -> dict:
+                 confidence: float = CONFIDENCE, sitting: Sitting = ONE_SITTING) -> dict:
     """The recipe diff of one (variant, shape, pass) between result sets A and B.
 
     ``a_tables``/``b_tables``: the recipe tables (:func:`recipe_table`) of each repeat, repeat 1
     first (its groups are the ones diffed); ``classify``: a step's role class (see :func:`align`);
-    ``threshold``/``confidence``: those of :func:`attnprof.analysis.verdict.judge_rows` for the
-    per-step time ratios. Groups are paired by rank (largest with largest); a group without a
+    ``threshold``/``confidence``/``sitting``: those of :func:`attnprof.analysis.verdict.judge_rows` for the
+    per-step time ratios (the rows' own, so that a step is judged as its row is). Groups are paired by rank (largest with largest); a group without a
     partner is diffed against the other side's largest group. Returns ``{"same": bool (every step
     kept in every group), "counts": {kind: n}, "groups": [{"forwards_a", "forwards_b", "rows": [...]}],
     "note": str}``; each row has kind, a and b (step views: category, label, name, grid, block,
@@ -292,7 +292,7 @@ def diff_recipes(a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.
         out.update(same=None, note="no recipe in " + " and ".join(n for n, g in (("A", ga), ("B", gb)) if not g))
         return out
     for x, y in _paired_groups(ga, gb):
-        group = _diff_group(x, y, a_tables, b_tables, classify, threshold, confidence)
+        group = _diff_group(x, y, a_tables, b_tables, classify, threshold, confidence, sitting)
         for row in group["rows"]:
             out["counts"][row["kind"]] += 1
         out["groups"].append(group)
@@ -314,17 +314,17 @@ def _paired_groups(ga: list[dict], gb: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def _diff_group(x: dict, y: dict, a_tables: Sequence[pd.DataFrame | None], b_tables: Sequence[pd.DataFrame | None],
-                classify: Callable[[str, str], str], threshold: float, confidence: float) -> dict:
+                classify: Callable[[str, str], str], threshold: float, confidence: float, sitting: Sitting) -> dict:
     """The diff of group ``x`` of A against group ``y`` of B: their forwards and one row per aligned step
     (:func:`_diff_row`), timed over every repeat's tables."""
     ta, tb = repeat_step_times(a_tables, x["names"]), repeat_step_times(b_tables, y["names"])
-    rows = [_diff_row(r, x["steps"], y["steps"], ta, tb, classify, threshold, confidence)
+    rows = [_diff_row(r, x["steps"], y["steps"], ta, tb, classify, threshold, confidence, sitting)
             for r in align(x["steps"], y["steps"], classify)]
     return {"forwards_a": len(x["forwards"]), "forwards_b": len(y["forwards"]), "rows": rows}
 
 
 def _diff_row(r: dict, steps_a: Sequence[dict], steps_b: Sequence[dict], ta: list[list[float]], tb: list[list[float]],
-              classify: Callable[[str, str], str], threshold: float, confidence: float) -> dict:
+              classify: Callable[[str, str], str], threshold: float, confidence: float, sitting: Sitting) -> dict:
     """One row of a group's recipe diff from an :func:`align` row ``r``: both step views, the kind (a kept step
     whose name changed is replaced), whether the launch changed and, where both sides have the step, the ratio of
     its repeat times (``ta``/``tb``: :func:`repeat_step_times`) with the verdict rule's interval and verdict (one step alone: its own variance)."""
@@ -339,7 +339,7 @@ def _diff_row(r: dict, steps_a: Sequence[dict], steps_b: Sequence[dict], ta: lis
            "repeats_a": None, "repeats_b": None,
            "launch_changed": bool(sa and sb and (sa["grid"], sa["block"]) != (sb["grid"], sb["block"]))}
     if sa and sb:
-        c = compare_ratio(ta[r["a"]], tb[r["b"]], threshold, confidence)
+        c = compare_ratio(ta[r["a"]], tb[r["b"]], threshold, confidence, sitting)
         row.update(ratio=c["ratio"], ratio_lo=c["lo"], ratio_hi=c["hi"], repeats_a=c["n_a"], repeats_b=c["n_b"],
                    verdict=c["verdict"] if min(c["n_a"], c["n_b"]) >= 2 else None)
     return row

@@ -225,12 +225,13 @@ def judge_rows(rows: Mapping[Hashable, RowData], threshold: float, confidence: f
     return {k: _row(i, m, out, needed, adjusted, na, nb, threshold, sitting, rows[k].paired) for i, k in enumerate(keys)}
 
 
-def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float, confidence: float = CONFIDENCE) -> dict:
-    """:func:`judge_rows` of one unpaired row alone: each side's repeat medians (None/NaN left out), one sitting.
-    ValueError for a time <= 0 or a threshold < 0."""
+def compare_ratio(a: Sequence[float | None], b: Sequence[float | None], threshold: float, confidence: float = CONFIDENCE,
+                  sitting: Sitting = ONE_SITTING) -> dict:
+    """:func:`judge_rows` of one unpaired row alone: each side's repeat medians (None/NaN left out), captured in one
+    sitting or (``sitting``) two. ValueError for a time <= 0 or a threshold < 0."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-    return judge_rows({0: unpaired_row(a, b)}, threshold, confidence)[0]
+    return judge_rows({0: unpaired_row(a, b)}, threshold, confidence, sitting=sitting)[0]
 
 
 def _adjusted_p(p: np.ndarray) -> np.ndarray:
@@ -290,9 +291,9 @@ def _why(code: int, r: dict, out: dict, adjusted: float, threshold: float, sitti
     if sitting.sd and bool(bound):
         width = 2 * math.sqrt(2) * sitting.sd
         aim = "a change beyond" if abs(m) > theta else "the same within"
-        return (f"undetermined, and no number of rounds decides across sittings: the sitting term alone keeps the "
-                f"interval about ±{width:.1%} wide, too wide to show {aim} ±{pct} for this {math.expm1(m):+.1%}; a "
-                "paired A/B (config environments) would decide")
+        return (f"undetermined, and no number of rounds decides across sittings: with unlimited rounds the sitting "
+                f"term alone would keep the interval about ±{width:.1%} wide (now {interval}), too wide to show {aim} "
+                f"±{pct} for a change of {math.expm1(m):+.1%}; a paired A/B (config environments) would decide")
     return (f"undetermined: the {level} interval ({interval}) neither lies beyond ±{pct} nor, at {same}, inside it; "
             f"{_rounds_words(r['repeats_needed'])} would decide")
 

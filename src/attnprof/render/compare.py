@@ -52,11 +52,12 @@ def pair_context(pair: dict, confidence: float = CONFIDENCE) -> dict:
     verdicts could find (``detection``, :func:`detection_limit`; where none, ``no_detection``: why), the dispatches
     that changed (``dispatch_changed``: a dispatcher that ran on both sides, each with its dispatcher, ``variant``)
     and those known on one side only (``dispatch_one_side``), page 1's ``headline`` (:func:`headline`) and
-    ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass) of every row called slower or
-    faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side); ``open``: the inconclusive rows
-    with a ratio, named on page 1 where there are at most :data:`OPEN_NAMED`."""
+    ``claims``: what page 1 states, cell by cell ((verdict, variant, shape key, pass) of every row whose forward or
+    backward was called slower or faster; (``dispatches to`` target, dispatcher, shape key, pass) of each side); ``open``: the inconclusive rows
+    with a ratio, named on page 1 where there are at most :data:`OPEN_NAMED`; ``bwd_counts``: the backward verdicts
+    counted ({verdict: n}, empty where no row has a backward)."""
     rows = pair["rows"]
-    changed = [r for r in rows if r["verdict"] in ("slower", "faster")]
+    changed = [r for r in rows if r["verdict"] in _CHANGED] + [_backward(r) for r in rows if r.get("bwd_verdict") in _CHANGED]
     threshold = pair["threshold"]
     dispatch = _dispatches(pair)
     out = {**pair, **recipe_context(pair["recipes"]),
@@ -67,8 +68,25 @@ def pair_context(pair: dict, confidence: float = CONFIDENCE) -> dict:
            "sitting_pct": 100 * pair["sitting_sd"] if pair.get("sitting_sd") else None, "detection": detection_limit(rows, pair),
            "no_detection": _no_detection(rows), "claims": _compare_claims(changed, dispatch),
            "top_up": _top_up_rows(rows, pair["design"], confidence), "env_diff": _env_diff_rows(pair["env_diff"]),
-           "open": _open_named(rows)}
+           "open": _open_named(rows), "bwd_counts": _bwd_counts(rows)}
     return {**out, "headline": headline(out)}
+
+
+_CHANGED = ("slower", "faster")
+
+
+def _bwd_counts(rows: list[dict]) -> dict[str, int]:
+    """The backward verdicts counted, in the order page 1 states the forward's (the same, inconclusive, not judged,
+    not comparable, slower, faster), those that occur only."""
+    counts = Counter(r["bwd_verdict"] for r in rows if r.get("bwd_verdict"))
+    return {v: counts[v] for v in ("same", "inconclusive", "not judged", "not comparable", *_CHANGED) if counts[v]}
+
+
+def _backward(row: dict) -> dict:
+    """A row whose backward was called slower or faster, as page 1 states a change: its names, ``pass`` "backward",
+    and the backward's verdict, ratio and interval in the forward's keys."""
+    return {**row, "pass": "backward", "verdict": row["bwd_verdict"], "ratio": row["bwd_ratio"],
+            "ratio_lo": row["bwd_ratio_lo"], "ratio_hi": row["bwd_ratio_hi"]}
 
 
 def headline(p: dict) -> str:
@@ -169,7 +187,8 @@ def _compare_claims(changed: list[dict], dispatch: list[dict]) -> dict[str, set]
     def side(s: str) -> set:
         return {(f"dispatches to {m['target']}", m["dispatcher"], d["shape_key"], "forward") for d in dispatch
                 if (m := _DISPATCHED.match(d.get(f"statement_{s}") or ""))}
-    return {"both": {(r["verdict"], r["variant"], r["shape_key"], "forward") for r in changed}, "a": side("a"), "b": side("b")}
+    return {"both": {(r["verdict"], r["variant"], r["shape_key"], r.get("pass", "forward")) for r in changed},
+            "a": side("a"), "b": side("b")}
 
 
 def recipe_context(recipes: list[dict]) -> dict:
