@@ -293,7 +293,7 @@ def _why(code: int, r: dict, out: dict, adjusted: float, threshold: float, sitti
         aim = "a change beyond" if abs(m) > theta else "the same within"
         return (f"undetermined, and no number of rounds decides across sittings: with unlimited rounds the sitting "
                 f"term alone would keep the interval about ±{width:.1%} wide (now {interval}), too wide to show {aim} "
-                f"±{pct} for a change of {math.expm1(m):+.1%}; a paired A/B (config environments) would decide")
+                f"±{pct} for a change of {math.expm1(m):+.2%}; a paired A/B (config environments) would decide")
     return (f"undetermined: the {level} interval ({interval}) neither lies beyond ±{pct} nor, at {same}, inside it; "
             f"{_rounds_words(r['repeats_needed'])} would decide")
 
