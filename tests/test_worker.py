@@ -126,18 +126,21 @@ def test_queued_captures_are_served_round_by_round_each_round_in_a_fresh_process
 
 
 @pytest.mark.slow
-def test_a_rounds_process_was_started_ahead_while_the_last_round_ran(tmp_path, monkeypatch):
-    """With processes started ahead (a GPU run; ATTNPROF_WORKER_PRESTART here), round 2's capture process is a spare
-    started while round 1 was being served: its capture began sooner after the supervisor took it than the process's
-    own start-up lasted, where round 1's first (cold) process made its capture wait for all of it. Each round still
-    has a process of its own, and the check process is a third."""
+def test_a_rounds_process_was_started_ahead_of_its_request(tmp_path, monkeypatch):
+    """With processes started ahead (a GPU run; ATTNPROF_WORKER_PRESTART here), round 2's capture process is a spare:
+    a fresh process started before the supervisor took round 2's request (without spares a new round's process starts
+    after it), where round 1's process started with the supervisor, after the test asked for round 1. Each round
+    has a process of its own, and the check process is a third. Told by the order of the records' own timestamps, not
+    by how long anything took: the time saved is measured in benchmarks/ (docs/costs.md); this test once compared
+    round 1's wait with its start-up, 2.974 against 2.998 s on a loaded CI machine."""
     monkeypatch.setenv(PRESTART_ENV, "1")  # also a worker of its own (the environment is in its key)
+    asked = round(time.time(), 3) - 0.001  # the records' times are rounded to the millisecond
     one = in_worker(tmp_path, spec("naive", repeat=1), "a")
     two = in_worker(tmp_path, spec("naive", repeat=2), "b")
     assert one["status"] == two["status"] == "ok"
     assert len({one["worker"]["pid"], two["worker"]["pid"], one["checks"]["pid"]}) == 3
-    waited = {n: r["capture_started_at"] - r["started_at"] for n, r in (("one", one), ("two", two))}
-    assert waited["one"] > one["worker"]["startup_s"] and waited["two"] < two["worker"]["startup_s"], waited
+    assert asked <= one["worker"]["started_at"], (asked, one["worker"])
+    assert two["worker"]["started_at"] < two["started_at"] and two["worker"]["captures_before"] == 0, two
 
 
 def test_two_spares_only_for_a_grid_of_few_small_captures():
