@@ -34,7 +34,7 @@ from attnprof.analysis.recipe import diff_recipes, recipe_table_problem, restore
 from attnprof.analysis.records import RecordError, load_record, load_status
 from attnprof.analysis.stats import CONFIDENCE, SITTING_DF, SITTING_SD
 from attnprof.analysis.tables import HOST_TIMES, concat_tables
-from attnprof.analysis.verdict import (ONE_SITTING, Design, Sitting, design_of, judge_rows, paired_rows, paired_verdicts,
+from attnprof.analysis.verdict import (CHANGED, ONE_SITTING, Design, Sitting, design_of, judge_rows, paired_rows, paired_verdicts,
                                        unpaired_row)
 from attnprof.analysis.verdict_sim import aa_false_changed, detectable
 from attnprof.analysis.trace import short_kernel_name
@@ -45,7 +45,7 @@ from attnprof.model.variants import CONTROL
 
 #: A time's verdicts (attnprof.analysis.verdict's, and "not comparable" where a side has no time), in the order
 #: a pair's ``counts`` lists them.
-VERDICTS = ("slower", "faster", "same", "inconclusive", "not judged", "not comparable")
+VERDICTS = (*CHANGED, "same", "inconclusive", "not judged", "not comparable")
 #: Why an unpaired compare of host times gives no verdict (attnprof.analysis.stats.host_range): a capture's host time
 #: is one draw of the host's state, and draws of different sittings differ by more than any threshold worth stating.
 HOST_UNJUDGED = ("host times of different sittings are shown, not judged: a verdict on host times needs paired rounds "

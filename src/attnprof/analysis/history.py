@@ -31,9 +31,8 @@ import pandas as pd
 
 from attnprof.analysis.compare import judged_time, repeat_medians
 from attnprof.analysis.stats import between_run_interval, host_range
+from attnprof.analysis.verdict import CHANGED
 
-#: The verdicts of a change (compare_pair's ``verdict``).
-CHANGED = ("slower", "faster")
 #: The verdicts of a link that decided nothing beyond "no step here" (a drift is looked for over runs of them).
 UNDECIDED = ("same", "inconclusive", "not judged")
 

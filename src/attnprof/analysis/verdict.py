@@ -244,6 +244,8 @@ def _adjusted_p(p: np.ndarray) -> np.ndarray:
 
 
 _VERDICT = {SLOWER: "slower", FASTER: "faster", SAME: "same", UNDETERMINED: "inconclusive", PROBABLY: "inconclusive"}
+#: The verdicts that call a time changed.
+CHANGED = ("slower", "faster")
 
 
 def _row(i: int, m, out: dict, needed, adjusted, na, nb, threshold: float, sitting: Sitting, paired: bool) -> dict:

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 
 from attnprof.analysis.stats import CONFIDENCE, look_levels
+from attnprof.analysis.verdict import CHANGED
 from attnprof.model.fmt import format_range
 from attnprof.model.variants import DISPATCHERS
 from attnprof.render.common import cudnn_version, setting
@@ -57,7 +58,7 @@ def pair_context(pair: dict, confidence: float = CONFIDENCE) -> dict:
     with a ratio, named on page 1 where there are at most :data:`OPEN_NAMED`; ``bwd_counts``: the backward verdicts
     counted ({verdict: n}, empty where no row has a backward)."""
     rows = pair["rows"]
-    changed = [r for r in rows if r["verdict"] in _CHANGED] + [_backward(r) for r in rows if r.get("bwd_verdict") in _CHANGED]
+    changed = [r for r in rows if r["verdict"] in CHANGED] + [_backward(r) for r in rows if r.get("bwd_verdict") in CHANGED]
     threshold = pair["threshold"]
     dispatch = _dispatches(pair)
     out = {**pair, **recipe_context(pair["recipes"]),
@@ -72,14 +73,11 @@ def pair_context(pair: dict, confidence: float = CONFIDENCE) -> dict:
     return {**out, "headline": headline(out)}
 
 
-_CHANGED = ("slower", "faster")
-
-
 def _bwd_counts(rows: list[dict]) -> dict[str, int]:
     """The backward verdicts counted, in the order page 1 states the forward's (the same, inconclusive, not judged,
     not comparable, slower, faster), those that occur only."""
     counts = Counter(r["bwd_verdict"] for r in rows if r.get("bwd_verdict"))
-    return {v: counts[v] for v in ("same", "inconclusive", "not judged", "not comparable", *_CHANGED) if counts[v]}
+    return {v: counts[v] for v in ("same", "inconclusive", "not judged", "not comparable", *CHANGED) if counts[v]}
 
 
 def _backward(row: dict) -> dict:
@@ -215,7 +213,7 @@ def _recipe_totals(recipes: list[dict]) -> dict[str, int]:
 
 def _kept_unchanged(row: dict) -> bool:
     """A recipe row the tables leave out: a kept step whose time is not slower/faster and whose launch is the same."""
-    return row["kind"] == "kept" and row.get("verdict") not in ("slower", "faster") and not row.get("launch_changed")
+    return row["kind"] == "kept" and row.get("verdict") not in CHANGED and not row.get("launch_changed")
 
 
 def _recipe_shown(r: dict) -> dict | None:

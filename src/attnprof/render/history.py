@@ -6,6 +6,7 @@ history.json, which compare's own function made; nothing is judged here."""
 from __future__ import annotations
 
 from attnprof.analysis.history import build_rows
+from attnprof.analysis.verdict import CHANGED
 from attnprof.model.fmt import format_number, format_range
 
 #: Words of a change's state at the newest build, where it is not gone (a gone one's words name its direction).
@@ -111,7 +112,7 @@ def _recipe_changes(link: dict, cell: dict) -> list[dict]:
     moved, or kept with a time called slower or faster."""
     forward = (cell["variant"], cell["shape_key"], "forward")
     return [x for r in link.get("recipes") or [] if (r["variant"], r["shape_key"], r["pass"]) == forward
-            for g in r["groups"] for x in g["rows"] if x["kind"] != "kept" or x.get("verdict") in ("slower", "faster")]
+            for g in r["groups"] for x in g["rows"] if x["kind"] != "kept" or x.get("verdict") in CHANGED]
 
 
 def explained(doc: dict) -> list[dict]:
