@@ -2,6 +2,8 @@
 known, per-step time verdicts with a known answer, the real traces of the committed H200 example, the
 support/dispatch diff (part 4) and the compare report's escaping of kernel names."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -104,6 +106,34 @@ def test_a_step_of_two_sittings_is_judged_with_the_sitting_term_as_its_row_is():
     assert one["verdict"] == "slower" and one["ratio"] == pytest.approx(1.03, rel=1e-3)
     assert two["verdict"] == "inconclusive" and two["ratio"] == pytest.approx(one["ratio"])
     assert two["ratio_hi"] / two["ratio"] > 1.05 > one["ratio_hi"] / one["ratio"]
+
+
+def test_compare_pair_judges_a_step_with_its_pairs_sitting_term():
+    """The wiring above, through compare_pair: two CPU result sets compared unpaired (the committed cpu@torch2.13 with
+    itself: no GPU recorded, so two sittings and the sitting term) whose one recipe has a step 25 % slower in every
+    repeat, each side's repeats within 0.1 %. Judged alone (one sitting) against the CPU's 20 % threshold it is
+    slower; in the pair it is inconclusive, as its row would be (1.25 / 1.187 > e^0.052, the sitting term's 95 %
+    half-width with 2 degrees of freedom)."""
+    import json
+
+    from attnprof.analysis.compare import compare_pair
+
+    run = Path(__file__).resolve().parents[1] / "examples" / "cpu@torch2.13"
+    key = ("naive", "b2_h8_s512_d64_fp32_causal", "forward")
+    a_tables = [recipe([GEMM80], [[t]]) for t in (10.00, 10.01, 9.99)]
+    b_tables = [recipe([GEMM80], [[1.25 * t]]) for t in (10.00, 9.99, 10.01)]
+
+    def result_set(name, tables):
+        return {"name": name, "summary": pd.read_csv(run / "summary.csv"), "kernels": pd.read_csv(run / "kernels.csv"),
+                "ops": None, "env": json.loads((run / "env.json").read_text()), "repeats": pd.read_csv(run / "repeats.csv"),
+                "findings": json.loads((run / "findings.json").read_text()), "recipes": {key: tables}}
+
+    pair = compare_pair(result_set("a", a_tables), result_set("b", b_tables), classify=classify)
+    (alone,) = diff_recipes(a_tables, b_tables, classify, threshold=pair["threshold"])["groups"][0]["rows"]
+    (step,) = pair["recipes"][0]["groups"][0]["rows"]
+    assert pair["threshold"] == 0.2 and pair["sitting"]["sd"] > 0 and not pair["paired"]
+    assert alone["verdict"] == "slower" and step["verdict"] == "inconclusive"
+    assert step["ratio"] == pytest.approx(alone["ratio"]) == pytest.approx(1.25, rel=1e-3)
 
 
 def test_one_repeat_gives_a_ratio_and_no_verdict():
